@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+
+	"tidemark/internal/broker"
+)
+
+type kafkaCmd struct {
+	DataDir    string `name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:".tidemark/kafka" help:"Persist topics and offsets here (synced writes); empty keeps them in memory."`
+	Port       int    `name:"port" env:"TIDEMARK_KAFKA_PORT" default:"9092" help:"Port of the first broker; broker i listens on port+i."`
+	Brokers    int    `name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"1" help:"Number of brokers."`
+	Partitions int    `name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"12" help:"Partitions of auto-created topics."`
+}
+
+func (c *kafkaCmd) config() broker.Config {
+	return broker.Config{DataDir: c.DataDir, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions}
+}
+
+func (c *kafkaCmd) Validate() error { return c.config().Validate() }
+
+func (c *kafkaCmd) Run(ctx context.Context, e *env) error {
+	b, err := broker.New(c.config(), e.log)
+	if err != nil {
+		return err
+	}
+	return b.Run(ctx)
+}

@@ -1,0 +1,117 @@
+// Command tidemark is the single binary of the tidemark pipeline. Each
+// subcommand only wires flags and environment into package configs and runs
+// the stages; the logic lives in the packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"tidemark/internal/telemetry"
+)
+
+// Exit codes: 0 success, 1 runtime failure (or, for status, a verdict other
+// than OK), 2 wrong or missing flags.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+type cli struct {
+	LogFormat string `name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
+	LogLevel  string `name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+
+	Version versionCmd `cmd:"" help:"Print the version and exit."`
+	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
+	Kafka   kafkaCmd   `cmd:"" help:"Run an embedded Kafka broker (kfake) for local runs and manual testing. Production uses a real Kafka."`
+}
+
+// env is what every command gets: the logger and the process streams.
+type env struct {
+	log    *slog.Logger
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		c        cli
+		exited   bool
+		exitCode int
+	)
+	parser, err := kong.New(&c,
+		kong.Name("tidemark"),
+		kong.Description("tidemark keeps a multi-tenant catalog cache fresh: Postgres changes -> Kafka -> Redis invalidations, gated by a freshness watermark."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { exited, exitCode = true, code }),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark: %v\n", err)
+		return exitFailure
+	}
+	kctx, err := parser.Parse(args)
+	if exited { // --help
+		return exitCode
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark: %v\n(see tidemark --help)\n", err)
+		return exitUsage
+	}
+	log, err := telemetry.NewLogger(stderr, c.LogFormat, c.LogLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	err = kctx.Run(&env{log: log, stdout: stdout, stderr: stderr})
+	var ec exitCoder
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(stderr, "tidemark: %s\n", msg)
+		}
+		return ec.ExitCode()
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return 0 // interrupted: the stages have shut down in order
+	default:
+		log.Error("exiting", "err", err)
+		return exitFailure
+	}
+}
+
+// exitCoder lets a command choose its exit code (status uses 1 and 2).
+type exitCoder interface {
+	error
+	ExitCode() int
+}
+
+// exitError carries an exit code and a message printed as is.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }
+
+// usageError reports flag problems found after parsing (config validation):
+// printed once, exit 2.
+func usageError(err error) error {
+	return &exitError{code: exitUsage, msg: err.Error() + "\n(see tidemark --help)"}
+}

@@ -1,0 +1,122 @@
+// Package telemetry is the observability plumbing every tidemark process
+// shares: the slog logger built from --log-format/--log-level, and the HTTP
+// endpoint serving /metrics, /healthz and /readyz.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewLogger builds the process logger. format is "text" or "json"; level is
+// debug, info, warn or error.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// NewRegistry returns a registry with the Go and process collectors, the one
+// registry a process exposes.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// ReadyFunc reports nil when the process is ready to do its job.
+type ReadyFunc func(context.Context) error
+
+// Server serves /metrics, /healthz (alive) and /readyz (ready funcs all nil).
+type Server struct {
+	addr  string
+	log   *slog.Logger
+	mux   *http.ServeMux
+	ready []ReadyFunc
+	ln    net.Listener
+}
+
+// NewServer listens on addr at once, so a port conflict is reported at start.
+// An empty addr disables the endpoint (Run returns when ctx ends).
+func NewServer(addr string, g prometheus.Gatherer, log *slog.Logger, ready ...ReadyFunc) (*Server, error) {
+	s := &Server{addr: addr, log: log.With("component", "telemetry"), mux: http.NewServeMux(), ready: ready}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if addr == "" {
+		return s, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: listen on --metrics-addr %s: %w", addr, err)
+	}
+	s.ln = ln
+	return s, nil
+}
+
+// Addr is the address actually listened on ("" when disabled).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Handler exposes the mux, so an API server can mount the same endpoints.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var errs []error
+	for _, f := range s.ready {
+		if err := f(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// Run serves until ctx ends, then shuts down within 5 s.
+func (s *Server) Run(ctx context.Context) error {
+	if s.ln == nil {
+		<-ctx.Done()
+		return nil
+	}
+	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(s.ln) }()
+	s.log.Info("serving metrics", "addr", s.Addr())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("telemetry: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

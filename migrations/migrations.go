@@ -1,0 +1,138 @@
+// Package migrations holds the catalog's SQL schema, embedded in the binary and
+// applied by `tidemark migrate` with goose (a version table makes it idempotent).
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the embedded migration files.
+func FS() fs.FS { return files }
+
+// VersionTable is where goose records applied migrations.
+const VersionTable = "tidemark_schema_migrations"
+
+// Result says what Up did.
+type Result struct {
+	Applied []int64 // versions applied by this run, in order
+	Current int64   // schema version after the run
+}
+
+// Up applies every pending migration. Each migration runs in its own
+// transaction, so a failure leaves the schema at the last good version and the
+// error names the migration that failed.
+func Up(ctx context.Context, dsn string, log *slog.Logger) (Result, error) {
+	db, err := openDB(dsn)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := checkPartial(ctx, db, p); err != nil {
+		return Result{}, err
+	}
+	results, err := p.Up(ctx)
+	var res Result
+	for _, r := range results {
+		if r.Error == nil && !r.Empty {
+			res.Applied = append(res.Applied, r.Source.Version)
+			log.Info("applied migration", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		}
+	}
+	if err != nil {
+		var pe *goose.PartialError
+		if errors.As(err, &pe) && pe.Failed != nil {
+			return res, fmt.Errorf("migrations: %s failed (earlier migrations are applied, this one was rolled back): %w", pe.Failed.Source.Path, pe.Err)
+		}
+		return res, fmt.Errorf("migrations: up: %w", err)
+	}
+	if res.Current, err = p.GetDBVersion(ctx); err != nil {
+		return res, fmt.Errorf("migrations: read version: %w", err)
+	}
+	return res, nil
+}
+
+// Status reports applied and pending migration versions.
+func Status(ctx context.Context, dsn string) (applied, pending []int64, err error) {
+	db, err := openDB(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			applied = append(applied, s.Source.Version)
+		} else {
+			pending = append(pending, s.Source.Version)
+		}
+	}
+	return applied, pending, nil
+}
+
+// checkPartial refuses to migrate a database where objects of a migration that
+// goose has not recorded already exist (someone ran the SQL by hand, or a
+// different tool did): guessing would risk a half-owned schema.
+func checkPartial(ctx context.Context, db *sql.DB, p *goose.Provider) error {
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: status: %w", err)
+	}
+	for _, s := range st {
+		if s.State == goose.StateApplied || s.Source.Version != 1 {
+			continue
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = 'catalog'`).Scan(&n); err != nil {
+			return fmt.Errorf("migrations: inspect schema: %w", err)
+		}
+		if n > 0 {
+			return errors.New("migrations: schema \"catalog\" exists but migration 1 is not recorded in " + VersionTable +
+				": the database is partially set up by hand; drop schema catalog (and publication tidemark) or record the version, then rerun")
+		}
+	}
+	return nil
+}
+
+func openDB(dsn string) (*sql.DB, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return nil, errors.New("migrations: no Postgres DSN (--pg / TIDEMARK_PG)")
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: parse DSN: %w", err)
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithTableName(VersionTable))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,267 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version is the major version of the event format written by this code.
+const Version = 1
+
+// Type names an event kind in the "type" field.
+type Type string
+
+const (
+	TypeChange   Type = "change"
+	TypeResolved Type = "resolved"
+	TypeReset    Type = "reset"
+)
+
+// Op is what happened to an item.
+type Op string
+
+const (
+	OpUpsert   Op = "upsert"
+	OpDelete   Op = "delete"
+	OpTruncate Op = "truncate"
+)
+
+// TimeLayout is RFC 3339 in UTC with exactly microseconds, Postgres' precision.
+const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// ErrMalformed reports a value that is not a valid event.
+var ErrMalformed = errors.New("schema: malformed event")
+
+// UnsupportedVersionError reports an event written in a major version this
+// reader does not understand. Readers must not guess at its meaning.
+type UnsupportedVersionError struct{ Version int }
+
+func (e *UnsupportedVersionError) Error() string {
+	return fmt.Sprintf("schema: unsupported event schema version %d (this reader understands %d)", e.Version, Version)
+}
+
+// Event is one of *Change, *Resolved or *Reset.
+type Event interface {
+	Type() Type
+	// AppendJSON appends the canonical JSON encoding of the event.
+	AppendJSON(dst []byte) []byte
+}
+
+// Change is one committed change to one item.
+//
+// Op delete with Version 0 is a hard delete whose last version is unknown
+// (the row is gone): readers purge the key. Op truncate has an empty Tenant
+// and Item, is keyed by MarkerKey and is sent to every partition.
+type Change struct {
+	Tenant     string
+	Item       string
+	Version    int64
+	Op         Op
+	LSN        LSN // commit LSN of the transaction
+	CommitTime time.Time
+	Xid        uint32
+}
+
+// Resolved promises that every change committed at or before ResolvedTime
+// has already been written to the partition carrying the marker.
+type Resolved struct {
+	ResolvedTime time.Time
+	LSN          LSN
+}
+
+// Reset reports a gap: changes may have been lost before ResetTime, so no
+// cached entry observed before it may be extended by the watermark.
+type Reset struct {
+	ResetTime time.Time
+	Reason    string
+}
+
+func (*Change) Type() Type   { return TypeChange }
+func (*Resolved) Type() Type { return TypeResolved }
+func (*Reset) Type() Type    { return TypeReset }
+
+// Key is the Kafka key of the change.
+func (c *Change) Key() string { return Key(c.Tenant, c.Item) }
+
+func (c *Change) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"schema":1,"type":"change","tenant":`...)
+	dst = appendString(dst, c.Tenant)
+	dst = append(dst, `,"item":`...)
+	dst = appendString(dst, c.Item)
+	dst = append(dst, `,"version":`...)
+	dst = strconv.AppendInt(dst, c.Version, 10)
+	dst = append(dst, `,"op":`...)
+	dst = appendString(dst, string(c.Op))
+	dst = append(dst, `,"lsn":"`...)
+	dst = append(dst, c.LSN.String()...)
+	dst = append(dst, `","commit_time":"`...)
+	dst = c.CommitTime.UTC().AppendFormat(dst, TimeLayout)
+	dst = append(dst, `","xid":`...)
+	dst = strconv.AppendUint(dst, uint64(c.Xid), 10)
+	return append(dst, '}')
+}
+
+func (r *Resolved) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"schema":1,"type":"resolved","resolved_time":"`...)
+	dst = r.ResolvedTime.UTC().AppendFormat(dst, TimeLayout)
+	dst = append(dst, `","lsn":"`...)
+	dst = append(dst, r.LSN.String()...)
+	return append(dst, `"}`...)
+}
+
+func (r *Reset) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"schema":1,"type":"reset","reset_time":"`...)
+	dst = r.ResetTime.UTC().AppendFormat(dst, TimeLayout)
+	dst = append(dst, `","reason":`...)
+	dst = appendString(dst, r.Reason)
+	return append(dst, '}')
+}
+
+// Encode returns the canonical JSON encoding of e.
+func Encode(e Event) []byte { return e.AppendJSON(make([]byte, 0, 192)) }
+
+func appendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // strings always marshal
+	return append(dst, b...)
+}
+
+// wire is the union of all fields, for decoding.
+type wire struct {
+	Schema       *int    `json:"schema"`
+	Type         Type    `json:"type"`
+	Tenant       *string `json:"tenant"`
+	Item         *string `json:"item"`
+	Version      *int64  `json:"version"`
+	Op           Op      `json:"op"`
+	LSN          *string `json:"lsn"`
+	CommitTime   *string `json:"commit_time"`
+	Xid          *uint32 `json:"xid"`
+	ResolvedTime *string `json:"resolved_time"`
+	ResetTime    *string `json:"reset_time"`
+	Reason       *string `json:"reason"`
+}
+
+// Decode parses an event value. Unknown fields are ignored (minor versions may
+// add them); an unknown major version is an *UnsupportedVersionError; anything
+// else that is not a valid event wraps ErrMalformed.
+func Decode(b []byte) (Event, error) {
+	var w wire
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+	}
+	if w.Schema == nil {
+		return nil, fmt.Errorf("%w: missing \"schema\"", ErrMalformed)
+	}
+	if *w.Schema != Version {
+		return nil, &UnsupportedVersionError{Version: *w.Schema}
+	}
+	var missing []string
+	need := func(name string, present bool) {
+		if !present {
+			missing = append(missing, name)
+		}
+	}
+	var (
+		ev  Event
+		err error
+	)
+	switch w.Type {
+	case TypeChange:
+		// A truncate concerns the whole table: it has no tenant or item.
+		whole := w.Op == OpTruncate
+		need("tenant", w.Tenant != nil && (*w.Tenant != "" || whole))
+		need("item", w.Item != nil && (*w.Item != "" || whole))
+		need("version", w.Version != nil)
+		need("op", w.Op != "")
+		need("lsn", w.LSN != nil)
+		need("commit_time", w.CommitTime != nil)
+		need("xid", w.Xid != nil)
+		if len(missing) > 0 {
+			break
+		}
+		c := &Change{Tenant: *w.Tenant, Item: *w.Item, Version: *w.Version, Op: w.Op, Xid: *w.Xid}
+		switch c.Op {
+		case OpUpsert, OpDelete, OpTruncate:
+		default:
+			return nil, fmt.Errorf("%w: unknown op %q", ErrMalformed, c.Op)
+		}
+		if c.LSN, err = ParseLSN(*w.LSN); err != nil {
+			return nil, err
+		}
+		if c.CommitTime, err = parseTime("commit_time", *w.CommitTime); err != nil {
+			return nil, err
+		}
+		ev = c
+	case TypeResolved:
+		need("resolved_time", w.ResolvedTime != nil)
+		need("lsn", w.LSN != nil)
+		if len(missing) > 0 {
+			break
+		}
+		r := &Resolved{}
+		if r.ResolvedTime, err = parseTime("resolved_time", *w.ResolvedTime); err != nil {
+			return nil, err
+		}
+		if r.LSN, err = ParseLSN(*w.LSN); err != nil {
+			return nil, err
+		}
+		ev = r
+	case TypeReset:
+		need("reset_time", w.ResetTime != nil)
+		need("reason", w.Reason != nil)
+		if len(missing) > 0 {
+			break
+		}
+		r := &Reset{Reason: *w.Reason}
+		if r.ResetTime, err = parseTime("reset_time", *w.ResetTime); err != nil {
+			return nil, err
+		}
+		ev = r
+	default:
+		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, w.Type)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s event missing %s", ErrMalformed, w.Type, strings.Join(missing, ", "))
+	}
+	return ev, nil
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s: %v", ErrMalformed, field, err)
+	}
+	return t.UTC(), nil
+}
+
+// LSN is a Postgres WAL position, written "X/X" in uppercase hex as Postgres does.
+type LSN uint64
+
+func (l LSN) String() string {
+	return strings.ToUpper(strconv.FormatUint(uint64(l)>>32, 16)) + "/" +
+		strings.ToUpper(strconv.FormatUint(uint64(l)&0xFFFFFFFF, 16))
+}
+
+// ParseLSN parses "X/X" (either case, as Postgres accepts).
+func ParseLSN(s string) (LSN, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok || hi == "" || lo == "" || len(hi) > 8 || len(lo) > 8 {
+		return 0, fmt.Errorf("%w: bad lsn %q", ErrMalformed, s)
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("%w: bad lsn %q", ErrMalformed, s)
+	}
+	return LSN(h<<32 | l), nil
+}
