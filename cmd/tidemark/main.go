@@ -32,6 +32,15 @@ type cli struct {
 	Version versionCmd `cmd:"" help:"Print the version and exit."`
 	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
 	Kafka   kafkaCmd   `cmd:"" help:"Run an embedded Kafka broker (kfake) for local runs and manual testing. Production uses a real Kafka."`
+	Capture captureCmd `cmd:"" help:"Stream committed catalog changes from Postgres logical replication to Kafka."`
+	Apply   applyCmd   `cmd:"" help:"Consume the topic and apply invalidations and the freshness watermark to the Redis cache tier."`
+	Replay  replayCmd  `cmd:"" help:"Re-apply the topic from a point in time to the cache tier (outside the consumer group)."`
+	Serve   serveCmd   `cmd:"" help:"Serve the reference catalog API on top of the cache tier."`
+	Apikey  apikeyCmd  `cmd:"" name:"apikey" help:"Manage API keys."`
+	Dev     devCmd     `cmd:"" help:"Run the whole pipeline locally in one process with embedded defaults."`
+	Status  statusCmd  `cmd:"" help:"Freshness gate: per-partition lag and watermark age; exit 0 OK, 1 AT RISK/BREACHED, 2 unreadable."`
+	Inspect inspectCmd `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
+	Bench   benchCmd   `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
 }
 
 // env is what every command gets: the logger and the process streams.

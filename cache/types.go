@@ -1,0 +1,102 @@
+// Package cache is the cache-tier protocol: Lua scripts run atomically in
+// Redis (standalone or Cluster) and the Go client the applier and the API
+// share. See DESIGN.md, "cache tier" and "Freshness watermark".
+package cache
+
+import (
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Status is the answer of a Lookup.
+type Status string
+
+const (
+	StatusHit      Status = "hit"       // a fresh value: serve it
+	StatusStale    Status = "stale"     // within its hard deadline but soft-expired or invalidated; Token set for the first caller, who refreshes
+	StatusMiss     Status = "miss"      // nothing usable: Token set, read the source and Fill
+	StatusWait     Status = "wait"      // another caller holds the lease: poll again with jitter
+	StatusNotFound Status = "not_found" // a negative entry: the item does not exist (for 2 s)
+)
+
+// Token is a 128-bit lease token made by the client from crypto/rand.
+// The zero Token means "no token".
+type Token [16]byte
+
+// IsZero reports whether t is the zero Token.
+func (t Token) IsZero() bool { return t == Token{} }
+
+func (t Token) String() string { return hex.EncodeToString(t[:]) }
+
+// Entry is a cached value with its deadlines as the lookup computed them from
+// the effective observation time max(obs, W) (see DESIGN.md).
+type Entry struct {
+	Version int64
+	Payload []byte
+	Obs     time.Time // when the source read that produced the value started
+	EffObs  time.Time // effective observation: Obs extended by the watermark when allowed
+	Soft    time.Time // soft expiry from EffObs
+	Hard    time.Time // hard expiry from EffObs: never served at or after it
+	Stale   bool      // invalidated since it was filled
+}
+
+// LookupResult is the answer of Lookup.
+type LookupResult struct {
+	Status Status
+	Entry  Entry // set for Hit and Stale (and NotFound's Obs/Hard)
+	Token  Token // set for Miss, and for the first caller of Stale
+}
+
+// Reason says why a Fill was rejected (the label of
+// tidemark_cache_fill_rejected_total).
+type Reason string
+
+const (
+	ReasonToken   Reason = "token"   // not the key's active, unexpired token (revoked, expired, already used, or never issued)
+	ReasonVersion Reason = "version" // below the key's floor or below the cached version
+	ReasonExpired Reason = "expired" // the value's hard deadline has already passed
+)
+
+// ErrRejected is matched (errors.Is) by every *RejectedError.
+var ErrRejected = errors.New("cache: fill rejected")
+
+// RejectedError is a Fill the cache refused; state is unchanged.
+type RejectedError struct{ Reason Reason }
+
+func (e *RejectedError) Error() string        { return "cache: fill rejected: " + string(e.Reason) }
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// InvalidateResult says what an invalidation did (the label of
+// tidemark_cache_invalidations_total).
+type InvalidateResult string
+
+const (
+	InvalidateApplied   InvalidateResult = "applied"   // floor raised
+	InvalidateDuplicate InvalidateResult = "duplicate" // floor already equal to the version
+	InvalidateOlder     InvalidateResult = "older"     // floor already above the version
+)
+
+// Invalidation is one key's new version, for InvalidateBatch.
+type Invalidation struct {
+	Tenant, Item string
+	Version      int64
+}
+
+// InvalidateOutcome is the result for one key of a batch. Err is a per-key
+// error (e.g. WRONGTYPE); connection-level failures fail the whole batch.
+type InvalidateOutcome struct {
+	Result InvalidateResult
+	Err    error
+}
+
+// Watermark is the pipeline's freshness promise as read from
+// <ns>:v1:_tidemark.
+type Watermark struct {
+	W            time.Time           // min over all partitions; zero unless Known
+	Known        bool                // every partition 0..Partitions-1 has a watermark
+	ResetAt      time.Time           // newest gap; zero if none
+	Partitions   int                 // the topic's partition count
+	PerPartition map[int32]time.Time // p<N> fields
+	ReadAt       time.Time           // when it was read (local clock)
+}

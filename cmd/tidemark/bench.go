@@ -1,0 +1,10 @@
+package main
+
+// benchCmd groups the benchmarks; each stage's issue adds its subcommand in
+// its own file (bench_<stage>.go).
+type benchCmd struct {
+	Capture benchCaptureCmd `cmd:"" help:"Capture-to-Kafka rate vs pg_recvlogical on the same WAL; commit-to-produced latency."`
+	Cache   benchCacheCmd   `cmd:"" help:"Batched invalidate and lookup latency vs redis-benchmark ceilings."`
+	Apply   benchApplyCmd   `cmd:"" help:"Replay throughput into Redis vs pipelined EVALSHA; commit-to-apply latency."`
+	Serve   benchServeCmd   `cmd:"" help:"Cache-hit GET throughput and latency with a zipf key set; share of source reads."`
+}
