@@ -1,0 +1,105 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config is the serve stage's configuration. Every field maps to one flag of
+// `tidemark serve`; Validate names the flag of each problem.
+type Config struct {
+	Addr      string // --addr: where the API listens
+	Namespace string // --namespace: Redis namespace, also of the shared source budget
+
+	RequestTimeout time.Duration // --request-timeout: a GET's deadline (Wait polling ends here with 503)
+	SourceTimeout  time.Duration // --source-timeout: statement timeout of one source read
+	WriteTimeout   time.Duration // --write-timeout: deadline of one write transaction
+
+	// Source budget shared by every serve process (GCRA in Redis), per class.
+	ForegroundRate float64       // --source-foreground-rate: reads/s for request-path misses
+	BackgroundRate float64       // --source-background-rate: reads/s for stale refreshes
+	BudgetBurst    time.Duration // --source-burst: burst tolerance as a time window of the rate
+	FallbackRate   float64       // --source-fallback-rate: per-process reads/s while Redis cannot be asked
+	MaxInFlight    int           // --source-max-inflight: per-process concurrent source reads
+	InFlightWait   time.Duration // --source-inflight-wait: longest wait for a free in-flight slot
+
+	L1TTL  time.Duration // --l1-ttl: in-process hot-key cache lifetime (at most 500ms)
+	L1Size int           // --l1-size: entries in the L1 (0 disables it)
+
+	MaxBodyBytes int64         // --max-body: largest accepted request body
+	AuthTTL      time.Duration // --auth-ttl: how long a resolved API key is trusted before re-checking Postgres
+	AuthStale    time.Duration // --auth-stale: how long a known key keeps working while Postgres cannot be asked
+}
+
+// DefaultConfig returns the DESIGN.md figures.
+func DefaultConfig() Config {
+	return Config{
+		Addr:           "127.0.0.1:8080",
+		Namespace:      "catalog",
+		RequestTimeout: time.Second,
+		SourceTimeout:  time.Second,
+		WriteTimeout:   5 * time.Second,
+		ForegroundRate: 12000,
+		BackgroundRate: 8000,
+		BudgetBurst:    100 * time.Millisecond,
+		FallbackRate:   1000,
+		MaxInFlight:    32,
+		InFlightWait:   100 * time.Millisecond,
+		L1TTL:          500 * time.Millisecond,
+		L1Size:         10000,
+		MaxBodyBytes:   64 << 10,
+		AuthTTL:        30 * time.Second,
+		AuthStale:      10 * time.Minute,
+	}
+}
+
+// Validate reports every problem at once, each naming its flag.
+func (c Config) Validate() error {
+	var p []string
+	if strings.TrimSpace(c.Addr) == "" {
+		p = append(p, "--addr must not be empty")
+	}
+	if strings.TrimSpace(c.Namespace) == "" || strings.ContainsAny(c.Namespace, "{}: \t") {
+		p = append(p, fmt.Sprintf("--namespace %q must be non-empty without braces, colons or spaces", c.Namespace))
+	}
+	pos := func(flag string, d time.Duration) {
+		if d <= 0 {
+			p = append(p, fmt.Sprintf("%s must be positive (got %s)", flag, d))
+		}
+	}
+	pos("--request-timeout", c.RequestTimeout)
+	pos("--source-timeout", c.SourceTimeout)
+	pos("--write-timeout", c.WriteTimeout)
+	pos("--source-burst", c.BudgetBurst)
+	pos("--source-inflight-wait", c.InFlightWait)
+	pos("--auth-ttl", c.AuthTTL)
+	if c.AuthStale < 0 {
+		p = append(p, "--auth-stale must not be negative")
+	}
+	rate := func(flag string, r float64) {
+		if !(r > 0) {
+			p = append(p, fmt.Sprintf("%s must be a positive rate per second (got %v)", flag, r))
+		}
+	}
+	rate("--source-foreground-rate", c.ForegroundRate)
+	rate("--source-background-rate", c.BackgroundRate)
+	rate("--source-fallback-rate", c.FallbackRate)
+	if c.MaxInFlight <= 0 {
+		p = append(p, fmt.Sprintf("--source-max-inflight must be positive (got %d)", c.MaxInFlight))
+	}
+	if c.L1TTL < 0 || c.L1TTL > 500*time.Millisecond {
+		p = append(p, fmt.Sprintf("--l1-ttl must be between 0 and 500ms (got %s)", c.L1TTL))
+	}
+	if c.L1Size < 0 {
+		p = append(p, fmt.Sprintf("--l1-size must not be negative (got %d)", c.L1Size))
+	}
+	if c.MaxBodyBytes <= 0 {
+		p = append(p, fmt.Sprintf("--max-body must be positive (got %d)", c.MaxBodyBytes))
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(p, "\n"))
+}

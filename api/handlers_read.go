@@ -1,0 +1,269 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"tidemark/cache"
+)
+
+// readKind is how a GET ends.
+type readKind int
+
+const (
+	readItem        readKind = iota // 200
+	readNotFound                    // 404 (absent or tombstone)
+	readBelowMin                    // 412: the source itself is below min_version
+	readUnavailable                 // 503: budget spent, source down or lease wait timed out
+)
+
+// readResult is the outcome of resolving one (tenant, item, min_version).
+type readResult struct {
+	kind        readKind
+	version     int64
+	payload     []byte
+	effObs      time.Time // for Age
+	cacheStatus string    // RFC 9211 Cache-Status value
+	fwd         bool      // went to the source (shared results then say "collapsed")
+	retryAfter  time.Duration
+}
+
+func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) {
+	id := r.PathValue("id")
+	if err := validID("item id", id); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var minVersion int64
+	if v := r.URL.Query().Get("min_version"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", "min_version must be a non-negative integer")
+			return
+		}
+		minVersion = n
+	}
+	key := tenant + "\x00" + id
+	now := time.Now()
+	if e, ok := s.l1.get(key, minVersion, now); ok {
+		s.m.l1Hits.Inc()
+		s.respondRead(w, id, readResult{kind: readItem, version: e.version, payload: e.payload, effObs: e.effObs,
+			cacheStatus: "tidemark; hit; detail=l1"})
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	// One resolution per key and min_version in this process; the others share
+	// it. It runs on its own deadline so one caller leaving cannot fail the rest.
+	ch := s.reads.DoChan(key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
+		rctx, rcancel := context.WithTimeout(s.base, s.cfg.RequestTimeout)
+		defer rcancel()
+		return s.resolve(rctx, tenant, id, minVersion), nil
+	})
+	select {
+	case res := <-ch:
+		rr := res.Val.(readResult)
+		if res.Shared && rr.fwd {
+			rr.cacheStatus += "; collapsed"
+		}
+		s.respondRead(w, id, rr)
+	case <-ctx.Done():
+		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
+	}
+}
+
+func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
+	h := w.Header()
+	h.Set("Cache-Status", rr.cacheStatus)
+	switch rr.kind {
+	case readItem:
+		age := max(0, time.Since(rr.effObs)/time.Second)
+		h.Set("Age", strconv.FormatInt(int64(age), 10))
+		writeJSON(w, http.StatusOK, itemBody(id, rr.version, rr.payload))
+	case readNotFound:
+		writeError(w, http.StatusNotFound, "not_found", "no such item")
+	case readBelowMin:
+		writeVersionError(w, http.StatusPreconditionFailed, "min_version_not_reached",
+			"the item's current version is below min_version", id, rr.version)
+	default:
+		secs := int64((rr.retryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(max(1, secs), 10))
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the catalog source is busy or unavailable; retry later")
+	}
+}
+
+// resolve runs the read path: cache Lookup, then by its answer serve, wait,
+// or read the source under the foreground budget and fill the lease.
+func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int64) readResult {
+	key := tenant + "\x00" + id
+	waited := false
+	for {
+		lr, err := s.cache.Lookup(ctx, tenant, id, minVersion)
+		if err != nil {
+			if ctx.Err() != nil {
+				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second}
+			}
+			// The cache tier is down: a bounded direct read (same budget and
+			// in-flight cap), nothing filled.
+			s.log.Debug("cache lookup failed; reading the source directly", "tenant", tenant, "item", id, "err", err)
+			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=cache-unavailable")
+		}
+		e := lr.Entry
+		switch lr.Status {
+		case cache.StatusHit:
+			if e.Version >= minVersion {
+				s.l1.offer(key, e.Version, e.Payload, e.EffObs, e.Hard, time.Now())
+				st := "tidemark; hit"
+				if waited {
+					st += "; detail=waited"
+				}
+				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: st}
+			}
+		case cache.StatusStale:
+			if !lr.Token.IsZero() {
+				s.refreshInBackground(tenant, id, lr.Token)
+			}
+			if e.Version >= minVersion {
+				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: "tidemark; hit; detail=stale"}
+			}
+		case cache.StatusNotFound:
+			if minVersion == 0 {
+				return readResult{kind: readNotFound, cacheStatus: "tidemark; hit; detail=not-found"}
+			}
+			// A writer asking for its own write must not be told "absent" by
+			// a negative entry older than the write: ask the source.
+			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=min-version")
+		case cache.StatusMiss:
+			return s.fetch(ctx, tenant, id, minVersion, lr.Token, "")
+		case cache.StatusWait:
+			waited = true
+			// Jittered polling spreads the waiters' lookups.
+			d := 5*time.Millisecond + rand.N(20*time.Millisecond)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=lease-wait", retryAfter: time.Second}
+			}
+		}
+		// A value below min_version that the cache still answered with: read
+		// the source without a lease (nothing is filled).
+		return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=min-version")
+	}
+}
+
+// fetch reads the source under the foreground budget and, with a lease
+// token, fills the cache with what it read.
+func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64, tok cache.Token, detail string) readResult {
+	status := func(stored bool) string {
+		st := "tidemark; fwd=miss"
+		if stored {
+			st += "; stored"
+		}
+		if detail != "" {
+			st += "; " + detail
+		}
+		return st
+	}
+	it, obs, err := s.sourceRead(ctx, classForeground, tenant, id)
+	if err != nil {
+		rr := readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=source-unavailable", retryAfter: time.Second}
+		var be *budgetError
+		if errors.As(err, &be) {
+			rr.cacheStatus, rr.retryAfter = "tidemark; fwd=miss; detail=budget", be.RetryAfter
+		}
+		return rr
+	}
+	stored := false
+	if !tok.IsZero() {
+		stored = s.fill(ctx, tenant, id, tok, it, obs)
+	}
+	switch {
+	case it.Found && it.Version < minVersion:
+		return readResult{kind: readBelowMin, version: it.Version, cacheStatus: status(stored), fwd: true}
+	case !it.Found || it.Deleted:
+		return readResult{kind: readNotFound, cacheStatus: status(stored), fwd: true}
+	}
+	return readResult{kind: readItem, version: it.Version, payload: it.Display, effObs: obs, cacheStatus: status(stored), fwd: true}
+}
+
+// sourceRead is one budgeted read of the source. obs is when it started:
+// the value's age counts from there, never from when the answer arrived.
+func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sourceItem, time.Time, error) {
+	release, err := s.budget.acquire(ctx, class)
+	if err != nil {
+		if errors.Is(err, errBudget) {
+			s.m.budgetRejections.WithLabelValues(class).Inc()
+		}
+		return sourceItem{}, time.Time{}, err
+	}
+	obs := time.Now()
+	it, err := s.src.read(ctx, tenant, id)
+	release()
+	switch {
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		s.m.sourceReads.WithLabelValues(class, "timeout").Inc()
+	case err != nil:
+		s.m.sourceReads.WithLabelValues(class, "error").Inc()
+	case !it.Found || it.Deleted:
+		s.m.sourceReads.WithLabelValues(class, "not_found").Inc()
+	default:
+		s.m.sourceReads.WithLabelValues(class, "found").Inc()
+	}
+	if err != nil {
+		s.log.Warn("source read failed", "class", class, "tenant", tenant, "item", id, "err", err)
+		return sourceItem{}, time.Time{}, err
+	}
+	if s.afterSourceRead != nil {
+		s.afterSourceRead(tenant, id, it)
+	}
+	return it, obs, nil
+}
+
+// fill installs a source read under its lease. A rejection is normal (an
+// invalidation overtook the read); it only means nothing was stored.
+func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, it sourceItem, obs time.Time) bool {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+	defer cancel()
+	var err error
+	if it.Found && !it.Deleted {
+		err = s.cache.Fill(fctx, tenant, id, tok, it.Version, it.Display, obs)
+	} else {
+		err = s.cache.FillNotFound(fctx, tenant, id, tok, obs)
+	}
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, cache.ErrRejected):
+		s.log.Debug("fill rejected", "tenant", tenant, "item", id, "version", it.Version, "err", err)
+	default:
+		s.log.Warn("fill failed", "tenant", tenant, "item", id, "err", err)
+	}
+	return false
+}
+
+// refreshInBackground re-reads a stale value under the background budget; the
+// caller already answered with the stale value.
+func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.refreshes.Do(tenant+"\x00"+id, func() (any, error) {
+			ctx, cancel := context.WithTimeout(s.base, s.cfg.SourceTimeout+time.Second)
+			defer cancel()
+			it, obs, err := s.sourceRead(ctx, classBackground, tenant, id)
+			if err != nil {
+				return nil, nil // stays stale until its hard deadline; the lease expires
+			}
+			s.fill(ctx, tenant, id, tok, it, obs)
+			return nil, nil
+		})
+	}()
+}

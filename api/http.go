@@ -1,0 +1,157 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+type tenantKey struct{}
+
+// endpoint wraps a handler with metrics and authentication: the tenant comes
+// only from the API key, never from the path or body.
+func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+	hist := s.m.requestSeconds.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		defer func() {
+			hist.Observe(time.Since(start).Seconds())
+			s.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		}()
+		tenant, err := s.auth.tenant(r.Context(), r.Header.Get("Authorization"))
+		switch {
+		case errors.Is(err, errUnauthorized):
+			sw.Header().Set("WWW-Authenticate", `Bearer realm="tidemark"`)
+			writeError(sw, http.StatusUnauthorized, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
+			return
+		case err != nil:
+			sw.Header().Set("Retry-After", "1")
+			writeError(sw, http.StatusServiceUnavailable, "unavailable", "the API key cannot be checked right now")
+			return
+		}
+		h(sw, r, tenant)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// itemJSON is the item representation of every response.
+type itemJSON struct {
+	ItemID  string          `json:"item_id"`
+	Version int64           `json:"version"`
+	Display json.RawMessage `json:"display"`
+}
+
+type errorJSON struct {
+	Error          string `json:"error"`
+	Code           string `json:"code"`
+	ItemID         string `json:"item_id,omitempty"`
+	CurrentVersion *int64 `json:"current_version,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed","code":"internal"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, short, msg string) {
+	writeJSON(w, code, errorJSON{Error: msg, Code: short})
+}
+
+func writeVersionError(w http.ResponseWriter, code int, short, msg, item string, current int64) {
+	writeJSON(w, code, errorJSON{Error: msg, Code: short, ItemID: item, CurrentVersion: &current})
+}
+
+func itemBody(item string, version int64, display []byte) itemJSON {
+	if len(display) == 0 {
+		display = []byte("null")
+	}
+	return itemJSON{ItemID: item, Version: version, Display: display}
+}
+
+const maxIDBytes = 256
+
+// validID accepts 1..256 bytes of UTF-8 without control characters: such an
+// ID is safe in logs, JSON and (escaped) Redis and Kafka keys.
+func validID(what, id string) error {
+	if id == "" || len(id) > maxIDBytes {
+		return fmt.Errorf("%s must be 1 to %d bytes", what, maxIDBytes)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%s must be valid UTF-8", what)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fmt.Errorf("%s must not contain control characters", what)
+		}
+	}
+	return nil
+}
+
+// decodeBody reads exactly one JSON object of the request's type: size
+// limited, unknown fields rejected, nothing after it.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("body exceeds %d bytes", s.cfg.MaxBodyBytes)
+		}
+		return fmt.Errorf("reading the body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return errors.New("malformed JSON body: data after the object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("malformed JSON body: data after the object")
+	}
+	return nil
+}
+
+// validDisplay requires a display value that is present and not null, and
+// returns it compacted (so equal bodies hash equally).
+func validDisplay(raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, errors.New("display is required and must not be null")
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, fmt.Errorf("display: %v", err)
+	}
+	return b.Bytes(), nil
+}
+
+// withTimeout is context.WithTimeout that also survives the client going away
+// mid-write: a write transaction, once started, finishes or rolls back on its
+// own deadline.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

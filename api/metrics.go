@@ -1,0 +1,50 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics is the api package's one metrics set, registered on the injected
+// Registerer.
+type metrics struct {
+	requests         *prometheus.CounterVec   // route, code
+	requestSeconds   *prometheus.HistogramVec // route
+	sourceReads      *prometheus.CounterVec   // class, result
+	budgetRejections *prometheus.CounterVec   // class
+	l1Hits           prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_api_requests_total",
+			Help: "API requests by route and HTTP status code.",
+		}, []string{"route", "code"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tidemark_api_request_seconds",
+			Help:    "API request latency by route.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route"}),
+		sourceReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_api_source_reads_total",
+			Help: "Item reads sent to Postgres by budget class (foreground, background) and result (found, not_found, error).",
+		}, []string{"class", "result"}),
+		budgetRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_api_budget_rejections_total",
+			Help: "Source reads refused by the shared rate budget or the in-flight cap, by class.",
+		}, []string{"class"}),
+		l1Hits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_api_l1_hits_total",
+			Help: "GETs answered from the in-process hot-key L1.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, class := range []string{classForeground, classBackground} {
+		m.budgetRejections.WithLabelValues(class)
+	}
+	return m, nil
+}

@@ -1,0 +1,180 @@
+// Package api is the reference catalog service (`tidemark serve`): GET,
+// POST, PATCH and DELETE of items on top of the cache tier, with min_version
+// reads, a source budget shared by every serve process, per-key singleflight
+// and a hot-key L1. See DESIGN.md, "Reference API", and seeds 000/002/003.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"tidemark/cache"
+)
+
+// Cache is the part of the cache-tier client (*cache.Client) the API uses.
+// The API never writes item values itself: it only fills the leases the
+// cache hands out; invalidations come through the pipeline.
+type Cache interface {
+	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
+	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
+	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
+}
+
+// Deps are the connections the server uses; the caller owns them (and runs
+// the cache client's watermark poller, cache.Client.Run).
+type Deps struct {
+	Pool       *pgxpool.Pool         // the catalog's primary
+	Cache      Cache                 // the cache tier
+	Redis      redis.UniversalClient // for the shared source budget
+	Log        *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are kept but not exposed
+}
+
+// Server is the API. Build it with New and serve Handler, or call Run.
+type Server struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	cache  Cache
+	budget *budget
+	src    *source
+	auth   *authenticator
+	l1     *l1
+	m      *metrics
+	log    *slog.Logger
+
+	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
+	refreshes singleflight.Group // per key: one background refresh at a time
+
+	base   context.Context // parent of background refreshes; cancelled by Run's end
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+
+	handler http.Handler
+
+	// afterSourceRead, when set (tests only), runs after a source read and
+	// before its fill, so a test can pause a reader between the two.
+	afterSourceRead func(tenant, item string, it sourceItem)
+}
+
+// New builds the server; it does not listen yet.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	var missing []string
+	if deps.Pool == nil {
+		missing = append(missing, "Pool")
+	}
+	if deps.Cache == nil {
+		missing = append(missing, "Cache")
+	}
+	if deps.Redis == nil {
+		missing = append(missing, "Redis")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("api: missing dependencies: %v", missing)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "api")
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("api: metrics: %w", err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		pool:   deps.Pool,
+		rdb:    deps.Redis,
+		cache:  deps.Cache,
+		budget: newBudget(cfg, deps.Redis, log),
+		src:    &source{db: deps.Pool, timeout: cfg.SourceTimeout},
+		auth:   newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, log),
+		l1:     newL1(cfg.L1TTL, cfg.L1Size),
+		m:      m,
+		log:    log,
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.handler = s.routes()
+	return s, nil
+}
+
+const (
+	routeGet    = "get_item"
+	routeCreate = "create_item"
+	routePatch  = "patch_item"
+	routeDelete = "delete_item"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/catalog/items/{id}", s.endpoint(routeGet, s.getItem))
+	mux.Handle("POST /v1/catalog/items", s.endpoint(routeCreate, s.createItem))
+	mux.Handle("PATCH /v1/catalog/items/{id}", s.endpoint(routePatch, s.patchItem))
+	mux.Handle("DELETE /v1/catalog/items/{id}", s.endpoint(routeDelete, s.deleteItem))
+	return mux
+}
+
+// Handler is the API's HTTP handler (for embedding, e.g. by `tidemark dev`).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run listens on cfg.Addr and serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listen on --addr %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down within 5 s and waits for
+// background refreshes.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer func() {
+		s.cancel()
+		s.bg.Wait()
+	}()
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("serving catalog API", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("api: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether Postgres and Redis answer (for /readyz).
+func (s *Server) Ready(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("api: postgres: %w", err)
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("api: redis: %w", err)
+	}
+	return nil
+}

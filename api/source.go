@@ -1,0 +1,72 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// errSource is matched (errors.Is) by every failed source read: Postgres
+// down, slow (timeout) or erroring. It is never an answer about the item.
+var errSource = errors.New("api: source read failed")
+
+// sourceItem is one row of catalog.items as a source read saw it.
+type sourceItem struct {
+	Found   bool // a row exists (active or tombstone)
+	Deleted bool
+	Version int64
+	Display []byte // raw JSON; nil for a tombstone
+}
+
+// Batcher is the part of a pgx pool the source reader needs.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// source reads items from the primary: one short read-committed,
+// read-only transaction with a statement timeout, sent as one pipelined batch
+// so a miss costs a single round trip.
+type source struct {
+	db      Batcher
+	timeout time.Duration
+}
+
+// The comment makes the statement easy to find in pg_stat_statements.
+const sourceSQL = `SELECT version, display, state /* tidemark source read */ FROM catalog.items WHERE tenant_id = $1 AND item_id = $2`
+
+func (s *source) read(ctx context.Context, tenant, item string) (sourceItem, error) {
+	// The client-side deadline backs the server-side statement timeout up in
+	// case Postgres cannot even be reached.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout+200*time.Millisecond)
+	defer cancel()
+	var it sourceItem
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY")
+	b.Queue("SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(s.timeout.Milliseconds(), 10))
+	b.Queue(sourceSQL, tenant, item).QueryRow(func(row pgx.Row) error {
+		var state string
+		err := row.Scan(&it.Version, &it.Display, &state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		it.Found, it.Deleted = true, state == "deleted"
+		if it.Deleted {
+			it.Display = nil
+		}
+		return nil
+	})
+	b.Queue("COMMIT")
+	// A failed batch leaves the connection inside a transaction; pgxpool
+	// destroys such connections on release, so nothing leaks into the pool.
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return sourceItem{}, fmt.Errorf("%w: %s/%s: %w", errSource, tenant, item, err)
+	}
+	return it, nil
+}
