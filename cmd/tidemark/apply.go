@@ -1,8 +1,92 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
 
-// applyCmd is replaced by the issue that builds it.
-type applyCmd struct{}
+	"tidemark/applier"
+	"tidemark/cache"
+	"tidemark/internal/telemetry"
+)
 
-func (applyCmd) Run() error { return errors.New("tidemark apply: not built yet") }
+// applyCmd wires flags into applier.Config and runs the group applier with
+// the metrics endpoint.
+type applyCmd struct {
+	Kafka          string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Redis          string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Topic          string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
+	Group          string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"Kafka consumer group."`
+	Namespace      string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
+	SessionTimeout time.Duration `name:"session-timeout" env:"TIDEMARK_SESSION_TIMEOUT" default:"6s" help:"Group session timeout: how fast a dead applier's partitions move."`
+	MaxBatch       int           `name:"max-batch" env:"TIDEMARK_MAX_BATCH" default:"500" help:"Invalidations per batched cache-tier call."`
+	Linger         time.Duration `name:"linger" env:"TIDEMARK_LINGER" default:"1ms" help:"How long a partition worker waits to fill a batch."`
+	CommitInterval time.Duration `name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"1s" help:"How often applied offsets are committed."`
+	HardLifetime   time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Cache hard lifetime: the span re-applied after a cache-tier failover (plus lag)."`
+	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+}
+
+func applierSplit(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (c *applyCmd) config() applier.Config {
+	cfg := applier.DefaultConfig()
+	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Topic, cfg.Group, cfg.SessionTimeout = c.Topic, c.Group, c.SessionTimeout
+	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.HardLifetime
+	return cfg
+}
+
+func (c *applyCmd) cacheConfig() cache.Config {
+	cfg := cache.DefaultConfig()
+	cfg.Namespace, cfg.HardLifetime = c.Namespace, c.HardLifetime
+	return cfg
+}
+
+func (c *applyCmd) Validate() error {
+	var errs []error
+	if c.Redis == "" {
+		errs = append(errs, errors.New("--redis is required (redis://host:port/db or a Cluster seed list)"))
+	}
+	return errors.Join(append(errs, c.config().Validate(), c.cacheConfig().Validate())...)
+}
+
+func (c *applyCmd) Run(ctx context.Context, e *env) error {
+	rdb, err := cache.ParseRedisURL(c.Redis)
+	if err != nil {
+		return usageError(err)
+	}
+	defer rdb.Close()
+	reg := telemetry.NewRegistry()
+	cc, err := cache.New(c.cacheConfig(), rdb, e.log, reg)
+	if err != nil {
+		return err
+	}
+	app, err := applier.New(c.config(), applier.Deps{Cache: cc, Log: e.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	srv, err := telemetry.NewServer(c.MetricsAddr, reg, e.log, app.Ready)
+	if err != nil {
+		return err
+	}
+	// The metrics server lives until the applier has shut down in order.
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var srvErr error
+	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
+	err = app.Run(ctx)
+	stop()
+	wg.Wait()
+	return errors.Join(err, srvErr)
+}

@@ -1,8 +1,167 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
 
-// replayCmd is replaced by the issue that builds it.
-type replayCmd struct{}
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
-func (replayCmd) Run() error { return errors.New("tidemark replay: not built yet") }
+	"tidemark/applier"
+	"tidemark/cache"
+)
+
+// replayCmd wires flags into applier.ReplayConfig, runs the replay with a
+// progress display and prints the summary.
+type replayCmd struct {
+	Kafka      string  `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Redis      string  `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Topic      string  `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events."`
+	Namespace  string  `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
+	Since      string  `name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
+	Partitions []int32 `name:"partitions" sep:"," help:"Only these partitions (comma-separated); default all."`
+	MaxBatch   int     `name:"max-batch" default:"500" help:"Invalidations per batched cache-tier call."`
+
+	now time.Time // fixed at Validate, so --since is resolved once
+}
+
+// parseSince accepts a duration back from now or an RFC 3339 time.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %q: a duration must be positive (it counts back from now)", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q is neither a duration (10m) nor an RFC 3339 time", s)
+	}
+	return t, nil
+}
+
+func (c *replayCmd) config() (applier.ReplayConfig, error) {
+	if c.now.IsZero() {
+		c.now = time.Now()
+	}
+	cfg := applier.DefaultReplayConfig()
+	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Topic, cfg.Partitions, cfg.MaxBatch = c.Topic, c.Partitions, c.MaxBatch
+	var err error
+	cfg.Since, err = parseSince(c.Since, c.now)
+	return cfg, err
+}
+
+func (c *replayCmd) Validate() error {
+	cfg, err := c.config()
+	var errs []error
+	if c.Redis == "" {
+		errs = append(errs, errors.New("--redis is required (redis://host:port/db or a Cluster seed list)"))
+	}
+	ccfg := cache.DefaultConfig()
+	ccfg.Namespace = c.Namespace
+	if err != nil {
+		errs = append(errs, err)
+		cfg.Since = c.now // reported above; keep Validate from repeating it
+	}
+	return errors.Join(append(errs, cfg.Validate(), ccfg.Validate())...)
+}
+
+func (c *replayCmd) Run(ctx context.Context, e *env) error {
+	cfg, err := c.config()
+	if err != nil {
+		return usageError(err)
+	}
+	rdb, err := cache.ParseRedisURL(c.Redis)
+	if err != nil {
+		return usageError(err)
+	}
+	defer rdb.Close()
+	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
+	ccfg := cache.DefaultConfig()
+	ccfg.Namespace = c.Namespace
+	cc, err := cache.New(ccfg, rdb, e.log, reg)
+	if err != nil {
+		return err
+	}
+	r, err := applier.NewReplay(cfg, applier.Deps{Cache: cc, Log: e.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); showProgress(pctx, e.stderr, r) }()
+	sum, err := r.Run(ctx)
+	stop()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "replayed %d records from %s in %s (%.0f records/s): applied %d, duplicate %d, older %d, dlq %d\n",
+		sum.Records, cfg.Since.UTC().Format(time.RFC3339), sum.Elapsed.Round(time.Millisecond),
+		float64(sum.Records)/max(sum.Elapsed.Seconds(), 1e-9), sum.Applied, sum.Duplicate, sum.Older, sum.DLQ)
+	return nil
+}
+
+// showProgress draws a progress bar (events, rate, ETA) on a terminal and
+// prints plain progress lines otherwise (logs, CI).
+func showProgress(ctx context.Context, w io.Writer, r *applier.Replay) {
+	f, isFile := w.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd()))
+	var bar *progressbar.ProgressBar
+	tick := 5 * time.Second
+	if tty {
+		tick = 100 * time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		done, total := r.Progress()
+		if tty && total > 0 {
+			if bar == nil {
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("replay"),
+					progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
+					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionFullWidth())
+			}
+			bar.Set64(done)
+		}
+		select {
+		case <-ctx.Done():
+			if bar != nil {
+				bar.Set64(done)
+				fmt.Fprintln(w)
+			}
+			return
+		case <-t.C:
+		}
+		if !tty && total > 0 {
+			el := time.Since(start).Seconds()
+			rate := float64(done) / max(el, 1e-9)
+			eta := "?"
+			if rate > 0 {
+				eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
+			}
+			fmt.Fprintf(w, "replay: %d/%d events (%s), %.0f events/s, ETA %s\n", done, total, pct(done, total), rate, eta)
+		}
+	}
+}
+
+func pct(done, total int64) string {
+	if total == 0 {
+		return "100%"
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", 100*float64(done)/float64(total)), ".0") + "%"
+}

@@ -1,0 +1,426 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Applier is the group consumer behind `tidemark apply`.
+//
+// Shutdown order (when Run's context ends or a fatal error cancels it):
+//  1. the poll loop stops fetching and allows the pending rebalance;
+//  2. the committer and the monitor stop;
+//  3. the Kafka client is closed: it leaves the group, which revokes every
+//     partition, and the revoke stops each worker (an in-flight Redis retry
+//     ends at once) and commits exactly what was applied;
+//  4. Run returns the first fatal error, or nil.
+type Applier struct {
+	cfg   Config
+	cache Cache
+	log   *slog.Logger
+	met   *metrics
+	proc  processor
+
+	counts  counters
+	cancel  context.CancelCauseFunc
+	cl      *kgo.Client
+	adm     *kadm.Client
+	rewindC chan time.Time // failover detections for the poll loop
+
+	commitMu sync.Mutex // serialises the committer with revokes
+	mu       sync.Mutex // guards workers
+	workers  map[int32]*worker
+
+	identity     string       // cache tier identity last seen (monitor goroutine only)
+	identityOKAt atomic.Int64 // unix nanos of the last successful identity read
+	partitions   atomic.Int64 // the topic's partition count, last read
+}
+
+// New checks cfg and deps and registers the metrics.
+func New(cfg Config, deps Deps) (*Applier, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
+	}
+	met, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("applier: register metrics: %w", err)
+	}
+	a := &Applier{
+		cfg:     cfg,
+		cache:   deps.Cache,
+		log:     deps.Log.With("component", "applier"),
+		met:     met,
+		rewindC: make(chan time.Time, 1),
+		workers: make(map[int32]*worker),
+	}
+	a.proc = processor{
+		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
+		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true,
+	}
+	return a, nil
+}
+
+// Counts are the record results so far.
+func (a *Applier) Counts() Counts { return a.counts.snapshot() }
+
+// Ready reports nil once the cache tier answers and the watermark is known
+// (every partition has one), for /readyz.
+func (a *Applier) Ready(ctx context.Context) error {
+	ok := a.identityOKAt.Load()
+	if ok == 0 || time.Since(time.Unix(0, ok)) > max(3*a.cfg.IdentityInterval, 2*time.Second) {
+		return errors.New("applier: cache tier not reachable")
+	}
+	wm, err := a.cache.ReadWatermark(ctx)
+	if err != nil {
+		return fmt.Errorf("applier: read watermark: %w", err)
+	}
+	if !wm.Known {
+		return errors.New("applier: watermark not known yet (a partition has no resolved marker applied)")
+	}
+	return nil
+}
+
+// Run consumes until ctx ends (returning nil) or a fatal error.
+func (a *Applier) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.cancel = cancel
+
+	sess := a.cfg.SessionTimeout
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(a.cfg.Brokers...),
+		kgo.ConsumerGroup(a.cfg.Group),
+		kgo.ConsumeTopics(a.cfg.Topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(sess),
+		kgo.HeartbeatInterval(min(3*time.Second, sess/3)),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(a.assigned),
+		kgo.OnPartitionsRevoked(a.revoked),
+		kgo.OnPartitionsLost(a.lost),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group reads the whole (compacted) history
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.ProducerLinger(0),
+	)
+	if err != nil {
+		return fmt.Errorf("applier: kafka client: %w", err)
+	}
+	a.cl, a.adm = cl, kadm.NewClient(cl)
+	a.log.Info("applier starting", "topic", a.cfg.Topic, "group", a.cfg.Group, "session_timeout", sess)
+
+	if err := a.ensureDLQ(ctx); err != nil {
+		cl.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){a.commitLoop, a.monitorLoop, a.metricsLoop} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	a.pollLoop(ctx)
+	cancel(nil)
+	wg.Wait()
+	cl.Close() // leaves the group: revoked() stops the workers and commits
+	a.stopAll(nil)
+	a.log.Info("applier stopped", "counts", fmt.Sprintf("%+v", a.Counts()))
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// fail cancels the stage with its first fatal error.
+func (a *Applier) fail(err error) {
+	a.log.Error("fatal", "err", err)
+	a.cancel(err)
+}
+
+// ensureDLQ creates <topic>.dlq if it is missing, so a dead letter never
+// waits on auto-creation.
+func (a *Applier) ensureDLQ(ctx context.Context) error {
+	bo := backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}
+	return retry(ctx, bo, a.log, "create dlq topic", func(ctx context.Context) error {
+		tds, err := a.adm.ListTopics(ctx, a.cfg.dlqTopic())
+		if err != nil {
+			return err
+		}
+		if tds.Has(a.cfg.dlqTopic()) {
+			return nil
+		}
+		_, err = a.adm.CreateTopic(ctx, 1, -1, nil, a.cfg.dlqTopic())
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("applier: create %s: %w", a.cfg.dlqTopic(), err)
+		}
+		return nil
+	})
+}
+
+// produceDLQ writes a dead letter, retrying until Kafka takes it: the
+// partition's offset moves past the record only after that.
+func (a *Applier) produceDLQ(ctx context.Context, rec *kgo.Record, cause error) error {
+	dl := dlqRecord(a.cfg.dlqTopic(), rec, cause)
+	return retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "produce dead letter", func(ctx context.Context) error {
+		return a.cl.ProduceSync(ctx, dl).FirstErr()
+	})
+}
+
+// pollLoop fetches and hands records to the partition workers. Rebalances
+// run only between iterations (BlockRebalanceOnPoll), so the workers map
+// matches the assignment while records are dispatched and offsets are set.
+func (a *Applier) pollLoop(ctx context.Context) {
+	var lastErrLog time.Time
+	for ctx.Err() == nil {
+		// A bounded poll lets a failover rewind run promptly when idle.
+		pctx, pcancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		fetches := a.cl.PollRecords(pctx, 10000)
+		pcancel()
+		if fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			var ke *kerr.Error
+			if errors.As(err, &ke) && !ke.Retriable && errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) {
+				a.fail(fmt.Errorf("applier: consume %s: %w", topic, err))
+				return
+			}
+			if time.Since(lastErrLog) > 5*time.Second {
+				lastErrLog = time.Now()
+				a.log.Warn("fetch error (retrying)", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		var pause map[string][]int32
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if len(ftp.Records) == 0 {
+				return
+			}
+			a.mu.Lock()
+			w := a.workers[ftp.Partition]
+			a.mu.Unlock()
+			if w == nil {
+				return // not ours any more: whoever owns it re-reads from the commit
+			}
+			if w.enqueue(ftp.Records, ftp.HighWatermark) {
+				if pause == nil {
+					pause = make(map[string][]int32)
+				}
+				pause[a.cfg.Topic] = append(pause[a.cfg.Topic], ftp.Partition)
+			}
+		})
+		if pause != nil {
+			a.cl.PauseFetchPartitions(pause)
+		}
+		select {
+		case at := <-a.rewindC:
+			a.rewind(ctx, at)
+		default:
+		}
+		a.cl.AllowRebalance()
+	}
+}
+
+func (a *Applier) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range m[a.cfg.Topic] {
+		if a.workers[p] != nil {
+			continue
+		}
+		w := newWorker(a, p)
+		a.workers[p] = w
+		go w.run()
+	}
+	// A partition paused for a long queue in an earlier assignment must not
+	// stay paused now.
+	a.cl.ResumeFetchPartitions(map[string][]int32{a.cfg.Topic: m[a.cfg.Topic]})
+	a.log.Info("partitions assigned", "partitions", m[a.cfg.Topic])
+}
+
+// revoked stops the workers of the revoked partitions and commits what they
+// applied, before the partitions move to another applier.
+func (a *Applier) revoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	ws := a.remove(m[a.cfg.Topic])
+	for _, w := range ws {
+		w.stop()
+	}
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.commit(ctx, ws); err != nil {
+		a.log.Error("commit on revoke failed: the next owner re-applies from the previous commit", "err", err)
+	}
+	a.log.Info("partitions revoked", "partitions", m[a.cfg.Topic])
+}
+
+// lost stops the workers and commits nothing: the group has moved on and a
+// commit could overwrite the new owner's progress.
+func (a *Applier) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	for _, w := range a.remove(m[a.cfg.Topic]) {
+		w.stop()
+	}
+	a.log.Warn("partitions lost (no commit)", "partitions", m[a.cfg.Topic])
+}
+
+func (a *Applier) remove(ps []int32) []*worker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ws []*worker
+	for _, p := range ps {
+		if w := a.workers[p]; w != nil {
+			ws = append(ws, w)
+			delete(a.workers, p)
+			a.met.partitionWMAge.DeleteLabelValues(partLabel(p))
+			a.met.lag.DeleteLabelValues(partLabel(p))
+		}
+	}
+	return ws
+}
+
+// stopAll stops whatever workers remain (after Close they normally are gone).
+func (a *Applier) stopAll(_ error) {
+	a.mu.Lock()
+	ps := make([]int32, 0, len(a.workers))
+	for p := range a.workers {
+		ps = append(ps, p)
+	}
+	a.mu.Unlock()
+	for _, w := range a.remove(ps) {
+		w.stop()
+	}
+}
+
+func (a *Applier) snapshot() []*worker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws := make([]*worker, 0, len(a.workers))
+	for _, w := range a.workers {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// commitLoop commits applied offsets every CommitInterval.
+func (a *Applier) commitLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.commitMu.Lock()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := a.commit(cctx, a.snapshot()); err != nil && ctx.Err() == nil {
+			a.log.Warn("commit failed (will retry)", "err", err)
+		}
+		cancel()
+		a.commitMu.Unlock()
+	}
+}
+
+// commit stores the applied offsets of ws. Caller holds commitMu.
+func (a *Applier) commit(ctx context.Context, ws []*worker) error {
+	offs := map[int32]kgo.EpochOffset{}
+	byP := map[int32]*worker{}
+	for _, w := range ws {
+		if eo, ok := w.toCommit(); ok {
+			offs[w.p], byP[w.p] = eo, w
+		}
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	var rerr error
+	a.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{a.cfg.Topic: offs},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				rerr = err
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						rerr = errors.Join(rerr, fmt.Errorf("partition %d: %w", p.Partition, err))
+						continue
+					}
+					if w := byP[p.Partition]; w != nil {
+						w.markCommitted(offs[p.Partition].Offset)
+					}
+				}
+			}
+		})
+	if rerr != nil {
+		return fmt.Errorf("applier: commit offsets: %w", rerr)
+	}
+	return nil
+}
+
+// metricsLoop refreshes the gauges that are states rather than events.
+func (a *Applier) metricsLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.MetricsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		oldest := 0.0
+		for _, w := range a.snapshot() {
+			w.qmu.Lock()
+			wmAge := math.Inf(1)
+			if !w.resolvedAt.IsZero() {
+				wmAge = now.Sub(w.resolvedAt).Seconds()
+			}
+			pos := w.next
+			if pos < 0 {
+				pos = w.firstSeen
+			}
+			lag := int64(0)
+			if w.hw >= 0 && pos >= 0 {
+				lag = max(0, w.hw-pos)
+			}
+			if !w.pendingSince.IsZero() {
+				oldest = max(oldest, now.Sub(w.pendingSince).Seconds())
+			}
+			w.qmu.Unlock()
+			a.met.partitionWMAge.WithLabelValues(partLabel(w.p)).Set(wmAge)
+			a.met.lag.WithLabelValues(partLabel(w.p)).Set(float64(lag))
+		}
+		a.met.oldestPendingAge.Set(oldest)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		wm, err := a.cache.ReadWatermark(rctx)
+		cancel()
+		switch {
+		case err != nil:
+		case wm.Known:
+			a.met.watermarkAge.Set(now.Sub(wm.W).Seconds())
+		default:
+			a.met.watermarkAge.Set(math.Inf(1))
+		}
+	}
+}

@@ -1,0 +1,143 @@
+// Package applier consumes the invalidation topic and applies it to the
+// cache tier: one worker per partition batches, dedupes and applies records,
+// commits offsets only for records whose effect is in Redis, publishes the
+// partition watermark at resolved markers, sends bad records to the DLQ,
+// survives Redis outages and failovers, and re-applies history on demand
+// (Replay). See DESIGN.md, "Freshness watermark" and "Replay and recovery".
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/cache"
+)
+
+// Cache is what the applier needs from the cache tier (*cache.Client).
+type Cache interface {
+	InvalidateBatch(ctx context.Context, batch []cache.Invalidation) ([]cache.InvalidateOutcome, error)
+	Purge(ctx context.Context, tenant, item string) error
+	SetWatermark(ctx context.Context, partition int32, ts time.Time) error
+	SetPartitions(ctx context.Context, n int) error
+	SetResetAt(ctx context.Context, ts time.Time) error
+	ReadWatermark(ctx context.Context) (cache.Watermark, error)
+	ServerIdentity(ctx context.Context) (string, error)
+}
+
+// Deps are the applier's collaborators.
+type Deps struct {
+	Cache      Cache
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.Cache == nil {
+		errs = append(errs, errors.New("applier: Deps.Cache is nil"))
+	}
+	if d.Log == nil {
+		errs = append(errs, errors.New("applier: Deps.Log is nil"))
+	}
+	if d.Registerer == nil {
+		errs = append(errs, errors.New("applier: Deps.Registerer is nil"))
+	}
+	return errors.Join(errs...)
+}
+
+// Config of the group applier (tidemark apply).
+type Config struct {
+	Brokers        []string      // --kafka
+	Topic          string        // --topic
+	DLQTopic       string        // <topic>.dlq when empty
+	Group          string        // --group
+	SessionTimeout time.Duration // --session-timeout: how fast a dead applier's partitions move
+
+	MaxBatch int           // records per InvalidateBatch
+	Linger   time.Duration // how long a worker waits for more records to fill a batch
+	MaxQueue int           // records queued per partition before its fetching pauses
+
+	CommitInterval   time.Duration // how often applied offsets are committed
+	IdentityInterval time.Duration // how often the cache tier's identity is checked (failover detection)
+	MetricsInterval  time.Duration // how often watermark/lag gauges are refreshed
+	TopicInterval    time.Duration // how often the topic's partition count is re-read
+
+	HardLifetime time.Duration // the cache tier's hard lifetime: the rewind span after a failover
+	BackoffMin   time.Duration // first retry delay when Redis or Kafka fails
+	BackoffMax   time.Duration // retry delay cap
+}
+
+// DefaultConfig is what `tidemark apply` runs with (brokers aside).
+func DefaultConfig() Config {
+	return Config{
+		Topic:            "tidemark.invalidations",
+		Group:            "tidemark-applier",
+		SessionTimeout:   6 * time.Second,
+		MaxBatch:         500,
+		Linger:           time.Millisecond,
+		MaxQueue:         50000,
+		CommitInterval:   time.Second,
+		IdentityInterval: 500 * time.Millisecond,
+		MetricsInterval:  time.Second,
+		TopicInterval:    10 * time.Second,
+		HardLifetime:     cache.DefaultConfig().HardLifetime,
+		BackoffMin:       50 * time.Millisecond,
+		BackoffMax:       5 * time.Second,
+	}
+}
+
+// dlqTopic is where bad records go.
+func (c Config) dlqTopic() string {
+	if c.DLQTopic != "" {
+		return c.DLQTopic
+	}
+	return c.Topic + ".dlq"
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(c.Brokers) == 0 {
+		bad("--kafka is required (comma-separated host:port list)")
+	}
+	if c.Topic == "" {
+		bad("--topic must not be empty")
+	}
+	if c.Group == "" {
+		bad("--group must not be empty")
+	}
+	if c.SessionTimeout < time.Second || c.SessionTimeout > 5*time.Minute {
+		bad("--session-timeout %s must be between 1s and 5m", c.SessionTimeout)
+	}
+	if c.MaxBatch < 1 {
+		bad("--max-batch %d must be at least 1", c.MaxBatch)
+	}
+	if c.Linger < 0 {
+		bad("--linger %s must not be negative", c.Linger)
+	}
+	if c.MaxQueue < c.MaxBatch {
+		bad("--max-queue %d must be at least --max-batch (%d)", c.MaxQueue, c.MaxBatch)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--commit-interval", c.CommitInterval}, {"--identity-interval", c.IdentityInterval},
+		{"--metrics-interval", c.MetricsInterval}, {"--topic-interval", c.TopicInterval},
+		{"--cache-hard-lifetime", c.HardLifetime}, {"--backoff-min", c.BackoffMin},
+	} {
+		if d.v <= 0 {
+			bad("%s %s must be positive", d.flag, d.v)
+		}
+	}
+	if c.BackoffMax < c.BackoffMin {
+		bad("--backoff-max %s must be >= --backoff-min (%s)", c.BackoffMax, c.BackoffMin)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,264 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ReplayConfig configures a replay (tidemark replay).
+type ReplayConfig struct {
+	Brokers    []string  // --kafka
+	Topic      string    // --topic
+	Since      time.Time // --since: re-apply records produced at or after this time
+	Partitions []int32   // --partitions; empty means all
+	MaxBatch   int
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+}
+
+// DefaultReplayConfig is what `tidemark replay` runs with (brokers and
+// since aside).
+func DefaultReplayConfig() ReplayConfig {
+	d := DefaultConfig()
+	return ReplayConfig{Topic: d.Topic, MaxBatch: d.MaxBatch, BackoffMin: d.BackoffMin, BackoffMax: d.BackoffMax}
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c ReplayConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(c.Brokers) == 0 {
+		bad("--kafka is required (comma-separated host:port list)")
+	}
+	if c.Topic == "" {
+		bad("--topic must not be empty")
+	}
+	if c.Since.IsZero() {
+		bad("--since is required (a duration such as 10m, or an RFC 3339 time)")
+	} else if c.Since.After(time.Now().Add(time.Minute)) {
+		bad("--since %s is in the future", c.Since.Format(time.RFC3339))
+	}
+	for _, p := range c.Partitions {
+		if p < 0 {
+			bad("--partitions: %d is not a partition number", p)
+		}
+	}
+	if c.MaxBatch < 1 {
+		bad("--max-batch %d must be at least 1", c.MaxBatch)
+	}
+	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
+		bad("--backoff-min/--backoff-max (%s/%s) must be positive and ordered", c.BackoffMin, c.BackoffMax)
+	}
+	return errors.Join(errs...)
+}
+
+// ReplaySummary is what a replay did.
+type ReplaySummary struct {
+	Counts
+	Records    int64           // records read (changes, markers and bad ones)
+	Partitions map[int32][2]int64 // partition -> [start, end) offsets replayed
+	Elapsed    time.Duration
+}
+
+// Replay re-applies a range of the topic outside the consumer group. It is
+// idempotent (invalidations only raise floors) and does not write partition
+// watermarks: records before --since were not re-applied, so the live
+// applier's watermarks stay the only promise.
+type Replay struct {
+	cfg   ReplayConfig
+	cache Cache
+	log   *slog.Logger
+	met   *metrics
+
+	counts counters
+	done   atomic.Int64
+	total  atomic.Int64
+}
+
+// NewReplay checks cfg and deps and registers the metrics.
+func NewReplay(cfg ReplayConfig, deps Deps) (*Replay, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	met, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("applier: register metrics: %w", err)
+	}
+	return &Replay{cfg: cfg, cache: deps.Cache, log: deps.Log.With("component", "replay"), met: met}, nil
+}
+
+// Progress reports records handled so far and the total to handle (known
+// once Run has listed the offsets).
+func (r *Replay) Progress() (done, total int64) { return r.done.Load(), r.total.Load() }
+
+// Run replays from the offsets at Since to the end offsets seen at start.
+func (r *Replay) Run(ctx context.Context) (ReplaySummary, error) {
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cfg.Brokers...), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return ReplaySummary{}, fmt.Errorf("applier: replay: kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ranges, err := r.plan(ctx, adm)
+	if err != nil {
+		return ReplaySummary{}, err
+	}
+	sum := ReplaySummary{Partitions: ranges}
+	offsets := map[int32]kgo.Offset{}
+	var total int64
+	for p, rg := range ranges {
+		if rg[1] > rg[0] {
+			offsets[p] = kgo.NewOffset().At(rg[0])
+			total += rg[1] - rg[0]
+		}
+	}
+	r.total.Store(total)
+	r.log.Info("replay starting", "topic", r.cfg.Topic, "since", r.cfg.Since.UTC().Format(time.RFC3339Nano), "records", total, "partitions", len(offsets))
+	if len(offsets) > 0 {
+		if err := r.consume(ctx, cl, offsets, ranges); err != nil {
+			return sum, err
+		}
+	}
+	sum.Counts = r.counts.snapshot()
+	sum.Records = r.done.Load()
+	sum.Elapsed = time.Since(start)
+	return sum, nil
+}
+
+// plan lists [start, end) per partition.
+func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64, error) {
+	starts, err := adm.ListOffsetsAfterMilli(ctx, r.cfg.Since.UnixMilli(), r.cfg.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("applier: replay: list offsets at --since: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, r.cfg.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("applier: replay: list end offsets: %w", err)
+	}
+	if _, ok := ends[r.cfg.Topic]; !ok {
+		return nil, fmt.Errorf("applier: replay: topic %q does not exist (--topic)", r.cfg.Topic)
+	}
+	out := map[int32][2]int64{}
+	var missing []int32
+	want := func(p int32) bool { return len(r.cfg.Partitions) == 0 || slices.Contains(r.cfg.Partitions, p) }
+	for p, e := range ends[r.cfg.Topic] {
+		if !want(p) {
+			continue
+		}
+		s, ok := starts.Lookup(r.cfg.Topic, p)
+		if !ok || s.Offset < 0 {
+			s.Offset = e.Offset
+		}
+		out[p] = [2]int64{min(s.Offset, e.Offset), e.Offset}
+	}
+	for _, p := range r.cfg.Partitions {
+		if _, ok := out[p]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("applier: replay: --partitions %v do not exist in %s", missing, r.cfg.Topic)
+	}
+	return out, nil
+}
+
+func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]kgo.Offset, ranges map[int32][2]int64) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.Topic: offsets})
+	proc := processor{cache: r.cache, met: r.met, counts: &r.counts, log: r.log, maxBatch: r.cfg.MaxBatch,
+		bo: backoff{r.cfg.BackoffMin, r.cfg.BackoffMax}}
+	chans := map[int32]chan []*kgo.Record{}
+	var wg sync.WaitGroup
+	for p := range offsets {
+		ch := make(chan []*kgo.Record, 4)
+		chans[p] = ch
+		end := ranges[p][1]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for recs := range ch {
+				err := proc.process(ctx, p, recs, func(*kgo.Record, time.Time, bool) {})
+				if err != nil {
+					cancel(err)
+					return
+				}
+				r.done.Add(int64(len(recs)))
+				if recs[len(recs)-1].Offset+1 >= end {
+					return
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	remaining := len(offsets)
+	doneP := map[int32]bool{}
+	for remaining > 0 {
+		fetches := cl.PollRecords(ctx, 10000)
+		if ctx.Err() != nil {
+			break
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			r.log.Warn("fetch error (retrying)", "partition", p, "err", err)
+		})
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if doneP[ftp.Partition] || len(ftp.Records) == 0 {
+				return
+			}
+			end := ranges[ftp.Partition][1]
+			recs := ftp.Records
+			if i := slices.IndexFunc(recs, func(rec *kgo.Record) bool { return rec.Offset >= end }); i >= 0 {
+				recs = recs[:i]
+			}
+			if len(recs) > 0 {
+				select {
+				case chans[ftp.Partition] <- recs:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(recs) < len(ftp.Records) || recs[len(recs)-1].Offset+1 >= end {
+				doneP[ftp.Partition] = true
+				close(chans[ftp.Partition])
+				cl.PauseFetchPartitions(map[string][]int32{r.cfg.Topic: {ftp.Partition}})
+				remaining--
+			}
+		})
+	}
+	if ctx.Err() != nil {
+		for p, ch := range chans {
+			if !doneP[p] {
+				close(ch)
+			}
+		}
+		wg.Wait()
+		return fmt.Errorf("applier: replay: %w", context.Cause(ctx))
+	}
+	<-finished
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("applier: replay: %w", err)
+	}
+	return nil
+}
