@@ -1,8 +1,79 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
 
-// captureCmd is replaced by the issue that builds it.
-type captureCmd struct{}
+	"tidemark/capture"
+	"tidemark/internal/telemetry"
+)
 
-func (captureCmd) Run() error { return errors.New("tidemark capture: not built yet") }
+// captureCmd wires flags into capture.Config and runs the stage with the
+// metrics endpoint.
+type captureCmd struct {
+	pgFlag
+	Kafka           string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Topic           string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events."`
+	Partitions      int           `name:"partitions" env:"TIDEMARK_PARTITIONS" default:"12" help:"Partitions of the topic when capture creates it."`
+	Slot            string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Logical replication slot."`
+	Publication     string        `name:"publication" env:"TIDEMARK_PUBLICATION" default:"tidemark" help:"Publication to stream."`
+	CreateSlot      bool          `name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"true" negatable:"" help:"Create the slot when missing."`
+	Table           string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Captured table (schema.table)."`
+	TenantColumn    string        `name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"tenant_id" help:"Tenant column of the captured table."`
+	ItemColumn      string        `name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"item_id" help:"Item column of the captured table."`
+	VersionColumn   string        `name:"version-column" env:"TIDEMARK_VERSION_COLUMN" default:"version" help:"Version column (bigint) of the captured table."`
+	StateColumn     string        `name:"state-column" env:"TIDEMARK_STATE_COLUMN" default:"state" help:"State column; an update setting it to --deleted-state is a delete (empty: no tombstones)."`
+	DeletedState    string        `name:"deleted-state" env:"TIDEMARK_DELETED_STATE" default:"deleted" help:"State value of a tombstone."`
+	Heartbeat       time.Duration `name:"heartbeat" env:"TIDEMARK_HEARTBEAT" default:"1s" help:"Heartbeat interval (resolved markers follow it)."`
+	HeartbeatMargin time.Duration `name:"heartbeat-margin" env:"TIDEMARK_HEARTBEAT_MARGIN" default:"500ms" help:"Resolved marker time = heartbeat time - margin."`
+	HeartbeatMode   string        `name:"heartbeat-mode" env:"TIDEMARK_HEARTBEAT_MODE" default:"auto" help:"auto, message (pg_logical_emit_message) or row (update --heartbeat-table)."`
+	HeartbeatTable  string        `name:"heartbeat-table" env:"TIDEMARK_HEARTBEAT_TABLE" default:"catalog.tidemark_heartbeat" help:"Heartbeat table for row mode."`
+	MaxInflight     int           `name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"20000" help:"Records in flight to Kafka before WAL reading pauses."`
+	SlotPoll        time.Duration `name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"5s" help:"How often slot health is polled."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"30s" help:"Bound on the final flush to Kafka at shutdown."`
+	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+}
+
+func (c *captureCmd) config() capture.Config {
+	cfg := capture.DefaultConfig()
+	cfg.PG = c.PG
+	for _, b := range strings.Split(c.Kafka, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.Relay.Brokers = append(cfg.Relay.Brokers, b)
+		}
+	}
+	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
+	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
+	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = c.Table, c.TenantColumn, c.ItemColumn, c.VersionColumn
+	cfg.StateColumn, cfg.DeletedState = c.StateColumn, c.DeletedState
+	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
+	cfg.SlotPoll, cfg.ShutdownTimeout = c.SlotPoll, c.ShutdownTimeout
+	return cfg
+}
+
+func (c *captureCmd) Validate() error { return c.config().Validate() }
+
+func (c *captureCmd) Run(ctx context.Context, e *env) error {
+	reg := telemetry.NewRegistry()
+	capt, err := capture.New(c.config(), capture.Deps{Log: e.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	srv, err := telemetry.NewServer(c.MetricsAddr, reg, e.log, capt.Ready)
+	if err != nil {
+		return err
+	}
+	// The metrics server lives until capture has shut down in order.
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var srvErr error
+	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
+	err = capt.Run(ctx)
+	stop()
+	wg.Wait()
+	return errors.Join(err, srvErr)
+}

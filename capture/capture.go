@@ -1,0 +1,251 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/relay"
+	"tidemark/schema"
+)
+
+// Deps are what a capture stage is given.
+type Deps struct {
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+	KafkaOpts  []kgo.Opt // extra franz-go options (tests, benchmarks)
+}
+
+// Capture streams one slot to Kafka. Run it once.
+type Capture struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	relay *relay.Producer
+
+	mu       sync.Mutex
+	readyErr error // nil while streaming
+}
+
+// New validates cfg and builds the stage; nothing connects until Run.
+func New(cfg Config, deps Deps) (*Capture, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Registerer == nil {
+		deps.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	log := deps.Log.With("component", "capture", "slot", cfg.Slot)
+	p, err := relay.New(cfg.Relay, relay.Deps{Log: deps.Log, Registerer: deps.Registerer, Opts: deps.KafkaOpts})
+	if err != nil {
+		return nil, err
+	}
+	m.setWALStatus("")
+	return &Capture{cfg: cfg, log: log, m: m, relay: p, readyErr: errors.New("capture: not streaming yet")}, nil
+}
+
+// Ready reports nil while capture holds the slot and streams; a passive
+// instance waiting for the slot is not ready.
+func (c *Capture) Ready(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readyErr
+}
+
+func (c *Capture) setReady(err error) {
+	c.mu.Lock()
+	c.readyErr = err
+	c.mu.Unlock()
+}
+
+// fatal reports errors that retrying cannot fix.
+func fatal(err error) bool {
+	return errors.Is(err, ErrPreflight) || errors.Is(err, ErrDecode) || errors.Is(err, relay.ErrProduce)
+}
+
+// Run streams until ctx ends (then it shuts down in order and returns nil)
+// or a fatal error. Lost Postgres or Kafka connections are retried with
+// backoff, resuming from the slot.
+//
+// Shutdown order (each session): stop reading WAL; stop heartbeats and the
+// slot poll; flush the producer (bounded by ShutdownTimeout); send the
+// final standby status with the newest fully acked LSN; close the
+// replication connection; finally close the Kafka client.
+func (c *Capture) Run(ctx context.Context) error {
+	defer c.relay.Close()
+	backoff := c.cfg.RetryMin
+	var lastWarn string
+	for {
+		err := c.session(ctx)
+		c.setReady(errors.New("capture: not streaming"))
+		if ctx.Err() != nil {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		}
+		if fatal(err) {
+			return err
+		}
+		if err.Error() != lastWarn { // log a repeating failure once
+			c.log.Warn("capture interrupted; retrying", "err", err, "backoff", backoff)
+			lastWarn = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, c.cfg.RetryMax)
+	}
+}
+
+// session is one connection's life: preflight, gap check, acquire the
+// slot, stream, and shut down in order.
+func (c *Capture) session(ctx context.Context) (retErr error) {
+	conn, err := pgx.Connect(ctx, c.cfg.PG)
+	if err != nil {
+		return fmt.Errorf("capture: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	si, err := c.preflight(ctx, conn)
+	if err != nil {
+		return err
+	}
+	repl, err := c.replicationConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer repl.Close(context.Background())
+	ident, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return fmt.Errorf("capture: identify system: %w", err)
+	}
+	partitions, history, err := c.relay.Topic(ctx)
+	if err != nil {
+		return err
+	}
+	if si, err = c.checkGap(ctx, conn, si, ident, history, partitions); err != nil {
+		return err
+	}
+	if err := c.acquire(ctx, repl); err != nil {
+		return err
+	}
+	// The slot may have advanced while another instance held it.
+	start, err := confirmedFlush(ctx, conn, c.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	c.log.Info("streaming", "from", start, "partitions", partitions, "topic", c.cfg.Relay.Topic)
+	c.setReady(nil)
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.heartbeats(sctx, cancel) }()
+	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
+
+	st := newStreamer(c, repl, partitions, start)
+	streamErr := st.run(sctx)
+	cancel(streamErr)
+	wg.Wait()
+	if cause := context.Cause(sctx); streamErr == nil || errors.Is(streamErr, context.Canceled) {
+		if cause != nil && !errors.Is(cause, context.Canceled) {
+			streamErr = cause
+		}
+	}
+	if ctx.Err() == nil && streamErr == nil {
+		streamErr = errors.New("capture: stream ended")
+	}
+	c.setReady(errors.New("capture: shutting down"))
+	// Flush even on error: what Kafka acks can still be confirmed.
+	fctx, fcancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	defer fcancel()
+	if err := c.relay.Flush(fctx); err != nil {
+		c.log.Warn("kafka did not ack every record before the shutdown timeout; they stay unconfirmed and are re-sent on restart",
+			"inflight", st.tr.Inflight(), "err", err)
+	}
+	st.finish(fctx)
+	if ctx.Err() != nil && (streamErr == nil || errors.Is(streamErr, context.Canceled)) {
+		return nil
+	}
+	return streamErr
+}
+
+func (c *Capture) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
+	pc, err := pgconn.ParseConfig(c.cfg.PG)
+	if err != nil {
+		return nil, fmt.Errorf("capture: --pg: %w", err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("capture: replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+// acquire starts replication, waiting while another instance holds the slot
+// (active/passive: the walsender frees the slot as soon as the other
+// process's connection drops).
+func (c *Capture) acquire(ctx context.Context, repl *pgconn.PgConn) error {
+	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		fmt.Sprintf("publication_names '%s'", c.cfg.Publication),
+		"messages 'true'",
+	}}
+	backoff, logged := c.cfg.RetryMin, false
+	for {
+		// LSN 0: the server starts at the slot's confirmed_flush_lsn.
+		err := pglogrepl.StartReplication(ctx, repl, c.cfg.Slot, 0, opts)
+		if err == nil {
+			if logged {
+				c.log.Info("took over the slot")
+			}
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55006" { // object_in_use: active for another PID
+			return fmt.Errorf("capture: start replication: %w", err)
+		}
+		if !logged {
+			c.log.Info("slot is active in another process; standing by to take over", "detail", pe.Message)
+			logged = true
+		}
+		c.setReady(errors.New("capture: standing by: slot is active in another process"))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, c.cfg.RetryMax)
+	}
+}
+
+func confirmedFlush(ctx context.Context, conn *pgx.Conn, slot string) (schema.LSN, error) {
+	var s *string
+	if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s); err != nil {
+		return 0, fmt.Errorf("capture: read slot position: %w", err)
+	}
+	if s == nil {
+		return 0, nil
+	}
+	return schema.ParseLSN(*s)
+}

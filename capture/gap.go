@@ -1,0 +1,130 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tidemark/relay"
+	"tidemark/schema"
+)
+
+// Reset reasons (label values of tidemark_capture_resets_total).
+const (
+	ReasonSlotMissing     = "slot_missing"
+	ReasonSlotLost        = "slot_lost"
+	ReasonSystemIDChanged = "system_identifier_changed"
+	ReasonTimelineChanged = "timeline_changed"
+)
+
+// checkGap finds every way changes may have been lost since the last run
+// and, if any, sends a reset marker to every partition before streaming.
+// The reasons are first saved as pending in the state topic, so a crash
+// between creating the slot and Kafka acking the marker still resets on
+// the next start. A clean restart with the slot present sends nothing.
+func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ident pglogrepl.IdentifySystemResult, history bool, partitions int) (slotInfo, error) {
+	st, found, err := c.relay.LoadState(ctx, c.cfg.Slot)
+	if err != nil {
+		return si, err
+	}
+	var reasons []string
+	add := func(r string) {
+		if r != "" && !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	for _, r := range strings.Split(st.PendingReset, ",") {
+		add(r)
+	}
+	if !si.exists && history {
+		add(ReasonSlotMissing)
+	}
+	if si.exists && si.walStatus == "lost" {
+		add(ReasonSlotLost)
+	}
+	if found && st.SystemID != ident.SystemID {
+		add(ReasonSystemIDChanged)
+	} else if found && st.Timeline != ident.Timeline {
+		add(ReasonTimelineChanged)
+	}
+	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName}
+	if len(reasons) > 0 {
+		pending := now
+		pending.PendingReset = strings.Join(reasons, ",")
+		if err := c.relay.SaveState(ctx, c.cfg.Slot, pending); err != nil {
+			return si, err
+		}
+	}
+	if si.exists && si.walStatus == "lost" {
+		// A lost slot can never stream again; the reset covers the hole.
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", c.cfg.Slot); err != nil {
+			return si, fmt.Errorf("capture: drop lost slot: %w", err)
+		}
+		si.exists = false
+	}
+	if !si.exists {
+		if err := c.createSlot(ctx, conn); err != nil {
+			return si, err
+		}
+		si.exists = true
+	}
+	if len(reasons) > 0 {
+		if err := c.reset(ctx, partitions, reasons); err != nil {
+			return si, err
+		}
+	}
+	if len(reasons) > 0 || !found || st != now {
+		if err := c.relay.SaveState(ctx, c.cfg.Slot, now); err != nil {
+			return si, err
+		}
+	}
+	return si, nil
+}
+
+func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
+	var lsn string
+	err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", c.cfg.Slot).Scan(&lsn)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another instance was faster
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("capture: create slot %s: %w", c.cfg.Slot, err)
+	}
+	c.log.Info("created replication slot", "slot", c.cfg.Slot, "lsn", lsn)
+	return nil
+}
+
+// reset sends one reset marker (reset_time = now) to every partition and
+// waits until Kafka holds them.
+func (c *Capture) reset(ctx context.Context, partitions int, reasons []string) error {
+	reason := strings.Join(reasons, ",")
+	v := schema.Encode(&schema.Reset{ResetTime: time.Now(), Reason: reason})
+	tr := relay.NewTracker(0)
+	x := tr.Begin()
+	for p := range partitions {
+		c.relay.Produce(tr, x, schema.MarkerKey(int32(p)), int32(p), v, time.Time{})
+	}
+	tr.Close(x, 0)
+	if err := c.relay.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-c.relay.Err():
+		return err
+	default:
+	}
+	for _, r := range reasons {
+		c.m.resets.WithLabelValues(r).Inc()
+	}
+	c.log.Warn("gap detected: sent a reset marker to every partition; cached entries observed before it will not be extended",
+		"reason", reason, "partitions", partitions)
+	return nil
+}

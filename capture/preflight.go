@@ -1,0 +1,119 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark/schema"
+)
+
+// ErrPreflight marks a misconfiguration found before streaming; its message
+// says how to fix it. Retrying does not help, so Run returns it at once.
+var ErrPreflight = errors.New("capture: preflight")
+
+func preflightError(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrPreflight, fmt.Sprintf(format, a...))
+}
+
+// slotInfo is the slot as pg_replication_slots shows it.
+type slotInfo struct {
+	exists    bool
+	plugin    string
+	database  string
+	walStatus string
+	confirmed schema.LSN
+	active    bool
+}
+
+// preflight checks, in order, everything that would make streaming fail or
+// silently capture nothing, each with one error that says how to fix it.
+func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, error) {
+	var si slotInfo
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return si, fmt.Errorf("capture: preflight: read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return si, preflightError("wal_level is %q but logical replication needs \"logical\": run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart Postgres", walLevel)
+	}
+
+	var role string
+	var canReplicate bool
+	if err := conn.QueryRow(ctx, "SELECT rolname, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&role, &canReplicate); err != nil {
+		return si, fmt.Errorf("capture: preflight: read role: %w", err)
+	}
+	if !canReplicate {
+		return si, preflightError("role %q lacks the REPLICATION attribute needed for a logical replication slot: run ALTER ROLE %s WITH REPLICATION as a superuser", role, pgx.Identifier{role}.Sanitize())
+	}
+
+	cfg := c.cfg
+	nsp, tbl, _ := splitTable(cfg.Table)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", cfg.Publication).Scan(&n); err != nil {
+		return si, fmt.Errorf("capture: preflight: read publication: %w", err)
+	}
+	cols := []string{cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn}
+	if cfg.StateColumn != "" {
+		cols = append(cols, cfg.StateColumn)
+	}
+	colList := strings.Join(cols, ", ")
+	if n == 0 {
+		return si, preflightError("publication %q does not exist: run CREATE PUBLICATION %s FOR TABLE %s (%s) (tidemark migrate creates it for the default schema)", cfg.Publication, cfg.Publication, cfg.Table, colList)
+	}
+	var attnames []string
+	err := conn.QueryRow(ctx, "SELECT attnames FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3", cfg.Publication, nsp, tbl).Scan(&attnames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return si, preflightError("publication %q does not include %s: run ALTER PUBLICATION %s ADD TABLE %s (%s)", cfg.Publication, cfg.Table, cfg.Publication, cfg.Table, colList)
+	}
+	if err != nil {
+		return si, fmt.Errorf("capture: preflight: read publication tables: %w", err)
+	}
+	var missing []string
+	for _, col := range cols {
+		if !slices.Contains(attnames, col) {
+			missing = append(missing, col)
+		}
+	}
+	if len(missing) > 0 {
+		return si, preflightError("publication %q publishes %s without column(s) %s: run ALTER PUBLICATION %s SET TABLE %s (%s)", cfg.Publication, cfg.Table, strings.Join(missing, ", "), cfg.Publication, cfg.Table, colList)
+	}
+
+	var confirmed *string
+	var walStatus *string
+	err = conn.QueryRow(ctx, `SELECT plugin, slot_type, database, wal_status, confirmed_flush_lsn::text, active
+		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&si.plugin, new(string), &si.database, &walStatus, &confirmed, &si.active)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if !cfg.CreateSlot {
+			return si, preflightError("replication slot %q does not exist: create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or let capture create it", cfg.Slot, cfg.Slot)
+		}
+		return si, nil
+	case err != nil:
+		return si, fmt.Errorf("capture: preflight: read slot: %w", err)
+	}
+	si.exists = true
+	if walStatus != nil {
+		si.walStatus = *walStatus
+	}
+	if confirmed != nil {
+		if si.confirmed, err = schema.ParseLSN(*confirmed); err != nil {
+			return si, fmt.Errorf("capture: preflight: slot confirmed_flush_lsn: %w", err)
+		}
+	}
+	if si.plugin != "pgoutput" {
+		return si, preflightError("replication slot %q exists with plugin %q, but capture needs pgoutput: drop it with SELECT pg_drop_replication_slot('%s') or choose another --slot", cfg.Slot, si.plugin, cfg.Slot)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return si, fmt.Errorf("capture: preflight: read database: %w", err)
+	}
+	if si.database != db {
+		return si, preflightError("replication slot %q belongs to database %q, not %q: choose another --slot", cfg.Slot, si.database, db)
+	}
+	return si, nil
+}

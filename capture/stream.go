@@ -1,0 +1,307 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/relay"
+	"tidemark/schema"
+)
+
+// streamer reads one replication session. It runs on one goroutine: the
+// producer's callbacks only touch the tracker.
+type streamer struct {
+	c          *Capture
+	conn       *pgconn.PgConn
+	dec        *decoder
+	tr         *relay.Tracker
+	partitions int
+
+	// The transaction being read (proto 1 sends only committed ones, so its
+	// commit LSN and time are known from BEGIN).
+	txn        *relay.Txn
+	commitLSN  schema.LSN
+	commitTime time.Time
+	xid        uint32
+	beat       time.Time // heartbeat-row update seen in this transaction
+
+	sent       schema.LSN // last LSN sent in a standby status
+	nextStatus time.Time
+
+	upserts, deletes, truncates prometheus.Counter
+}
+
+func newStreamer(c *Capture, conn *pgconn.PgConn, partitions int, start schema.LSN) *streamer {
+	return &streamer{
+		c: c, conn: conn, dec: newDecoder(c.cfg), tr: relay.NewTracker(start), partitions: partitions,
+		upserts:   c.m.events.WithLabelValues(string(schema.OpUpsert)),
+		deletes:   c.m.events.WithLabelValues(string(schema.OpDelete)),
+		truncates: c.m.events.WithLabelValues(string(schema.OpTruncate)),
+	}
+}
+
+// run reads until ctx ends or the connection fails.
+func (s *streamer) run(ctx context.Context) error {
+	max := int64(s.c.cfg.Relay.MaxInflight)
+	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
+	// One deadline context per status interval (not per message): receive
+	// returns a timeout when it is time to send status.
+	var rctx context.Context
+	var rcancel context.CancelFunc = func() {}
+	defer func() { rcancel() }()
+	renew := func() {
+		rcancel()
+		rctx, rcancel = context.WithDeadline(ctx, s.nextStatus) //nolint:govet // cancelled by renew and the deferred call
+	}
+	renew()
+	for {
+		select {
+		case err := <-s.c.relay.Err():
+			return err
+		default:
+		}
+		if time.Now().After(s.nextStatus) {
+			if err := s.status(false); err != nil {
+				return err
+			}
+		}
+		if rctx.Err() != nil {
+			renew()
+		}
+		// Backpressure: with the in-flight bound reached, stop reading WAL
+		// (the walsender blocks on the full socket) but keep sending status
+		// so the server neither times us out nor loses confirmations.
+		if s.tr.Inflight() >= max {
+			t := time.NewTimer(time.Until(s.nextStatus))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case err := <-s.c.relay.Err():
+				t.Stop()
+				return err
+			case <-s.tr.Changed():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		msg, err := s.conn.ReceiveMessage(rctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if rctx.Err() != nil || pgconn.Timeout(err) {
+				continue // time for a status update
+			}
+			return fmt.Errorf("capture: receive: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.copyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("capture: replication: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("capture: server ended replication")
+		}
+	}
+}
+
+func (s *streamer) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("capture: keepalive: %w", err)
+		}
+		// Nothing open or in flight: every commit before the server's WAL end
+		// has been sent and acked, so confirming it retains no WAL on an
+		// idle catalog.
+		if s.txn == nil {
+			s.tr.AdvanceIdle(schema.LSN(ka.ServerWALEnd))
+		}
+		if ka.ReplyRequested {
+			return s.status(false)
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("capture: xlogdata: %w", err)
+		}
+		return s.wal(ctx, xld.WALData)
+	}
+	return nil
+}
+
+// wal decodes one pgoutput message and hands its records to the relay.
+func (s *streamer) wal(ctx context.Context, data []byte) error {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.BeginMessage:
+		s.txn = s.tr.Begin()
+		s.commitLSN, s.commitTime, s.xid = schema.LSN(m.FinalLSN), m.CommitTime, m.Xid
+		s.beat = time.Time{}
+	case *pglogrepl.CommitMessage:
+		if s.txn == nil {
+			return fmt.Errorf("%w: COMMIT without BEGIN", ErrDecode)
+		}
+		if !s.beat.IsZero() {
+			s.resolved(s.txn, s.beat, s.commitLSN)
+		}
+		s.tr.Close(s.txn, schema.LSN(m.TransactionEndLSN))
+		s.txn = nil
+		s.c.m.transactions.Inc()
+	case *pglogrepl.RelationMessage:
+		s.dec.relation(m)
+	case *pglogrepl.InsertMessage:
+		return s.row(ctx, m.RelationID, m.Tuple)
+	case *pglogrepl.UpdateMessage:
+		return s.row(ctx, m.RelationID, m.NewTuple)
+	case *pglogrepl.DeleteMessage:
+		r, err := s.dec.rel(m.RelationID)
+		if err != nil || r.kind != relItems {
+			return err
+		}
+		ch := s.change()
+		if err := s.dec.deleted(r, m.OldTuple, ch); err != nil {
+			return err
+		}
+		s.produceChange(ch)
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			if r, err := s.dec.rel(id); err == nil && r.kind == relItems {
+				ch := s.change()
+				ch.Op = schema.OpTruncate
+				s.produceChange(ch)
+				break
+			}
+		}
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != heartbeatPrefix || m.Transactional {
+			return nil
+		}
+		at, err := messageTime(m.Content)
+		if err != nil {
+			return err
+		}
+		if s.txn != nil { // not expected with proto 1; keep it behind the open transaction
+			s.beat = at
+			return nil
+		}
+		x := s.tr.Begin()
+		s.resolved(x, at, schema.LSN(m.LSN))
+		s.tr.Close(x, schema.LSN(m.LSN))
+	}
+	return nil
+}
+
+func (s *streamer) change() *schema.Change {
+	return &schema.Change{LSN: s.commitLSN, CommitTime: s.commitTime, Xid: s.xid}
+}
+
+func (s *streamer) row(ctx context.Context, relID uint32, t *pglogrepl.TupleData) error {
+	r, err := s.dec.rel(relID)
+	if err != nil {
+		return err
+	}
+	switch r.kind {
+	case relItems:
+		if s.txn == nil {
+			return fmt.Errorf("%w: row outside a transaction", ErrDecode)
+		}
+		ch := s.change()
+		if err := s.dec.row(r, t, ch); err != nil {
+			return err
+		}
+		s.produceChange(ch)
+	case relHeartbeat:
+		at, err := beatTime(r, t)
+		if err != nil {
+			return err
+		}
+		s.beat = at
+	}
+	return nil
+}
+
+func (s *streamer) produceChange(ch *schema.Change) {
+	v := schema.Encode(ch)
+	switch ch.Op {
+	case schema.OpUpsert:
+		s.upserts.Inc()
+	case schema.OpDelete:
+		s.deletes.Inc()
+	case schema.OpTruncate:
+		s.truncates.Inc()
+		for p := range s.partitions {
+			s.c.relay.Produce(s.tr, s.txn, schema.MarkerKey(int32(p)), int32(p), v, ch.CommitTime)
+		}
+		return
+	}
+	s.c.relay.Produce(s.tr, s.txn, ch.Key(), 0, v, ch.CommitTime)
+}
+
+// resolved sends a resolved marker to every partition, behind every record
+// produced before it (the producer keeps per-partition order).
+func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
+	v := schema.Encode(&schema.Resolved{ResolvedTime: beat.Add(-s.c.cfg.HeartbeatMargin), LSN: lsn})
+	for p := range s.partitions {
+		s.c.relay.Produce(s.tr, x, schema.MarkerKey(int32(p)), int32(p), v, time.Time{})
+	}
+	s.c.m.heartbeats.Inc()
+}
+
+// status confirms the newest LSN Kafka holds everything before
+// (write = flush = apply).
+func (s *streamer) status(reply bool) error {
+	lsn := s.tr.Confirmable()
+	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(lsn), WALFlushPosition: pglogrepl.LSN(lsn), WALApplyPosition: pglogrepl.LSN(lsn),
+		ReplyRequested: reply,
+	})
+	if err != nil {
+		return fmt.Errorf("capture: send standby status: %w", err)
+	}
+	if lsn != s.sent {
+		s.sent = lsn
+		s.c.m.confirmed.Set(float64(lsn))
+	}
+	return nil
+}
+
+// finish confirms what Kafka acked and ends the copy so the server has
+// processed the confirmation before the connection closes.
+func (s *streamer) finish(ctx context.Context) {
+	if s.conn.IsClosed() {
+		return
+	}
+	if err := s.status(false); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pglogrepl.SendStandbyCopyDone(ctx, s.conn)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	s.c.log.Info("confirmed final position", "lsn", s.sent)
+}

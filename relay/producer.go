@@ -1,0 +1,273 @@
+// Package relay is the Kafka side of capture: an idempotent franz-go producer
+// with Java-compatible key partitioning, bounded in-flight records, and an
+// in-order tracker that reports the LSN that is safe to confirm to Postgres.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/schema"
+)
+
+// ErrProduce wraps a record Kafka refused for good (retriable errors are
+// retried forever and never surface).
+var ErrProduce = errors.New("relay: produce failed")
+
+// Config of the producer.
+type Config struct {
+	Brokers     []string
+	Topic       string
+	Partitions  int           // partitions of a topic this creates
+	CreateTopic bool          // create the topic when missing
+	MaxInflight int           // records handed to Kafka and not yet acked
+	Linger      time.Duration // producer linger; small keeps commit-to-produced latency low
+	ClientID    string
+}
+
+// DefaultConfig matches tidemark capture's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Topic:       "tidemark.invalidations",
+		Partitions:  12,
+		CreateTopic: true,
+		MaxInflight: 20000,
+		Linger:      time.Millisecond,
+		ClientID:    "tidemark-capture",
+	}
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("--kafka (TIDEMARK_KAFKA) is required"))
+	}
+	if strings.TrimSpace(c.Topic) == "" {
+		errs = append(errs, errors.New("--topic must not be empty"))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+	}
+	if c.MaxInflight < 1 {
+		errs = append(errs, fmt.Errorf("--max-inflight %d must be at least 1", c.MaxInflight))
+	}
+	if c.Linger < 0 {
+		errs = append(errs, fmt.Errorf("--linger %s must not be negative", c.Linger))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are what the producer is given.
+type Deps struct {
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+	// Opts are extra franz-go options (tests, benchmarks).
+	Opts []kgo.Opt
+}
+
+// Producer sends capture's records to Kafka.
+type Producer struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *kgo.Client
+	m       *metrics
+	tracker *Tracker
+
+	errOnce sync.Once
+	errCh   chan error
+}
+
+// New builds the client; it connects lazily.
+func New(cfg Config, deps Deps) (*Producer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Registerer == nil {
+		deps.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, errCh: make(chan error, 1)}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(Partitioner()),
+		kgo.ProducerLinger(cfg.Linger),
+		// Capture bounds in-flight records itself (so it can keep sending
+		// standby status while paused); the margin covers one marker fan-out.
+		kgo.MaxBufferedRecords(cfg.MaxInflight + 4096),
+		kgo.WithHooks(hookErrors{m}),
+	}
+	opts = append(opts, deps.Opts...)
+	if p.client, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	return p, nil
+}
+
+// Partitioner places item records by Kafka's murmur2 of the key, exactly as
+// the Java client does, and marker records (resolved, reset, truncate) on
+// the partition they name, since they go to every partition.
+func Partitioner() kgo.Partitioner {
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if schema.IsMarkerKey(string(r.Key)) {
+				return int(r.Partition)
+			}
+			return byKey.Partition(r, n)
+		}
+	})
+}
+
+// Client is the underlying franz-go client (for admin requests).
+func (p *Producer) Client() *kgo.Client { return p.client }
+
+// Err delivers the first record Kafka refused for good.
+func (p *Producer) Err() <-chan error { return p.errCh }
+
+// Topic describes the topic: partition count and whether it holds any
+// record. It creates the topic (cleanup.policy=compact,delete) when missing
+// and allowed.
+func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, err error) {
+	adm := kadm.NewClient(p.client)
+	td, err := adm.ListTopics(ctx, p.cfg.Topic)
+	if err != nil {
+		return 0, false, fmt.Errorf("relay: describe topic %s: %w", p.cfg.Topic, err)
+	}
+	t, ok := td[p.cfg.Topic]
+	if !ok || errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
+		if !p.cfg.CreateTopic {
+			return 0, false, fmt.Errorf("relay: topic %s does not exist: create it (cleanup.policy=compact,delete) or allow capture to", p.cfg.Topic)
+		}
+		policy := "compact,delete"
+		resp, err := adm.CreateTopic(ctx, int32(p.cfg.Partitions), -1, map[string]*string{"cleanup.policy": &policy}, p.cfg.Topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return 0, false, fmt.Errorf("relay: create topic %s: %w", p.cfg.Topic, err)
+		}
+		p.log.Info("created topic", "topic", p.cfg.Topic, "partitions", p.cfg.Partitions)
+		// New topic: no history. (Re-listing could hit cached metadata.)
+		return p.cfg.Partitions, false, nil
+	}
+	if t.Err != nil {
+		return 0, false, fmt.Errorf("relay: describe topic %s: %w", p.cfg.Topic, t.Err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, p.cfg.Topic)
+	if err != nil {
+		return 0, false, fmt.Errorf("relay: end offsets of %s: %w", p.cfg.Topic, err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			hasHistory = true
+		}
+	})
+	if err := ends.Error(); err != nil {
+		return 0, false, fmt.Errorf("relay: end offsets of %s: %w", p.cfg.Topic, err)
+	}
+	return len(t.Partitions), hasHistory, nil
+}
+
+// Produce hands one record of transaction x to Kafka; it never blocks for
+// long because the caller keeps Inflight below MaxInflight. commitTime,
+// when set, feeds the commit-to-produced histogram.
+//
+// Records are produced with a background context on purpose: a record's
+// context can cancel it before it is sent, and shutdown must flush, not
+// cancel, what was handed over.
+func (p *Producer) Produce(tr *Tracker, x *Txn, key string, partition int32, value []byte, commitTime time.Time) {
+	tr.Add(x)
+	p.m.inflight.Inc()
+	r := &kgo.Record{Key: []byte(key), Value: value, Partition: partition}
+	p.client.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+		p.m.inflight.Dec()
+		if err != nil {
+			// Not acked: the tracker keeps x pending, so its LSN is never
+			// confirmed; capture stops on the error.
+			p.m.errors.Inc()
+			p.fail(fmt.Errorf("%w: %v", ErrProduce, err))
+			return
+		}
+		p.m.produced.Inc()
+		if !commitTime.IsZero() {
+			p.m.latency.Observe(time.Since(commitTime).Seconds())
+		}
+		tr.Ack(x)
+	})
+}
+
+func (p *Producer) fail(err error) {
+	p.errOnce.Do(func() {
+		p.log.Error("kafka refused a record; stopping without confirming it", "err", err)
+		p.errCh <- err
+	})
+}
+
+// Flush waits until every buffered record is acked or ctx ends.
+func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.client.Flush(ctx); err != nil {
+		return fmt.Errorf("relay: flush: %w", err)
+	}
+	return nil
+}
+
+// Close closes the client; unflushed records fail (and are never confirmed).
+func (p *Producer) Close() { p.client.Close() }
+
+type metrics struct {
+	produced prometheus.Counter
+	errors   prometheus.Counter
+	inflight prometheus.Gauge
+	latency  prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		produced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_records_produced_total", Help: "Records Kafka acknowledged."}),
+		errors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_produce_errors_total", Help: "Produce errors: failed records and failed produce requests (retried)."}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidemark_relay_inflight_records", Help: "Records handed to the producer and not yet acknowledged."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tidemark_capture_commit_to_produced_seconds",
+			Help:    "From a transaction's commit time to Kafka acknowledging its record.",
+			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.produced, m.errors, m.inflight, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("relay: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// hookErrors counts produce requests that failed in flight (kgo retries
+// them): an unreachable Kafka shows up in the error counter at once.
+type hookErrors struct{ m *metrics }
+
+func (h hookErrors) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil && key == 0 {
+		h.m.errors.Inc()
+	}
+}
+
+var _ kgo.HookBrokerWrite = hookErrors{}

@@ -1,0 +1,97 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// State is what capture remembers about the Postgres it read last, so that a
+// replaced server (new system identifier) or a promoted standby (new
+// timeline) is detected as a gap. It lives in a small compacted topic next
+// to the data topic ("<topic>.capture", key = slot name), not in Postgres:
+// a replaced Postgres cannot be trusted to remember its predecessor, and the
+// data topic's readers must never see a record that is not an event.
+type State struct {
+	SystemID     string `json:"system_identifier"`
+	Timeline     int32  `json:"timeline"`
+	Database     string `json:"database"`
+	PendingReset string `json:"pending_reset,omitempty"` // reasons whose reset marker may not be in Kafka yet
+}
+
+// StateTopic is the name of the capture state topic for a data topic.
+func StateTopic(topic string) string { return topic + ".capture" }
+
+// LoadState reads the newest state stored under key (found=false if none).
+func (p *Producer) LoadState(ctx context.Context, key string) (st State, found bool, err error) {
+	topic := StateTopic(p.cfg.Topic)
+	adm := kadm.NewClient(p.client)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
+	}
+	end, ok := ends.Lookup(topic, 0)
+	if !ok || errors.Is(end.Err, kerr.UnknownTopicOrPartition) || end.Offset <= 0 {
+		return st, false, nil
+	}
+	if end.Err != nil {
+		return st, false, fmt.Errorf("relay: read %s: %w", topic, end.Err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return st, false, err
+		}
+		for _, fe := range fs.Errors() {
+			return st, false, fmt.Errorf("relay: read %s: %w", topic, fe.Err)
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == key {
+				var s State
+				if json.Unmarshal(r.Value, &s) == nil {
+					st, found = s, true
+				}
+			}
+			if r.Offset >= end.Offset-1 {
+				done = true
+			}
+		})
+		if done {
+			return st, found, nil
+		}
+	}
+}
+
+// SaveState stores st under key and waits for Kafka to ack it.
+func (p *Producer) SaveState(ctx context.Context, key string, st State) error {
+	topic := StateTopic(p.cfg.Topic)
+	adm := kadm.NewClient(p.client)
+	policy := "compact"
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &policy}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("relay: create %s: %w", topic, err)
+	}
+	b, _ := json.Marshal(st)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: b}).FirstErr(); err != nil {
+		return fmt.Errorf("relay: save capture state to %s: %w", topic, err)
+	}
+	return nil
+}
