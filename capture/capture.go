@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -34,7 +35,14 @@ type Capture struct {
 
 	mu       sync.Mutex
 	readyErr error // nil while streaming
+
+	// crashed makes the next shutdown skip the flush and the final status,
+	// as if the process died (tests only).
+	crashed atomic.Bool
 }
+
+// errCrashed is returned by Run after a simulated crash.
+var errCrashed = errors.New("capture: crashed (test)")
 
 // New validates cfg and builds the stage; nothing connects until Run.
 func New(cfg Config, deps Deps) (*Capture, error) {
@@ -94,6 +102,9 @@ func (c *Capture) Run(ctx context.Context) error {
 	for {
 		err := c.session(ctx)
 		c.setReady(errors.New("capture: not streaming"))
+		if c.crashed.Load() {
+			return errCrashed
+		}
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -175,6 +186,9 @@ func (c *Capture) session(ctx context.Context) (retErr error) {
 		streamErr = errors.New("capture: stream ended")
 	}
 	c.setReady(errors.New("capture: shutting down"))
+	if c.crashed.Load() {
+		return errCrashed
+	}
 	// Flush even on error: what Kafka acks can still be confirmed.
 	fctx, fcancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
 	defer fcancel()

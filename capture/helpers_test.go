@@ -24,9 +24,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const testPartitions = 6
 
 // testConfig is a capture config for one database and one kfake cluster.
-func testConfig(dsn string, k *testenv.Kafka) capture.Config {
+func testConfig(t *testing.T, dsn string, k *testenv.Kafka) capture.Config {
 	cfg := capture.DefaultConfig()
 	cfg.PG = dsn
+	cfg.Slot = testenv.Unique(t, "slot") // slots are per server, not per database
 	cfg.Relay.Brokers = k.Brokers
 	cfg.Relay.Partitions = testPartitions
 	cfg.Heartbeat = 200 * time.Millisecond
@@ -301,3 +302,5 @@ func joinErr(list []string) error {
 	}
 	return errors.New(strings.Join(list, ", "))
 }
+
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }

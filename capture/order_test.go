@@ -53,7 +53,7 @@ func TestOrderAndCompleteness(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
 	k := testenv.StartKafka(t)
-	cfg := testConfig(dsn, k)
+	cfg := testConfig(t, dsn, k)
 	r := start(t, cfg)
 	r.waitReady(t)
 

@@ -1,0 +1,141 @@
+package capture_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"tidemark/capture"
+	"tidemark/internal/testenv"
+	"tidemark/relay"
+	"tidemark/schema"
+)
+
+func resets(recs []record) map[int32][]*schema.Reset {
+	m := map[int32][]*schema.Reset{}
+	for _, r := range recs {
+		if ev, ok := r.ev.(*schema.Reset); ok {
+			if p, ok := schema.ParseMarkerKey(r.key); !ok || p != r.partition {
+				panic("reset marker with a wrong key")
+			}
+			m[r.partition] = append(m[r.partition], ev)
+		}
+	}
+	return m
+}
+
+func waitItem(t *testing.T, k *testenv.Kafka, topic, tenant, item string, version int64) []record {
+	t.Helper()
+	var recs []record
+	testenv.Eventually(t, 60*time.Second, "item in topic", func() error {
+		recs = readTopic(t, k.Brokers, topic)
+		return joinErr(missing(recs, []kv{{schema.Key(tenant, item), version}}))
+	})
+	return recs
+}
+
+// A clean restart with the slot present sends no reset; a dropped slot
+// while the topic has history, or a different Postgres (system
+// identifier), sends a reset marker to every partition.
+func TestGapResets(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	conn := connect(t, dsn)
+
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'a', 1)")
+	waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// Clean restart: no reset.
+	r = start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'b', 1)")
+	recs := waitItem(t, k, cfg.Relay.Topic, "t", "b", 1)
+	if n := len(resets(recs)); n != 0 || r.counter(t, "tidemark_capture_resets_total") != 0 {
+		t.Fatalf("clean restart sent resets on %d partitions", n)
+	}
+	r.wait(t)
+
+	// Slot dropped: the change made meanwhile is lost, so a reset must follow.
+	exec(t, conn, "SELECT pg_drop_replication_slot($1)", cfg.Slot)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'lost', 1)")
+	before := time.Now()
+	r = start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'c', 1)")
+	recs = waitItem(t, k, cfg.Relay.Topic, "t", "c", 1)
+	rs := resets(recs)
+	for p := range int32(testPartitions) {
+		if len(rs[p]) != 1 || rs[p][0].Reason != capture.ReasonSlotMissing || rs[p][0].ResetTime.Before(before.Add(-time.Second)) {
+			t.Fatalf("partition %d: resets %+v, want one %s reset after %s", p, rs[p], capture.ReasonSlotMissing, before)
+		}
+	}
+	if got := r.counter(t, "tidemark_capture_resets_total", "reason", capture.ReasonSlotMissing); got != 1 {
+		t.Fatalf("resets_total{reason=slot_missing} = %v, want 1", got)
+	}
+	r.wait(t)
+
+	// A different server (simulated by a stored identity that differs).
+	p, err := relay.New(cfg.Relay, relay.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, found, err := p.LoadState(context.Background(), cfg.Slot)
+	if err != nil || !found || st.SystemID == "" {
+		t.Fatalf("stored state: %+v %v %v", st, found, err)
+	}
+	st.SystemID = "1"
+	if err := p.SaveState(context.Background(), cfg.Slot, st); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	r = start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'd', 1)")
+	recs = waitItem(t, k, cfg.Relay.Topic, "t", "d", 1)
+	rs = resets(recs)
+	for p := range int32(testPartitions) {
+		if len(rs[p]) != 2 || rs[p][1].Reason != capture.ReasonSystemIDChanged {
+			t.Fatalf("partition %d: resets %+v, want a second one for %s", p, rs[p], capture.ReasonSystemIDChanged)
+		}
+	}
+}
+
+// Writes only to a table outside the publication: the slot's
+// confirmed_flush_lsn still advances (keepalive WAL end is confirmed when
+// nothing is in flight), so an idle catalog retains no WAL.
+func TestIdleSlotAdvances(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	cfg.Heartbeat = time.Hour // heartbeats would advance it too: prove keepalives do
+	conn := connect(t, dsn)
+	exec(t, conn, "CREATE TABLE public.other (x int)")
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO public.other SELECT generate_series(1, 1000)")
+	var target string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := schema.ParseLSN(target)
+	testenv.Eventually(t, 30*time.Second, "confirmed_flush_lsn past the other table's writes", func() error {
+		exec(t, conn, "INSERT INTO public.other VALUES (1)")
+		if got := slotLSN(t, conn, cfg.Slot); got < want {
+			return errorf("confirmed_flush_lsn %s < %s", got, want)
+		}
+		return nil
+	})
+	if got := r.counter(t, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
+		t.Fatalf("tidemark_capture_confirmed_lsn %v < %s", got, want)
+	}
+}

@@ -1,0 +1,105 @@
+package capture_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/capture"
+	"tidemark/internal/testenv"
+)
+
+// runErr runs capture and returns its (preflight) error.
+func runErr(t *testing.T, cfg capture.Config) error {
+	t.Helper()
+	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run did not fail fast (still retrying after 30s)")
+	}
+	return err
+}
+
+func wantPreflight(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if !errors.Is(err, capture.ErrPreflight) {
+		t.Fatalf("want a preflight error, got %v", err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not mention %q", err, p)
+		}
+	}
+}
+
+func TestPreflightWalLevel(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t, testenv.PGConf("wal_level", "replica"))
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `wal_level is "replica"`, "ALTER SYSTEM SET wal_level = logical", "restart Postgres")
+}
+
+func TestPreflightErrors(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	k := testenv.StartKafka(t)
+
+	t.Run("role lacks REPLICATION", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		role := testenv.Unique(t, "r")
+		pg.Exec(t, "postgres", "CREATE ROLE "+role+" LOGIN")
+		t.Cleanup(func() {
+			pg.Exec(t, "postgres", "DROP OWNED BY "+role+" CASCADE")
+		})
+		cfg := testConfig(t, strings.Replace(dsn, "postgres@", role+"@", 1), k)
+		wantPreflight(t, runErr(t, cfg), "lacks the REPLICATION attribute", `ALTER ROLE "`+role+`" WITH REPLICATION`)
+	})
+	t.Run("publication missing", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		exec(t, connect(t, dsn), "DROP PUBLICATION tidemark")
+		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `publication "tidemark" does not exist`, "CREATE PUBLICATION tidemark FOR TABLE catalog.items (tenant_id, item_id, version, state)")
+	})
+	t.Run("publication without the table", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark DROP TABLE catalog.items")
+		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `publication "tidemark" does not include catalog.items`, "ALTER PUBLICATION tidemark ADD TABLE catalog.items")
+	})
+	t.Run("publication without the version column", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark SET TABLE catalog.items (tenant_id, item_id, state)")
+		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), "without column(s) version")
+	})
+	t.Run("slot with another plugin", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		cfg := testConfig(t, dsn, k)
+		exec(t, connect(t, dsn), "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", cfg.Slot)
+		wantPreflight(t, runErr(t, cfg), `slot "`+cfg.Slot+`" exists with plugin "test_decoding"`, "pg_drop_replication_slot('"+cfg.Slot+"')")
+	})
+	t.Run("slot missing and creation off", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		cfg := testConfig(t, dsn, k)
+		cfg.CreateSlot = false
+		wantPreflight(t, runErr(t, cfg), `slot "`+cfg.Slot+`" does not exist`, "pg_create_logical_replication_slot")
+	})
+}
+
+func TestConfigValidateNamesEveryFlag(t *testing.T) {
+	cfg := capture.DefaultConfig()
+	cfg.Slot = "Bad-Slot"
+	cfg.Heartbeat = 0
+	cfg.Table = "items"
+	err := cfg.Validate()
+	for _, flag := range []string{"--pg", "--kafka", "--slot", "--heartbeat", "--table"} {
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("Validate() = %v, want it to name %s", err, flag)
+		}
+	}
+}
