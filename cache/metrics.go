@@ -1,0 +1,75 @@
+package cache
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the cache tier's Prometheus series. Registering on a registry
+// that already holds them (API and applier in one process) shares them.
+type metrics struct {
+	lookups       *prometheus.CounterVec
+	fillRejected  *prometheus.CounterVec
+	invalidations *prometheus.CounterVec
+	watermarkAge  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_cache_lookups_total",
+			Help: "Cache lookups by result: hit, stale, miss, wait, not_found, error.",
+		}, []string{"result"}),
+		fillRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_cache_fill_rejected_total",
+			Help: "Fills the cache refused, by reason: token, version, expired.",
+		}, []string{"reason"}),
+		invalidations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_cache_invalidations_total",
+			Help: "Invalidations by result: applied, duplicate, older, error.",
+		}, []string{"result"}),
+		watermarkAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidemark_cache_watermark_age_seconds",
+			Help: "Age of the freshness watermark W as last polled by this process; +Inf while W is unknown.",
+		}),
+	}
+	if reg != nil {
+		var err error
+		m.lookups = register(reg, m.lookups, &err)
+		m.fillRejected = register(reg, m.fillRejected, &err)
+		m.invalidations = register(reg, m.invalidations, &err)
+		m.watermarkAge = register(reg, m.watermarkAge, &err)
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Every label value exists from the start, so rates work from zero.
+	for _, s := range []Status{StatusHit, StatusStale, StatusMiss, StatusWait, StatusNotFound, "error"} {
+		m.lookups.WithLabelValues(string(s))
+	}
+	for _, r := range []Reason{ReasonToken, ReasonVersion, ReasonExpired} {
+		m.fillRejected.WithLabelValues(string(r))
+	}
+	for _, r := range []InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder, "error"} {
+		m.invalidations.WithLabelValues(string(r))
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// the same name.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*errp = errors.Join(*errp, err)
+	return c
+}

@@ -1,0 +1,39 @@
+package cache
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua sources run atomically in Redis; see each file's header for its
+// arguments and reply.
+var (
+	//go:embed scripts/lookup.lua
+	lookupLua string
+	//go:embed scripts/fill.lua
+	fillLua string
+	//go:embed scripts/invalidate.lua
+	invalidateLua string
+	//go:embed scripts/raise.lua
+	raiseLua string
+)
+
+// scripts are the compiled scripts of one Client (go-redis computes each SHA1
+// once; Run falls back from EVALSHA to EVAL on NOSCRIPT).
+type scripts struct {
+	lookup, fill, invalidate, raise *redis.Script
+}
+
+func newScripts() scripts {
+	return scripts{
+		lookup:     redis.NewScript(lookupLua),
+		fill:       redis.NewScript(fillLua),
+		invalidate: redis.NewScript(invalidateLua),
+		raise:      redis.NewScript(raiseLua),
+	}
+}
+
+func (s scripts) all() []*redis.Script {
+	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise}
+}

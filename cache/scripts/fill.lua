@@ -1,0 +1,46 @@
+-- FILL(key; token, version, payload, obs_ms, soft_ms, hard_ms, ttl_ms, nf)
+-- Returns 'ok' or the rejection reason: 'token', 'version' or 'expired'.
+-- A rejection changes nothing. nf='1' installs a not-found entry whose
+-- version is the key's floor (the read saw every version up to it).
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local h = redis.call('HMGET', key, 'tok', 'texp', 'floor', 'v')
+-- Only the key's current, unexpired token of this server incarnation fills.
+if not h[1] or (tonumber(h[2]) or 0) <= now then
+  return 'token'
+end
+local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+if h[1] ~= ARGV[1] .. '@' .. id then
+  return 'token'
+end
+
+local floor = tonumber(h[3]) or 0
+local nf = ARGV[8] == '1'
+local ver = ARGV[2]
+if nf then
+  ver = h[3] or '0'
+else
+  local n = tonumber(ver)
+  if n < floor or (h[4] and n < tonumber(h[4])) then
+    return 'version'
+  end
+end
+if now >= tonumber(ARGV[6]) then
+  return 'expired'
+end
+
+-- Filling raises the floor: a later older fill can never win.
+redis.call('HSET', key, 'v', ver, 'p', ARGV[3], 'obs', ARGV[4], 'soft', ARGV[5], 'hard', ARGV[6], 'floor', ver)
+if nf then
+  redis.call('HSET', key, 'nf', '1')
+  redis.call('HDEL', key, 'tok', 'texp', 'stale')
+else
+  redis.call('HDEL', key, 'tok', 'texp', 'stale', 'nf')
+end
+local ttl = redis.call('PTTL', key)
+if ttl == -1 or ttl < tonumber(ARGV[7]) then
+  redis.call('PEXPIRE', key, ARGV[7])
+end
+return 'ok'
