@@ -65,7 +65,7 @@ func (c ReplayConfig) Validate() error {
 // ReplaySummary is what a replay did.
 type ReplaySummary struct {
 	Counts
-	Records    int64           // records read (changes, markers and bad ones)
+	Records    int64              // records read (changes, markers and bad ones)
 	Partitions map[int32][2]int64 // partition -> [start, end) offsets replayed
 	Elapsed    time.Duration
 }

@@ -1,0 +1,112 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+)
+
+// Every change ends with floor >= version, the watermark follows the
+// resolved markers, partitions equals the topic's count, and a clean
+// shutdown commits exactly what was applied (the end of every partition).
+func TestAppliesEveryChangeThenWatermark(t *testing.T) {
+	r := newRig(t, 4)
+	run := r.start(r.config(), nil)
+	final := r.produceChanges("a", 3000, 300)
+	resolvedAt := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	r.resolved(resolvedAt)
+	r.waitFloors(30*time.Second, final)
+	testenv.Eventually(t, 10*time.Second, "watermark known at the resolved time", func() error {
+		wm := r.watermark()
+		if !wm.Known || !wm.W.Equal(resolvedAt) || wm.Partitions != 4 {
+			return fmt.Errorf("watermark %+v, want W=%s over 4 partitions", wm, resolvedAt)
+		}
+		return nil
+	})
+	if err := run.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	c := run.a.Counts()
+	if c.Total() != 3000 || c.DLQ != 0 {
+		t.Fatalf("counts %+v, want 3000 records and no dlq", c)
+	}
+	if got := metric(t, run.reg, "tidemark_applier_records_total", nil); got == 0 {
+		t.Fatal("tidemark_applier_records_total not counted")
+	}
+	ends, committed := r.endOffsets(), r.committed(r.config().Group)
+	for p, end := range ends {
+		if committed[p] != end {
+			t.Fatalf("partition %d committed %d after shutdown, want end %d (all: %v vs %v)", p, committed[p], end, committed, ends)
+		}
+	}
+}
+
+// flakyCache fails InvalidateBatch like an unreachable Redis while blocked.
+type flakyCache struct {
+	Cache
+	blocked atomic.Bool
+	calls   atomic.Int64
+}
+
+var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+
+func (f *flakyCache) InvalidateBatch(ctx context.Context, b []cache.Invalidation) ([]cache.InvalidateOutcome, error) {
+	f.calls.Add(1)
+	if f.blocked.Load() {
+		return nil, errConnRefused
+	}
+	return f.Cache.InvalidateBatch(ctx, b)
+}
+
+// A resolved marker advances W only after every earlier record of its
+// partition is in Redis: with invalidations failing, W stays put; once they
+// succeed, the floor lands, then W.
+func TestWatermarkWaitsForEarlierRecords(t *testing.T) {
+	r := newRig(t, 1)
+	fc := &flakyCache{Cache: r.cache}
+	run := r.start(r.config(), fc)
+	first := time.Now().Add(-2 * time.Second).Truncate(time.Millisecond)
+	r.resolved(first)
+	testenv.Eventually(t, 15*time.Second, "first watermark", func() error {
+		if wm := r.watermark(); !wm.W.Equal(first) {
+			return fmt.Errorf("W %s, want %s", wm.W, first)
+		}
+		return nil
+	})
+	fc.blocked.Store(true)
+	r.produce(r.prod, changeRecord(change{"t1", "slow", 7}, time.Now()))
+	second := time.Now().Truncate(time.Millisecond)
+	r.resolved(second)
+	testenv.Eventually(t, 10*time.Second, "invalidation attempted", func() error {
+		if fc.calls.Load() < 3 {
+			return errors.New("fewer than 3 attempts")
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	if wm := r.watermark(); !wm.W.Equal(first) {
+		t.Fatalf("W moved to %s while the earlier record was not applied", wm.W)
+	}
+	if f := r.floor("slow"); f != 0 {
+		t.Fatalf("floor %d while blocked", f)
+	}
+	fc.blocked.Store(false)
+	testenv.Eventually(t, 10*time.Second, "floor then W", func() error {
+		if f := r.floor("slow"); f != 7 {
+			return fmt.Errorf("floor %d", f)
+		}
+		if wm := r.watermark(); !wm.W.Equal(second) {
+			return fmt.Errorf("W %s, want %s", wm.W, second)
+		}
+		return nil
+	})
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
