@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -197,6 +198,9 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 // sourceRead is one budgeted read of the source. obs is when it started:
 // the value's age counts from there, never from when the answer arrived.
 func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sourceItem, time.Time, error) {
+	if err := ctx.Err(); err != nil { // nobody waits for this read any more: spend no budget on it
+		return sourceItem{}, time.Time{}, fmt.Errorf("api: source read: %w", err)
+	}
 	release, err := s.budget.acquire(ctx, class)
 	if err != nil {
 		if errors.Is(err, errBudget) {
@@ -205,7 +209,9 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 		return sourceItem{}, time.Time{}, err
 	}
 	obs := time.Now()
-	it, err := s.src.read(ctx, tenant, id)
+	// Admitted reads run to their own statement timeout even if the caller
+	// gives up: the budget is spent, and the fill still helps the next reader.
+	it, err := s.src.read(context.WithoutCancel(ctx), tenant, id)
 	release()
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded):

@@ -1,12 +1,44 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"fmt"
+	"strings"
 
-// apikeyCmd is replaced by the issue that builds it (serve).
+	"github.com/jackc/pgx/v5"
+
+	"tidemark/api"
+)
+
+// apikeyCmd manages API keys; the tenant of every API request comes from its key.
 type apikeyCmd struct {
-	Create apikeyCreateCmd `cmd:"" help:"Create an API key for a tenant."`
+	Create apikeyCreateCmd `cmd:"" help:"Create an API key for a tenant (printed once; only its SHA-256 is stored)."`
 }
 
-type apikeyCreateCmd struct{}
+type apikeyCreateCmd struct {
+	pgFlag
+	Tenant string `name:"tenant" env:"TIDEMARK_TENANT" help:"Tenant the key acts for."`
+}
 
-func (apikeyCreateCmd) Run() error { return errors.New("tidemark apikey create: not built yet") }
+func (c *apikeyCreateCmd) Validate() error {
+	p := c.problems()
+	if strings.TrimSpace(c.Tenant) == "" {
+		p = append(p, "--tenant (TIDEMARK_TENANT) is required")
+	}
+	return joinProblems(p)
+}
+
+func (c *apikeyCreateCmd) Run(ctx context.Context, e *env) error {
+	conn, err := pgx.Connect(ctx, c.PG)
+	if err != nil {
+		return fmt.Errorf("apikey: connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	key, err := api.CreateAPIKey(ctx, conn, c.Tenant)
+	if err != nil {
+		return err
+	}
+	// The key alone on the last line, so scripts can take it with tail -n1.
+	fmt.Fprintf(e.stdout, "API key for tenant %q (shown once; only its SHA-256 is stored):\n%s\n", c.Tenant, key)
+	return nil
+}

@@ -1,8 +1,112 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"time"
 
-// serveCmd is replaced by the issue that builds it.
-type serveCmd struct{}
+	"golang.org/x/sync/errgroup"
 
-func (serveCmd) Run() error { return errors.New("tidemark serve: not built yet") }
+	"tidemark/api"
+	"tidemark/cache"
+	"tidemark/internal/telemetry"
+)
+
+// serveCmd wires flags into api.Config and cache.Config and runs the API,
+// the cache client's watermark poller and the metrics endpoint.
+type serveCmd struct {
+	pgFlag
+	Redis       string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
+	Namespace   string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
+	Addr        string `name:"addr" env:"TIDEMARK_ADDR" default:"127.0.0.1:8080" help:"Listen address of the API."`
+	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+
+	RequestTimeout time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
+	SourceTimeout  time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
+	WriteTimeout   time.Duration `name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"5s" help:"Deadline of one write transaction."`
+	ForegroundRate float64       `name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"12000" help:"Source reads/s for request-path misses, shared by all serve processes."`
+	BackgroundRate float64       `name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"8000" help:"Source reads/s for stale refreshes, shared by all serve processes."`
+	Burst          time.Duration `name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"100ms" help:"Burst tolerance of the source budget, as a window of its rate."`
+	FallbackRate   float64       `name:"source-fallback-rate" env:"TIDEMARK_SOURCE_FALLBACK_RATE" default:"1000" help:"Per-process source reads/s while Redis cannot be asked for the shared budget."`
+	MaxInFlight    int           `name:"source-max-inflight" env:"TIDEMARK_SOURCE_MAX_INFLIGHT" default:"32" help:"Concurrent source reads per process."`
+	InFlightWait   time.Duration `name:"source-inflight-wait" env:"TIDEMARK_SOURCE_INFLIGHT_WAIT" default:"100ms" help:"Longest wait for a free in-flight slot before 503."`
+	L1TTL          time.Duration `name:"l1-ttl" env:"TIDEMARK_L1_TTL" default:"500ms" help:"Lifetime of the in-process hot-key cache (at most 500ms; 0 disables)."`
+	L1Size         int           `name:"l1-size" env:"TIDEMARK_L1_SIZE" default:"10000" help:"Entries of the in-process hot-key cache (0 disables)."`
+	MaxBody        int64         `name:"max-body" env:"TIDEMARK_MAX_BODY" default:"65536" help:"Largest accepted request body in bytes."`
+	AuthTTL        time.Duration `name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"30s" help:"How long a resolved API key is trusted before Postgres is asked again."`
+	AuthStale      time.Duration `name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"10m" help:"How long a known API key keeps working while Postgres cannot be asked."`
+
+	CacheLease        time.Duration `name:"cache-lease" env:"TIDEMARK_CACHE_LEASE" default:"1s" help:"Fill lease lifetime (must match the applier's)."`
+	CacheHardLifetime time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Hard lifetime of a cached value from its effective observation."`
+	CacheSoftMin      time.Duration `name:"cache-soft-min" env:"TIDEMARK_CACHE_SOFT_MIN" default:"3s" help:"Soft expiry lower bound (jittered up to --cache-soft-max)."`
+	CacheSoftMax      time.Duration `name:"cache-soft-max" env:"TIDEMARK_CACHE_SOFT_MAX" default:"5s" help:"Soft expiry upper bound."`
+	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
+}
+
+func (c *serveCmd) apiConfig() api.Config {
+	cfg := api.DefaultConfig()
+	cfg.Addr, cfg.Namespace = c.Addr, c.Namespace
+	cfg.RequestTimeout, cfg.SourceTimeout, cfg.WriteTimeout = c.RequestTimeout, c.SourceTimeout, c.WriteTimeout
+	cfg.ForegroundRate, cfg.BackgroundRate, cfg.BudgetBurst = c.ForegroundRate, c.BackgroundRate, c.Burst
+	cfg.FallbackRate, cfg.MaxInFlight, cfg.InFlightWait = c.FallbackRate, c.MaxInFlight, c.InFlightWait
+	cfg.L1TTL, cfg.L1Size, cfg.MaxBodyBytes = c.L1TTL, c.L1Size, c.MaxBody
+	cfg.AuthTTL, cfg.AuthStale = c.AuthTTL, c.AuthStale
+	return cfg
+}
+
+func (c *serveCmd) cacheConfig() cache.Config {
+	cfg := cache.DefaultConfig()
+	cfg.Namespace = c.Namespace
+	cfg.Lease, cfg.HardLifetime = c.CacheLease, c.CacheHardLifetime
+	cfg.SoftMin, cfg.SoftMax, cfg.NegativeTTL = c.CacheSoftMin, c.CacheSoftMax, c.CacheNegativeTTL
+	return cfg
+}
+
+func (c *serveCmd) Validate() error {
+	p := c.problems()
+	if c.Redis == "" {
+		p = append(p, "--redis (TIDEMARK_REDIS) is required")
+	}
+	var errs []error
+	if len(p) > 0 {
+		errs = append(errs, joinProblems(p))
+	}
+	errs = append(errs, c.apiConfig().Validate())
+	if err := c.cacheConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *serveCmd) Run(ctx context.Context, e *env) error {
+	log := e.log
+	acfg, ccfg := c.apiConfig(), c.cacheConfig()
+	rdb, err := cache.ParseRedisURL(c.Redis)
+	if err != nil {
+		return usageError(err)
+	}
+	defer rdb.Close()
+	pool, err := api.NewPool(ctx, c.PG, acfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	reg := telemetry.NewRegistry()
+	cc, err := cache.New(ccfg, rdb, log, reg)
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return cc.Run(ctx) })
+	g.Go(func() error { return srv.Run(ctx) })
+	g.Go(func() error { return tel.Run(ctx) })
+	return g.Wait()
+}

@@ -1,0 +1,208 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// tenv is one test's Postgres database and Redis server.
+type tenv struct {
+	t     *testing.T
+	dsn   string
+	pool  *pgxpool.Pool
+	redis *testenv.Redis
+	http  *http.Client
+}
+
+func newEnv(t *testing.T) *tenv {
+	t.Helper()
+	return newEnvDSN(t, testenv.SharedPostgres(t).MigratedDatabase(t))
+}
+
+func newEnvDSN(t *testing.T, dsn string) *tenv {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	pool, err := NewPool(ctx, dsn, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{MaxIdleConns: 1000, MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 400}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &tenv{t: t, dsn: dsn, pool: pool, redis: testenv.StartRedis(t), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// testCacheConfig is the design's cache config; tests shorten what they need.
+func testCacheConfig() cache.Config { return cache.DefaultConfig() }
+
+// newCache is a real cache client (its own Redis connections, as another
+// process would have), with its watermark poller running.
+func (e *tenv) newCache(ccfg cache.Config) *cache.Client {
+	e.t.Helper()
+	rdb, err := cache.ParseRedisURL(e.redis.URL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { rdb.Close() })
+	cc, err := cache.New(ccfg, rdb, testenv.Logger(e.t), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { cc.Run(ctx); close(done) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return cc
+}
+
+// instance is one serve process, in-process.
+type instance struct {
+	srv *Server
+	url string
+}
+
+type instOpts struct {
+	cfg   func(*Config)
+	ccfg  func(*cache.Config)
+	hooks func(*Server) // before it serves
+}
+
+func (e *tenv) instance(o instOpts) *instance {
+	e.t.Helper()
+	cfg := DefaultConfig()
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	ccfg := testCacheConfig()
+	if o.ccfg != nil {
+		o.ccfg(&ccfg)
+	}
+	cc := e.newCache(ccfg)
+	rdb, err := cache.ParseRedisURL(e.redis.URL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { rdb.Close() })
+	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if o.hooks != nil {
+		o.hooks(srv)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	e.t.Cleanup(func() {
+		hs.Close()
+		srv.cancel()
+		srv.bg.Wait()
+	})
+	return &instance{srv: srv, url: hs.URL}
+}
+
+// apiKey creates a key for tenant.
+func (e *tenv) apiKey(tenant string) string {
+	e.t.Helper()
+	k, err := CreateAPIKey(context.Background(), e.pool, tenant)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k
+}
+
+type resp struct {
+	code   int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (r resp) version() int64 {
+	v, _ := r.body["version"].(float64)
+	return int64(v)
+}
+
+func (r resp) current() int64 {
+	v, _ := r.body["current_version"].(float64)
+	return int64(v)
+}
+
+// do sends one request; headers alternate name, value.
+func (e *tenv) do(method, url, key, body string, headers ...string) resp {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := e.http.Do(req)
+	if err != nil {
+		e.t.Errorf("%s %s: %v", method, url, err)
+		return resp{}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	r := resp{code: res.StatusCode, header: res.Header, raw: string(b)}
+	if len(bytes.TrimSpace(b)) > 0 {
+		if err := json.Unmarshal(b, &r.body); err != nil {
+			e.t.Errorf("%s %s: body is not JSON: %q", method, url, b)
+		}
+	}
+	return r
+}
+
+func (i *instance) item(id string) string { return i.url + "/v1/catalog/items/" + id }
+
+// sourceReads counts source reads of this test's database, as Postgres saw
+// them (pg_stat_statements), independent of the API's own counters.
+func (e *tenv) sourceReads() int64 {
+	e.t.Helper()
+	var n int64
+	err := e.pool.QueryRow(context.Background(), `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '%tidemark source read%'`).Scan(&n)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *tenv) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *tenv) count(sql string, args ...any) int64 {
+	e.t.Helper()
+	var n int64
+	if err := e.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}

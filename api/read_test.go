@@ -1,0 +1,319 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+)
+
+// A cold GET reads the source and fills; the next is a cache hit with an Age;
+// the API key decides the tenant.
+func TestReadPathAndAuth(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{})
+	key := e.apiKey("acme")
+
+	if r := e.do("GET", in.item("x"), "", ""); r.code != 401 {
+		t.Fatalf("no key: %d %s", r.code, r.raw)
+	}
+	if r := e.do("GET", in.item("x"), "tmk_nope", ""); r.code != 401 {
+		t.Fatalf("unknown key: %d %s", r.code, r.raw)
+	}
+	if r := e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"x","display":{"name":"X"}}`); r.code != 201 || r.version() != 1 {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	r := e.do("GET", in.item("x"), key, "")
+	if r.code != 200 || r.version() != 1 || r.body["item_id"] != "x" || r.header.Get("Cache-Status") != "tidemark; fwd=miss; stored" {
+		t.Fatalf("cold GET: %d %v %s", r.code, r.header, r.raw)
+	}
+	if d, _ := r.body["display"].(map[string]any); d["name"] != "X" {
+		t.Fatalf("display: %s", r.raw)
+	}
+	r = e.do("GET", in.item("x"), key, "")
+	if r.code != 200 || r.header.Get("Cache-Status") != "tidemark; hit" || r.header.Get("Age") == "" {
+		t.Fatalf("warm GET: %d %v %s", r.code, r.header, r.raw)
+	}
+	// Hot: the second hit admits it to L1.
+	e.do("GET", in.item("x"), key, "")
+	r = e.do("GET", in.item("x"), key, "")
+	if r.code != 200 || r.header.Get("Cache-Status") != "tidemark; hit; detail=l1" {
+		t.Fatalf("L1 GET: %d %v %s", r.code, r.header, r.raw)
+	}
+	if got := e.sourceReads(); got != 1 {
+		t.Fatalf("source reads = %d, want 1", got)
+	}
+}
+
+// 500 concurrent GETs of one cold key across 4 serve instances: exactly one
+// source read, counted by Postgres, and every answer has the same version.
+func TestStampedeOneSourceRead(t *testing.T) {
+	e := newEnv(t)
+	var ins []*instance
+	for range 4 {
+		ins = append(ins, e.instance(instOpts{}))
+	}
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'hot', 7, '{"n":1}')`)
+	before := e.sourceReads()
+
+	const n = 500
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	versions := make([]int64, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := e.do("GET", ins[i%4].item("hot"), key, "")
+			codes[i], versions[i] = r.code, r.version()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if codes[i] != 200 || versions[i] != 7 {
+			t.Fatalf("GET %d: code %d version %d, want 200 v7", i, codes[i], versions[i])
+		}
+	}
+	if got := e.sourceReads() - before; got != 1 {
+		t.Fatalf("source reads = %d, want exactly 1", got)
+	}
+}
+
+// A reader paused after reading v41 cannot install v41 once v42 is committed
+// and invalidated: its fill is rejected and the next GET returns v42.
+func TestStaleSetRace(t *testing.T) {
+	e := newEnv(t)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	leaseLong := func(c *cache.Config) { c.Lease = 10 * time.Second; c.FloorTTL = 60 * time.Second; c.MaxAge = 10 * time.Minute }
+	in := e.instance(instOpts{
+		cfg:  func(c *Config) { c.RequestTimeout = 20 * time.Second },
+		ccfg: leaseLong, // the rejection must come from the invalidation, not from lease expiry
+		hooks: func(s *Server) {
+			s.afterSourceRead = func(tenant, item string, it sourceItem) {
+				if item == "race" && it.Version == 41 {
+					once.Do(func() { close(paused); <-resume })
+				}
+			}
+		},
+	})
+	applier := e.newCache(func() cache.Config { c := testCacheConfig(); leaseLong(&c); return c }())
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'race', 41, '{"v":41}')`)
+
+	first := make(chan resp, 1)
+	go func() { first <- e.do("GET", in.item("race"), key, "") }()
+	select {
+	case <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the GET never reached the source")
+	}
+	if r := e.do("PATCH", in.item("race"), key, `{"expected_version":41,"display":{"v":42}}`, "Idempotency-Key", "k1"); r.code != 200 || r.version() != 42 {
+		t.Fatalf("PATCH: %d %s", r.code, r.raw)
+	}
+	// The applier's part: the pipeline delivers (acme, race, 42).
+	if _, err := applier.Invalidate(context.Background(), "acme", "race", 42); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	r := <-first
+	if r.code != 200 || r.version() != 41 {
+		t.Fatalf("paused GET: %d %s", r.code, r.raw)
+	}
+	if cs := r.header.Get("Cache-Status"); strings.Contains(cs, "stored") {
+		t.Fatalf("paused GET's fill was stored: Cache-Status %q", cs)
+	}
+	r = e.do("GET", in.item("race"), key, "")
+	if r.code != 200 || r.version() != 42 {
+		t.Fatalf("GET after the race: %d %s (Cache-Status %q), want v42", r.code, r.raw, r.header.Get("Cache-Status"))
+	}
+}
+
+// With the foreground budget at 50/s, 2,000 distinct cold keys at once get
+// at most burst + 50/s source reads; the rest are 503 with Retry-After.
+func TestBudgetBoundsSourceReads(t *testing.T) {
+	e := newEnv(t)
+	const rate, burstWindow = 50.0, 100 * time.Millisecond
+	var ins []*instance
+	for range 2 { // two processes share one budget
+		ins = append(ins, e.instance(instOpts{cfg: func(c *Config) { c.ForegroundRate = rate; c.BudgetBurst = burstWindow }}))
+	}
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		SELECT 'acme', 'k' || g, 1, '{}' FROM generate_series(1, 2000) g`)
+	before := e.sourceReads()
+
+	const n = 2000
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.do("GET", ins[i%2].item(fmt.Sprintf("k%d", i+1)), key, "")
+			if r.code == 503 && r.header.Get("Retry-After") == "" {
+				t.Errorf("503 without Retry-After")
+			}
+			mu.Lock()
+			codes[r.code]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	reads := e.sourceReads() - before
+	burst := int64(burstWindow/(time.Second/time.Duration(rate))) + 1
+	limit := burst + int64(rate*elapsed.Seconds()) + 1
+	t.Logf("codes %v, source reads %d in %s (limit %d)", codes, reads, elapsed, limit)
+	if codes[200]+codes[503] != n {
+		t.Fatalf("answers other than 200 and 503: %v", codes)
+	}
+	if reads > limit {
+		t.Fatalf("source reads %d exceed the budget %d (burst %d + %v/s over %s)", reads, limit, burst, rate, elapsed)
+	}
+	if reads == 0 || codes[503] == 0 || int64(codes[200]) > reads {
+		t.Fatalf("implausible: %d reads, codes %v", reads, codes)
+	}
+}
+
+// min_version: a lower cached version is skipped and the source read; a
+// min_version above the source's version is a fast 412, one read, no loop.
+func TestMinVersionReadYourWrites(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size = 0 }})
+	key := e.apiKey("acme")
+	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"m","display":"one"}`)
+	if r := e.do("GET", in.item("m"), key, ""); r.version() != 1 {
+		t.Fatalf("GET: %s", r.raw)
+	}
+	if r := e.do("PATCH", in.item("m"), key, `{"expected_version":1,"display":"two"}`, "Idempotency-Key", "p1"); r.version() != 2 {
+		t.Fatalf("PATCH: %d %s", r.code, r.raw)
+	}
+	// No pipeline runs here: the cache still holds v1 for plain readers.
+	if r := e.do("GET", in.item("m"), key, ""); r.version() != 1 {
+		t.Fatalf("plain GET should still see the cached v1: %s", r.raw)
+	}
+	r := e.do("GET", in.item("m")+"?min_version=2", key, "")
+	if r.code != 200 || r.version() != 2 || r.body["display"] != "two" {
+		t.Fatalf("min_version=2: %d %s", r.code, r.raw)
+	}
+	before := e.sourceReads()
+	t0 := time.Now()
+	r = e.do("GET", in.item("m")+"?min_version=9", key, "")
+	if r.code != 412 || r.current() != 2 {
+		t.Fatalf("min_version=9: %d %s", r.code, r.raw)
+	}
+	if d := time.Since(t0); d > 500*time.Millisecond {
+		t.Fatalf("412 took %s", d)
+	}
+	if got := e.sourceReads() - before; got != 1 {
+		t.Fatalf("min_version=9 made %d source reads, want 1", got)
+	}
+	if r := e.do("GET", in.item("m")+"?min_version=x", key, ""); r.code != 400 {
+		t.Fatalf("bad min_version: %d", r.code)
+	}
+}
+
+// A missing item is 404, negative-cached: the repeat does not read the
+// source, and a creation shows after the negative entry expires (at once for
+// min_version readers).
+func TestNotFoundNegativeCache(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{})
+	key := e.apiKey("acme")
+	before := e.sourceReads()
+	if r := e.do("GET", in.item("ghost"), key, ""); r.code != 404 {
+		t.Fatalf("GET: %d %s", r.code, r.raw)
+	}
+	r := e.do("GET", in.item("ghost"), key, "")
+	if r.code != 404 || r.header.Get("Cache-Status") != "tidemark; hit; detail=not-found" {
+		t.Fatalf("repeat: %d %v", r.code, r.header)
+	}
+	if got := e.sourceReads() - before; got != 1 {
+		t.Fatalf("source reads = %d, want 1", got)
+	}
+	created := time.Now()
+	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"ghost","display":1}`)
+	if r := e.do("GET", in.item("ghost"), key, ""); r.code != 404 {
+		t.Fatalf("within the negative TTL: %d", r.code)
+	}
+	if r := e.do("GET", in.item("ghost")+"?min_version=1", key, ""); r.code != 200 || r.version() != 1 {
+		t.Fatalf("min_version=1: %d %s", r.code, r.raw)
+	}
+	testenv.Eventually(t, 5*time.Second, "the item shows once the negative entry expires", func() error {
+		if r := e.do("GET", in.item("ghost"), key, ""); r.code != 200 {
+			return fmt.Errorf("GET: %d", r.code)
+		}
+		return nil
+	})
+	if d := time.Since(created); d > 4*time.Second {
+		t.Fatalf("negative entry lived %s", d)
+	}
+	// A tombstone is 404 too.
+	e.do("DELETE", in.item("ghost")+"?expected_version=1", key, "")
+	if r := e.do("GET", in.item("ghost")+"?min_version=2", key, ""); r.code != 404 {
+		t.Fatalf("tombstone: %d %s", r.code, r.raw)
+	}
+}
+
+// Postgres stopped: the cached value is served (stale) until its hard
+// deadline, then 503 with Retry-After; never 404.
+func TestPostgresDownStaleThen503(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e := newEnvDSN(t, pg.MigratedDatabase(t))
+	const hard = 2 * time.Second
+	in := e.instance(instOpts{ccfg: func(c *cache.Config) {
+		c.SoftMin, c.SoftMax, c.HardLifetime, c.Lease, c.NegativeTTL = 200*time.Millisecond, 300*time.Millisecond, hard, 300*time.Millisecond, time.Second
+	}})
+	key := e.apiKey("acme")
+	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"p","display":"v"}`)
+	t0 := time.Now()
+	if r := e.do("GET", in.item("p"), key, ""); r.code != 200 {
+		t.Fatalf("GET: %d %s", r.code, r.raw)
+	}
+	t1 := time.Now()
+	pg.Stop()
+
+	var served, unavailable int
+	for time.Since(t1) < hard+1500*time.Millisecond {
+		sent := time.Now()
+		r := e.do("GET", in.item("p"), key, "")
+		switch {
+		case r.code == 200:
+			if sent.After(t1.Add(hard)) {
+				t.Fatalf("served at %s after the fill, past the hard deadline %s", sent.Sub(t0), hard)
+			}
+			served++
+		case r.code == 503:
+			if sent.Before(t0.Add(hard - 300*time.Millisecond)) {
+				t.Fatalf("503 at %s, before the hard deadline: %v %s", sent.Sub(t0), r.header, r.raw)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Fatal("503 without Retry-After")
+			}
+			unavailable++
+		default:
+			t.Fatalf("GET during the outage: %d %s", r.code, r.raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if served == 0 || unavailable == 0 {
+		t.Fatalf("served %d, unavailable %d: want both", served, unavailable)
+	}
+	if r := e.do("GET", in.item("never-existed"), key, ""); r.code != 503 {
+		t.Fatalf("unknown item during the outage: %d, want 503 (not 404)", r.code)
+	}
+	_ = http.StatusOK
+}
