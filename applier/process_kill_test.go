@@ -1,0 +1,166 @@
+package applier
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/internal/testenv"
+)
+
+// proc is a `tidemark apply` process.
+type proc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startBinary runs `tidemark apply` for the rig's topic and group.
+func (r *rig) startBinary(group string) *proc {
+	r.t.Helper()
+	bin := testenv.Binary(r.t)
+	cmd := exec.Command(bin, "apply", "--kafka", r.kafka.BrokerList(), "--redis", r.redis.URL(), "--topic", r.topic,
+		"--group", group, "--session-timeout", "1s", "--commit-interval", "100ms", "--metrics-addr=", "--log-level", "debug")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, out: out}
+	r.t.Cleanup(func() {
+		p.kill()
+		if r.t.Failed() {
+			r.t.Logf("tidemark apply output:\n%s", tail(out.String(), 4000))
+		}
+	})
+	return p
+}
+
+// kill is a real kill -9: no revoke, no commit, no leave.
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// waitMembers waits until the group is stable with n members that all own
+// partitions.
+func (r *rig) waitMembers(group string, n int) {
+	r.t.Helper()
+	testenv.Eventually(r.t, 30*time.Second, fmt.Sprintf("%d members with partitions", n), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		gs, err := r.adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return err
+		}
+		g := gs[group]
+		if g.State != "Stable" || len(g.Members) != n {
+			return fmt.Errorf("state %s with %d members", g.State, len(g.Members))
+		}
+		for _, m := range g.Members {
+			a, ok := m.Assigned.AsConsumer()
+			if !ok || len(a.Topics) == 0 || len(a.Topics[0].Partitions) == 0 {
+				return fmt.Errorf("member %s owns nothing", m.MemberID)
+			}
+		}
+		return nil
+	})
+}
+
+// wave produces count changes over keys items at versions above base.
+func (r *rig) wave(final map[string]int64, prefix string, base int64, count, keys int) {
+	r.t.Helper()
+	seen := map[string]int64{}
+	var recs []*kgo.Record
+	for i := 0; i < count; i++ {
+		item := fmt.Sprintf("%s-%d", prefix, i%keys)
+		seen[item]++
+		v := base + seen[item]
+		recs = append(recs, changeRecord(change{"t1", item, v}, time.Now()))
+		final[item] = max(final[item], v)
+	}
+	r.produce(r.prod, recs...)
+}
+
+// kill -9 of a real applier mid-stream, then a restart: every key reaches
+// its final floor (nothing committed before it was applied).
+func TestCrashKill9MidStream(t *testing.T) {
+	r := newRig(t, 4)
+	group := "g_" + r.topic
+	final := map[string]int64{}
+	r.wave(final, "c", 0, 20000, 500)
+	p := r.startBinary(group)
+	testenv.Eventually(t, 60*time.Second, "applying started", func() error {
+		if r.floor("c-0") == 0 {
+			return fmt.Errorf("nothing applied yet")
+		}
+		return nil
+	})
+	r.wave(final, "c", 1000, 5000, 500)
+	p.kill()
+	if err := r.checkFloors(final); err == nil {
+		t.Log("note: every record was applied before the kill")
+	}
+	r.wave(final, "c", 2000, 2000, 500)
+	r.startBinary(group)
+	r.waitFloors(60*time.Second, final)
+}
+
+// Two and three appliers in one group, one (a real process) killed: its
+// partitions are applied by the others within 15 s.
+func TestGroupMemberKilled(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d_appliers", n), func(t *testing.T) {
+			r := newRig(t, 6)
+			cfg := r.config()
+			for i := 0; i < n-1; i++ {
+				r.start(cfg, nil)
+			}
+			p := r.startBinary(cfg.Group)
+			r.waitMembers(cfg.Group, n)
+			final := map[string]int64{}
+			r.wave(final, "g", 0, 600, 120)
+			r.waitFloors(20*time.Second, final)
+			p.kill()
+			killed := time.Now()
+			r.wave(final, "g", 100, 600, 120)
+			r.waitFloors(15*time.Second-time.Since(killed), final)
+			t.Logf("the killed applier's partitions were applied %s after the kill", time.Since(killed).Round(time.Millisecond))
+			if !strings.Contains(p.out.String(), "partitions assigned") {
+				t.Fatal("the killed applier never owned partitions")
+			}
+		})
+	}
+}
