@@ -95,7 +95,11 @@ func TestStaleSetRace(t *testing.T) {
 	e := newEnv(t)
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	leaseLong := func(c *cache.Config) { c.Lease = 10 * time.Second; c.FloorTTL = 60 * time.Second; c.MaxAge = 10 * time.Minute }
+	leaseLong := func(c *cache.Config) {
+		c.Lease = 10 * time.Second
+		c.FloorTTL = 60 * time.Second
+		c.MaxAge = 10 * time.Minute
+	}
 	in := e.instance(instOpts{
 		cfg:  func(c *Config) { c.RequestTimeout = 20 * time.Second },
 		ccfg: leaseLong, // the rejection must come from the invalidation, not from lease expiry
