@@ -77,7 +77,7 @@ func New(cfg Config, log *slog.Logger) (*Broker, error) {
 	return &Broker{cluster: c, log: log.With("component", "broker")}, nil
 }
 
-// Addrs are the brokers' listen addresses.
+// Addrs are the brokers' listen addresses (not callable after Close: kfake blocks).
 func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
 
 // Run serves until ctx ends, then closes the cluster (flushing its data).

@@ -1,0 +1,53 @@
+# tidemark — the two commands a new user needs are `make run` and `make test`.
+GO        ?= go
+BIN       := bin/tidemark
+PKGS      := ./...
+# The local run and the tests need redis-server (and kcat for manual checks);
+# PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin).
+DEPS_APT  := redis-server kcat
+
+.PHONY: build run test test-go lint bench deps fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tidemark
+
+# The main job on its embedded defaults: private Postgres, Redis and Kafka
+# under .tidemark/, demo tenants and load, a live status line.
+run: deps build
+	./$(BIN) dev --demo-load 200
+
+# Installs what a fresh Debian machine lacks (needs root; no-op when present).
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# The tests: lint, then every package with the race detector against real
+# Postgres, Redis and kfake started by the tests themselves.
+test: deps lint test-go
+
+test-go:
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: build
+	./$(BIN) bench capture
+	./$(BIN) bench cache
+	./$(BIN) bench apply
+	./$(BIN) bench serve
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema
+	$(GO) test -run '^$$' -fuzz FuzzKey -fuzztime 30s ./schema
+
+clean:
+	rm -rf bin

@@ -1,0 +1,68 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/internal/testenv"
+	"tidemark/migrations"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestUpIsIdempotent(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.DSN(pg.NewDatabase(t))
+	ctx := testenv.Context(t, time.Minute)
+	log := testenv.Logger(t)
+
+	first, err := migrations.Up(ctx, dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Applied) == 0 || first.Current != first.Applied[len(first.Applied)-1] {
+		t.Fatalf("first run applied %v, current %d", first.Applied, first.Current)
+	}
+	second, err := migrations.Up(ctx, dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.Applied) != 0 || second.Current != first.Current {
+		t.Fatalf("second run applied %v (want none), current %d", second.Applied, second.Current)
+	}
+	applied, pending, err := migrations.Status(ctx, dsn)
+	if err != nil || len(pending) != 0 || len(applied) != len(first.Applied) {
+		t.Fatalf("status: applied %v pending %v err %v", applied, pending, err)
+	}
+}
+
+func TestPublicationLeavesDisplayOut(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	if _, err := migrations.Up(context.Background(), pg.DSN(db), testenv.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	conn := pg.Connect(t, db)
+	var cols []string
+	err := conn.QueryRow(context.Background(),
+		`SELECT attnames FROM pg_publication_tables WHERE pubname = 'tidemark' AND schemaname = 'catalog' AND tablename = 'items'`).Scan(&cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(cols, ",")
+	if strings.Contains(got, "display") || !strings.Contains(got, "version") || !strings.Contains(got, "tenant_id") {
+		t.Fatalf("publication columns = %s", got)
+	}
+}
+
+func TestPartialStateIsReported(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	pg.Exec(t, db, "CREATE SCHEMA catalog")
+	_, err := migrations.Up(context.Background(), pg.DSN(db), testenv.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "partially set up") {
+		t.Fatalf("Up on a hand-made schema: %v, want a partial-state error", err)
+	}
+}
