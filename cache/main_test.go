@@ -109,3 +109,101 @@ func hash(t *testing.T, b *backend, ns, tenant, item string) map[string]string {
 	}
 	return h
 }
+
+// nodeFor returns the testenv server that holds key (standalone: the server).
+func (b *backend) nodeFor(t *testing.T, key string) *testenv.Redis {
+	t.Helper()
+	if b.single != nil {
+		return b.single
+	}
+	m, err := b.rdb.(*redis.ClusterClient).MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range b.cluster.Nodes {
+		if n.Addr == m.Options().Addr {
+			return n
+		}
+	}
+	t.Fatalf("no node has address %s", m.Options().Addr)
+	return nil
+}
+
+// restartNodeOf restarts the server holding key with its data lost (a
+// Cluster node keeps its identity and slots, as with a persisted nodes.conf).
+func (b *backend) restartNodeOf(t *testing.T, key string) {
+	t.Helper()
+	n := b.nodeFor(t, key)
+	if b.single != nil {
+		n.Restart(t)
+	} else {
+		n.Stop()
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.cluster.WaitReady(testenv.Context(t, 30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	testenv.Eventually(t, 10*time.Second, "key's node answers after restart", func() error {
+		return b.rdb.Exists(ctx, key).Err()
+	})
+}
+
+// moveSlotOf migrates key's slot (with its keys, as redis-cli --cluster
+// reshard does) to another master and returns the new owner.
+func (b *backend) moveSlotOf(t *testing.T, key string) *testenv.Redis {
+	t.Helper()
+	ctx := context.Background()
+	src := b.nodeFor(t, key)
+	var dst *testenv.Redis
+	for _, n := range b.cluster.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	sc, dc := src.Client(t), dst.Client(t)
+	srcID, dstID := sc.ClusterMyID(ctx).Val(), dc.ClusterMyID(ctx).Val()
+	slot := int(sc.ClusterKeySlot(ctx, key).Val())
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(sc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	keys, err := sc.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+	must(err)
+	for _, k := range keys {
+		must(sc.Migrate(ctx, "127.0.0.1", fmt.Sprint(dst.Port), k, 0, 5*time.Second).Err())
+	}
+	for _, n := range b.cluster.Nodes {
+		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
+	testenv.Eventually(t, 10*time.Second, "key served by its new node", func() error {
+		if n := b.nodeFor(t, key); n != dst {
+			b.rdb.(*redis.ClusterClient).ReloadState(ctx)
+			return fmt.Errorf("still routed to %s", n.Addr)
+		}
+		return nil
+	})
+	return dst
+}
+
+// acquire polls Lookup until it hands out a token (a lease held by someone
+// else must lapse first).
+func acquire(t *testing.T, c *cache.Client, tenant, item string) cache.LookupResult {
+	t.Helper()
+	var r cache.LookupResult
+	testenv.Eventually(t, 5*time.Second, "a lease token", func() error {
+		r = lookup(t, c, tenant, item, 0)
+		if r.Token.IsZero() {
+			return fmt.Errorf("lookup = %s", r.Status)
+		}
+		return nil
+	})
+	return r
+}
