@@ -120,7 +120,6 @@ func (r *running) counter(t *testing.T, name string, labels ...string) float64 {
 	return total
 }
 
-
 // record is one Kafka record, decoded.
 type record struct {
 	partition int32

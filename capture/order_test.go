@@ -2,10 +2,10 @@ package capture_test
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"

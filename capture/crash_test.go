@@ -1,0 +1,294 @@
+package capture_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	osexec "os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"tidemark/capture"
+	"tidemark/internal/testenv"
+	"tidemark/schema"
+)
+
+// workload commits single-row updates of random keys until stopped and
+// remembers every committed (key, version).
+type workload struct {
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	committed []kv
+}
+
+func startWorkload(t *testing.T, dsn string, keys int) *workload {
+	t.Helper()
+	setup := connect(t, dsn)
+	exec(t, setup, `INSERT INTO catalog.items (tenant_id, item_id, version)
+		SELECT 'w', 'k' || i, 1 FROM generate_series(0, $1 - 1) i`, keys)
+	w := &workload{stop: make(chan struct{})}
+	conn := connect(t, dsn)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		rng := rand.New(rand.NewPCG(7, 7))
+		for {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			i := rng.IntN(keys)
+			var v int64
+			err := conn.QueryRow(context.Background(), `UPDATE catalog.items SET version = version + 1 WHERE tenant_id = 'w' AND item_id = $1 RETURNING version`,
+				fmt.Sprintf("k%d", i)).Scan(&v)
+			if err != nil {
+				t.Errorf("workload: %v", err)
+				return
+			}
+			w.mu.Lock()
+			w.committed = append(w.committed, kv{schema.Key("w", fmt.Sprintf("k%d", i)), v})
+			w.mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	t.Cleanup(w.finish)
+	return w
+}
+
+func (w *workload) finish() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	w.wg.Wait()
+}
+
+func (w *workload) all() []kv {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]kv(nil), w.committed...)
+}
+
+func waitAll(t *testing.T, k *testenv.Kafka, topic string, want []kv) {
+	t.Helper()
+	testenv.Eventually(t, 90*time.Second, "every committed version in the topic", func() error {
+		return joinErr(missing(readTopic(t, k.Brokers, topic), want))
+	})
+}
+
+// Capture is killed at random points while a workload runs (no flush, no
+// final status), and once loses its replication connection; after
+// restarts, nothing committed is missing (duplicates are allowed).
+func TestCrashSafetyInProcess(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	cfg.Relay.MaxInflight = 50 // keep records in flight at the crash
+	conn := connect(t, dsn)
+	// The slot exists before the first change: everything after it counts.
+	exec(t, conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot)
+	w := startWorkload(t, dsn, 50)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 4 {
+		r := start(t, cfg)
+		r.waitReady(t)
+		if i == 1 {
+			// Postgres connection lost: Run reconnects and resumes from the slot.
+			exec(t, conn, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot)
+			r.waitReady(t)
+		}
+		time.Sleep(time.Duration(200+rng.IntN(1200)) * time.Millisecond)
+		capture.Crash(r.c, r.stop)
+		r.wait(t)
+	}
+	w.finish()
+	committed := w.all()
+	if len(committed) < 100 {
+		t.Fatalf("workload committed only %d changes", len(committed))
+	}
+	r := start(t, cfg)
+	r.waitReady(t)
+	waitAll(t, k, cfg.Relay.Topic, committed)
+}
+
+// While Kafka refuses every produce, the slot's confirmed_flush_lsn must not
+// move past what Kafka holds; once Kafka recovers, everything arrives and
+// the slot moves on.
+func TestKafkaFailureHoldsConfirm(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	conn := connect(t, dsn)
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'before', 1)")
+	waitItem(t, k, cfg.Relay.Topic, "t", "before", 1)
+
+	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition, Count: -1})
+	var s string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := schema.ParseLSN(s)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'during', 1)")
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		if got := slotLSN(t, conn, cfg.Slot); got > held {
+			t.Fatalf("confirmed_flush_lsn %s moved past %s while Kafka refused the records after it", got, held)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if fault.Hits() == 0 {
+		t.Fatal("the produce fault never hit")
+	}
+	if len(missing(readTopic(t, k.Brokers, cfg.Relay.Topic), []kv{{schema.Key("t", "during"), 1}})) == 0 {
+		t.Fatal("record arrived despite the fault")
+	}
+	fault.Remove()
+	waitItem(t, k, cfg.Relay.Topic, "t", "during", 1)
+	testenv.Eventually(t, 20*time.Second, "slot advances after Kafka recovers", func() error {
+		if got := slotLSN(t, conn, cfg.Slot); got <= held {
+			return errorf("confirmed_flush_lsn %s", got)
+		}
+		return nil
+	})
+}
+
+// binary runs `tidemark capture` as a real process.
+type binary struct {
+	cmd  *osexec.Cmd
+	addr string
+	done chan struct{}
+}
+
+func startBinary(t *testing.T, cfg capture.Config, extra ...string) *binary {
+	t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	args := append([]string{"capture", "--pg", cfg.PG, "--kafka", cfg.Relay.Brokers[0], "--slot", cfg.Slot,
+		"--partitions", strconv.Itoa(cfg.Relay.Partitions), "--heartbeat", cfg.Heartbeat.String(), "--metrics-addr", addr}, extra...)
+	cmd := osexec.Command(testenv.Binary(t), args...)
+	cmd.Stderr = os.Stderr
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	} else {
+		cmd.Stderr = nil
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &binary{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(b.done) }()
+	t.Cleanup(func() { b.kill() })
+	return b
+}
+
+func (b *binary) ready() error {
+	resp, err := http.Get("http://" + b.addr + "/readyz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return errorf("readyz %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func (b *binary) waitReady(t *testing.T) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, "capture binary ready", func() error {
+		select {
+		case <-b.done:
+			t.Fatalf("capture binary exited: %v", b.cmd.ProcessState)
+		default:
+		}
+		return b.ready()
+	})
+}
+
+func (b *binary) kill() {
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	<-b.done
+}
+
+// A real `kill -9` of the capture process, twice, during a workload; a
+// standby instance on the same slot waits, then takes over within 10 s of
+// the active one dying; nothing committed is missing.
+func TestKill9AndTakeover(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	exec(t, connect(t, dsn), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot)
+	w := startWorkload(t, dsn, 50)
+
+	a := startBinary(t, cfg)
+	a.waitReady(t)
+	time.Sleep(700 * time.Millisecond)
+	a.kill()
+
+	a = startBinary(t, cfg)
+	a.waitReady(t)
+	// The standby: same slot, in-process.
+	r := start(t, cfg)
+	time.Sleep(2 * time.Second)
+	if err := r.c.Ready(context.Background()); err == nil {
+		t.Fatal("standby is ready while the active instance holds the slot")
+	}
+	a.kill()
+	died := time.Now()
+	testenv.Eventually(t, 10*time.Second, "standby takes over", func() error { return r.c.Ready(context.Background()) })
+	t.Logf("standby took over %s after kill -9", time.Since(died).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	w.finish()
+	waitAll(t, k, cfg.Relay.Topic, w.all())
+}
+
+// SIGTERM: the binary stops reading, flushes, confirms its final LSN and
+// exits 0.
+func TestSigtermConfirmsAndExits0(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	cfg.Heartbeat = time.Hour
+	conn := connect(t, dsn)
+	b := startBinary(t, cfg)
+	b.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) SELECT 't', 'i' || g, 1 FROM generate_series(1, 2000) g")
+	var s string
+	conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s)
+	end, _ := schema.ParseLSN(s)
+	waitItem(t, k, cfg.Relay.Topic, "t", "i2000", 1)
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit within 30s of SIGTERM")
+	}
+	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if got := slotLSN(t, conn, cfg.Slot); got < end {
+		t.Fatalf("confirmed_flush_lsn %s after SIGTERM, want >= %s (the last transaction's end)", got, end)
+	}
+}
