@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"tidemark/internal/localserver"
 )
 
 // Main wraps testing.M.Run: it stops the package's shared servers afterwards.
@@ -64,7 +66,7 @@ func Unique(t testing.TB, prefix string) string {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, err := freePort()
+	p, err := localserver.FreePort()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}

@@ -1,0 +1,19 @@
+// Package localserver runs private Postgres and Redis server processes from
+// the installed binaries, for `tidemark dev`, the benchmarks and (through
+// internal/testenv) the tests. It is not a way to run production servers.
+package localserver
+
+import (
+	"fmt"
+	"net"
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("localserver: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
