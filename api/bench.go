@@ -128,7 +128,9 @@ func (r BenchReport) Markdown() string {
 	return b.String()
 }
 
-func fmtDur(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
 
 // RunBench starts what is missing (Postgres, Redis), seeds cfg.Items items,
 // runs `tidemark serve` and measures it. A simulated healthy pipeline keeps

@@ -16,6 +16,7 @@ type Config struct {
 	RequestTimeout time.Duration // --request-timeout: a GET's deadline (Wait polling ends here with 503)
 	SourceTimeout  time.Duration // --source-timeout: statement timeout of one source read
 	WriteTimeout   time.Duration // --write-timeout: deadline of one write transaction
+	LookupTimeout  time.Duration // --lookup-timeout: bound of one cache Lookup, so a dead Redis is noticed within the request deadline
 
 	// Source budget shared by every serve process (GCRA in Redis), per class.
 	ForegroundRate float64       // --source-foreground-rate: reads/s for request-path misses
@@ -41,6 +42,7 @@ func DefaultConfig() Config {
 		RequestTimeout: time.Second,
 		SourceTimeout:  time.Second,
 		WriteTimeout:   5 * time.Second,
+		LookupTimeout:  250 * time.Millisecond,
 		ForegroundRate: 12000,
 		BackgroundRate: 8000,
 		BudgetBurst:    100 * time.Millisecond,
@@ -72,6 +74,7 @@ func (c Config) Validate() error {
 	pos("--request-timeout", c.RequestTimeout)
 	pos("--source-timeout", c.SourceTimeout)
 	pos("--write-timeout", c.WriteTimeout)
+	pos("--lookup-timeout", c.LookupTimeout)
 	pos("--source-burst", c.BudgetBurst)
 	pos("--source-inflight-wait", c.InFlightWait)
 	pos("--auth-ttl", c.AuthTTL)

@@ -104,7 +104,9 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 	key := tenant + "\x00" + id
 	waited := false
 	for {
-		lr, err := s.cache.Lookup(ctx, tenant, id, minVersion)
+		lctx, lcancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
+		lr, err := s.cache.Lookup(lctx, tenant, id, minVersion)
+		lcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second}

@@ -321,3 +321,45 @@ func TestPostgresDownStaleThen503(t *testing.T) {
 	}
 	_ = http.StatusOK
 }
+
+// Redis down: reads fall through to the source only through the per-process
+// fallback rate and in-flight cap, never unbounded; answers are 200 or 503.
+func TestRedisDownBoundedFallthrough(t *testing.T) {
+	e := newEnv(t)
+	const rate = 5.0
+	in := e.instance(instOpts{cfg: func(c *Config) { c.FallbackRate = rate; c.BudgetBurst = 200 * time.Millisecond }})
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		SELECT 'acme', 'r' || g, 3, '{}' FROM generate_series(1, 200) g`)
+	e.do("GET", in.item("r1"), key, "") // the key is known before Redis goes
+	e.redis.Kill()
+	before := e.sourceReads()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.do("GET", in.item(fmt.Sprintf("r%d", i+1)), key, "")
+			if r.code == 200 && (r.version() != 3 || !strings.Contains(r.header.Get("Cache-Status"), "cache-unavailable")) {
+				t.Errorf("200 without the source's version or the cache-unavailable detail: %v %s", r.header, r.raw)
+			}
+			mu.Lock()
+			codes[r.code]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	reads := e.sourceReads() - before
+	limit := int64(200*time.Millisecond/(time.Second/rate)) + 1 + int64(rate*elapsed.Seconds()) + 1
+	t.Logf("codes %v, %d source reads in %s (limit %d)", codes, reads, elapsed, limit)
+	if codes[200]+codes[503] != 200 || codes[200] == 0 {
+		t.Fatalf("answers: %v", codes)
+	}
+	if reads > limit {
+		t.Fatalf("%d source reads with Redis down, limit %d", reads, limit)
+	}
+}

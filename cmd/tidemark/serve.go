@@ -24,6 +24,7 @@ type serveCmd struct {
 	RequestTimeout time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
 	SourceTimeout  time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
 	WriteTimeout   time.Duration `name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"5s" help:"Deadline of one write transaction."`
+	LookupTimeout  time.Duration `name:"lookup-timeout" env:"TIDEMARK_LOOKUP_TIMEOUT" default:"250ms" help:"Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget."`
 	ForegroundRate float64       `name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"12000" help:"Source reads/s for request-path misses, shared by all serve processes."`
 	BackgroundRate float64       `name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"8000" help:"Source reads/s for stale refreshes, shared by all serve processes."`
 	Burst          time.Duration `name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"100ms" help:"Burst tolerance of the source budget, as a window of its rate."`
@@ -47,6 +48,7 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.Namespace = c.Addr, c.Namespace
 	cfg.RequestTimeout, cfg.SourceTimeout, cfg.WriteTimeout = c.RequestTimeout, c.SourceTimeout, c.WriteTimeout
+	cfg.LookupTimeout = c.LookupTimeout
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.BudgetBurst = c.ForegroundRate, c.BackgroundRate, c.Burst
 	cfg.FallbackRate, cfg.MaxInFlight, cfg.InFlightWait = c.FallbackRate, c.MaxInFlight, c.InFlightWait
 	cfg.L1TTL, cfg.L1Size, cfg.MaxBodyBytes = c.L1TTL, c.L1Size, c.MaxBody
