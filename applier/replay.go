@@ -108,7 +108,7 @@ func (r *Replay) Progress() (done, total int64) { return r.done.Load(), r.total.
 // Run replays from the offsets at Since to the end offsets seen at start.
 func (r *Replay) Run(ctx context.Context) (ReplaySummary, error) {
 	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cfg.Brokers...), kgo.FetchMaxWait(200*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cfg.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.FetchMaxPartitionBytes(16<<20), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		return ReplaySummary{}, fmt.Errorf("applier: replay: kafka client: %w", err)
 	}
@@ -189,10 +189,15 @@ func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.Topic: offsets})
 	proc := processor{cache: r.cache, met: r.met, counts: &r.counts, log: r.log, maxBatch: r.cfg.MaxBatch,
 		bo: backoff{r.cfg.BackoffMin, r.cfg.BackoffMax}}
+	// Each partition has its own worker; a worker that falls behind gets its
+	// partition paused instead of blocking the poll loop (which would
+	// starve every other partition).
+	const queueCap = 16
 	chans := map[int32]chan []*kgo.Record{}
+	paused := map[int32]bool{}
 	var wg sync.WaitGroup
 	for p := range offsets {
-		ch := make(chan []*kgo.Record, 4)
+		ch := make(chan []*kgo.Record, queueCap)
 		chans[p] = ch
 		end := ranges[p][1]
 		wg.Add(1)
@@ -215,13 +220,23 @@ func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]
 	go func() { wg.Wait(); close(finished) }()
 	remaining := len(offsets)
 	doneP := map[int32]bool{}
-	for remaining > 0 {
-		fetches := cl.PollRecords(ctx, 10000)
+	for remaining > 0 && ctx.Err() == nil {
+		for p := range paused {
+			if len(chans[p]) < queueCap/4 {
+				delete(paused, p)
+				cl.ResumeFetchPartitions(map[string][]int32{r.cfg.Topic: {p}})
+			}
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		fetches := cl.PollRecords(pctx, 10000)
+		pcancel()
 		if ctx.Err() != nil {
 			break
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			r.log.Warn("fetch error (retrying)", "partition", p, "err", err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				r.log.Warn("fetch error (retrying)", "partition", p, "err", err)
+			}
 		})
 		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
 			if doneP[ftp.Partition] || len(ftp.Records) == 0 {
@@ -232,18 +247,23 @@ func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]
 			if i := slices.IndexFunc(recs, func(rec *kgo.Record) bool { return rec.Offset >= end }); i >= 0 {
 				recs = recs[:i]
 			}
+			ch := chans[ftp.Partition]
 			if len(recs) > 0 {
 				select {
-				case chans[ftp.Partition] <- recs:
+				case ch <- recs:
 				case <-ctx.Done():
 					return
 				}
 			}
 			if len(recs) < len(ftp.Records) || recs[len(recs)-1].Offset+1 >= end {
 				doneP[ftp.Partition] = true
-				close(chans[ftp.Partition])
+				delete(paused, ftp.Partition)
+				close(ch)
 				cl.PauseFetchPartitions(map[string][]int32{r.cfg.Topic: {ftp.Partition}})
 				remaining--
+			} else if len(ch) >= queueCap/2 && !paused[ftp.Partition] {
+				paused[ftp.Partition] = true
+				cl.PauseFetchPartitions(map[string][]int32{r.cfg.Topic: {ftp.Partition}})
 			}
 		})
 	}

@@ -1,8 +1,84 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
 
-// benchApplyCmd is replaced by the issue that builds it.
-type benchApplyCmd struct{}
+	"github.com/redis/go-redis/v9"
 
-func (benchApplyCmd) Run() error { return errors.New("tidemark bench apply: not built yet") }
+	"tidemark/applier"
+	"tidemark/cache"
+)
+
+// benchApplyCmd wires flags into applier.BenchConfig, provides the servers
+// (a private redis-server and in-process kfake unless given) and prints the
+// table.
+type benchApplyCmd struct {
+	Kafka      string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers; empty starts an in-process kfake."`
+	Redis      string        `name:"redis" env:"TIDEMARK_REDIS" help:"A standalone Redis (redis://host:port/db) to benchmark; empty starts a private redis-server. Its data is used: point it at a scratch server."`
+	Events     int           `name:"events" default:"1000000" help:"Events replayed."`
+	Keys       int           `name:"keys" default:"100000" help:"Keys the replayed events spread over."`
+	Partitions int           `name:"partitions" default:"12" help:"Partitions of the bench topics."`
+	Rate       int           `name:"rate" default:"2000" help:"Events/s of the steady latency phase."`
+	Duration   time.Duration `name:"duration" default:"15s" help:"Length of the steady latency phase."`
+}
+
+func (c *benchApplyCmd) config() applier.BenchConfig {
+	cfg := applier.DefaultBenchConfig()
+	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Events, cfg.Keys, cfg.Partitions, cfg.Rate, cfg.Duration = c.Events, c.Keys, c.Partitions, c.Rate, c.Duration
+	return cfg
+}
+
+func (c *benchApplyCmd) Validate() error { return c.config().Validate() }
+
+func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
+	cfg := c.config()
+	redisURL := c.Redis
+	if redisURL == "" {
+		pr, err := applier.StartPrivateRedis(ctx)
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		redisURL = "redis://" + pr.Addr + "/0"
+	}
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		return usageError(fmt.Errorf("--redis %q: %w", redisURL, err))
+	}
+	cfg.RedisAddr = u.Host
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return usageError(fmt.Errorf("--redis: %w (bench apply needs a standalone server)", err))
+	}
+	opt.PoolSize = 64
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	cc, err := cache.New(cache.DefaultConfig(), rdb, e.log, nil)
+	if err != nil {
+		return err
+	}
+	b, err := applier.NewBench(cfg, cc, e.log)
+	if err != nil {
+		return err
+	}
+	res, err := b.Run(ctx)
+	if err != nil {
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "| measure | value | goal |\n|---|---|---|\n")
+	fmt.Fprintf(w, "| replay: %d events over %d keys, %d partitions | %s, **%.0f events/s** (applied %d, duplicate %d, older %d) | >= 100,000/s |\n",
+		res.Events, cfg.Keys, cfg.Partitions, res.ReplayElapsed.Round(time.Millisecond), res.ReplayRate, res.Replay.Applied, res.Replay.Duplicate, res.Replay.Older)
+	fmt.Fprintf(w, "| ceiling: redis-benchmark -P 100 -c 50 EVALSHA `return 1` | %.0f req/s | |\n", res.CeilingTrivial)
+	fmt.Fprintf(w, "| ceiling: the same, one HSET on a random key | %.0f req/s | |\n", res.CeilingKeyed)
+	fmt.Fprintf(w, "| replay / trivial EVALSHA ceiling | **%.2f** | |\n", res.Ratio)
+	fmt.Fprintf(w, "| commit-to-apply at %.0f events/s (%d samples) | p50 %s, **p99 %s**, max %s | p99 < 20 ms |\n",
+		res.SteadyRate, res.SteadyEvents, ms(res.P50), ms(res.P99), ms(res.Max))
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

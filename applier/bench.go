@@ -1,0 +1,375 @@
+package applier
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/cache"
+	"tidemark/schema"
+)
+
+// BenchConfig configures `tidemark bench apply`.
+type BenchConfig struct {
+	Brokers    []string      // --kafka; empty starts an in-process kfake
+	RedisAddr  string        // host:port of a standalone Redis for the EVALSHA ceiling (redis-benchmark)
+	Events     int           // --events replayed
+	Keys       int           // --keys the events spread over
+	Partitions int           // --partitions of the bench topics
+	Rate       int           // --rate of the steady latency phase, events/s
+	Duration   time.Duration // --duration of the steady latency phase
+}
+
+// DefaultBenchConfig is the issue's benchmark.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Events: 1_000_000, Keys: 100_000, Partitions: 12, Rate: 2000, Duration: 15 * time.Second}
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c BenchConfig) Validate() error {
+	var errs []error
+	if c.Events < 1 || c.Keys < 1 || c.Keys > c.Events {
+		errs = append(errs, fmt.Errorf("--events (%d) and --keys (%d) must be positive with keys <= events", c.Events, c.Keys))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+	}
+	if c.Rate < 1 || c.Duration < time.Second {
+		errs = append(errs, fmt.Errorf("--rate (%d) must be positive and --duration (%s) at least 1s", c.Rate, c.Duration))
+	}
+	return errors.Join(errs...)
+}
+
+// BenchResult is what the benchmark measured.
+type BenchResult struct {
+	Events         int64
+	ReplayElapsed  time.Duration
+	ReplayRate     float64 // events/s
+	Replay         Counts
+	CeilingTrivial float64 // redis-benchmark -P 100 EVALSHA of `return 1`, requests/s
+	CeilingKeyed   float64 // the same with one HSET on a random key of --keys, requests/s
+	Ratio          float64 // ReplayRate / CeilingTrivial
+	SteadyEvents   int
+	SteadyRate     float64
+	P50, P99, Max  time.Duration // commit-to-apply at the steady rate
+}
+
+// Bench runs the applier benchmarks against a cache tier.
+type Bench struct {
+	cfg   BenchConfig
+	cache Cache
+	log   *slog.Logger
+}
+
+// NewBench checks cfg.
+func NewBench(cfg BenchConfig, c Cache, log *slog.Logger) (*Bench, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Bench{cfg: cfg, cache: c, log: log.With("component", "bench")}, nil
+}
+
+// Run measures replay throughput, the EVALSHA ceiling, and steady-state
+// commit-to-apply latency.
+func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
+	var res BenchResult
+	brokers := b.cfg.Brokers
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	replayTopic, steadyTopic := "bench.replay."+suffix, "bench.steady."+suffix
+	if len(brokers) == 0 {
+		kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(b.cfg.Partitions), replayTopic, steadyTopic),
+			kfake.GroupMinSessionTimeout(time.Second))
+		if err != nil {
+			return res, fmt.Errorf("applier: bench: start kfake: %w", err)
+		}
+		defer kc.Close()
+		brokers = kc.ListenAddrs()
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(),
+		kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(200_000), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return res, fmt.Errorf("applier: bench: kafka client: %w", err)
+	}
+	defer prod.Close()
+
+	// Phase 1: replay throughput.
+	since := time.Now().Add(-time.Second)
+	b.log.Info("producing", "events", b.cfg.Events, "keys", b.cfg.Keys, "topic", replayTopic)
+	if err := b.produceHistory(ctx, prod, replayTopic); err != nil {
+		return res, err
+	}
+	rcfg := DefaultReplayConfig()
+	rcfg.Brokers, rcfg.Topic, rcfg.Since = brokers, replayTopic, since
+	rp, err := NewReplay(rcfg, Deps{Cache: b.cache, Log: b.log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return res, err
+	}
+	b.log.Info("replaying")
+	sum, err := rp.Run(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Events, res.ReplayElapsed, res.Replay = sum.Records, sum.Elapsed, sum.Counts
+	res.ReplayRate = float64(sum.Records) / sum.Elapsed.Seconds()
+
+	// Phase 2: the ceiling, measured now, on the same server.
+	if b.cfg.RedisAddr != "" {
+		b.log.Info("measuring the pipelined EVALSHA ceiling with redis-benchmark")
+		if res.CeilingTrivial, err = evalshaCeiling(ctx, b.cfg.RedisAddr, "return 1", 0, 0); err != nil {
+			return res, err
+		}
+		if res.CeilingKeyed, err = evalshaCeiling(ctx, b.cfg.RedisAddr, "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])", 1, b.cfg.Keys); err != nil {
+			return res, err
+		}
+		res.Ratio = res.ReplayRate / res.CeilingTrivial
+	}
+
+	// Phase 3: commit-to-apply latency at a steady rate through the group
+	// applier.
+	b.log.Info("steady phase", "rate", b.cfg.Rate, "duration", b.cfg.Duration)
+	if err := b.steady(ctx, brokers, prod, steadyTopic, &res); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (b *Bench) produceHistory(ctx context.Context, prod *kgo.Client, topic string) error {
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	versions := make([]int64, b.cfg.Keys)
+	commit := time.Now()
+	for i := 0; i < b.cfg.Events; i++ {
+		k := (i * 7919) % b.cfg.Keys // spread keys over the stream
+		versions[k]++
+		item := "item-" + strconv.Itoa(k)
+		ev := &schema.Change{Tenant: "bench", Item: item, Version: versions[k], Op: schema.OpUpsert, LSN: schema.LSN(i + 1), CommitTime: commit, Xid: 1}
+		wg.Add(1)
+		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(schema.Key("bench", item)), Value: schema.Encode(ev)}, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				firstErr = cmp(firstErr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fmt.Errorf("applier: bench: produce: %w", firstErr)
+	}
+	return nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// latencyCache records commit-to-apply per invalidation: the steady phase
+// writes the commit time (unix nanos) as the version.
+type latencyCache struct {
+	Cache
+	mu   sync.Mutex
+	lats []time.Duration
+	on   bool
+}
+
+func (l *latencyCache) InvalidateBatch(ctx context.Context, batch []cache.Invalidation) ([]cache.InvalidateOutcome, error) {
+	out, err := l.Cache.InvalidateBatch(ctx, batch)
+	if err != nil {
+		return out, err
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if l.on {
+		for _, inv := range batch {
+			l.lats = append(l.lats, now.Sub(time.Unix(0, inv.Version)))
+		}
+	}
+	l.mu.Unlock()
+	return out, nil
+}
+
+func (b *Bench) steady(ctx context.Context, brokers []string, prod *kgo.Client, topic string, res *BenchResult) error {
+	lc := &latencyCache{Cache: b.cache}
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Topic, cfg.Group = brokers, topic, topic
+	a, err := New(cfg, Deps{Cache: lc, Log: b.log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(actx) }()
+	send := func(i int) {
+		now := time.Now()
+		item := "steady-" + strconv.Itoa(i%10_000)
+		ev := &schema.Change{Tenant: "bench", Item: item, Version: now.UnixNano(), Op: schema.OpUpsert, LSN: 1, CommitTime: now, Xid: 1}
+		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(schema.Key("bench", item)), Value: schema.Encode(ev)}, nil)
+	}
+	// Warm up until every partition is assigned and applying.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		send(i)
+		time.Sleep(20 * time.Millisecond)
+		if c := a.Counts(); c.Total() >= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("applier: bench: the steady-phase applier applied nothing within 30s")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	lc.mu.Lock()
+	lc.on = true
+	lc.mu.Unlock()
+	// Send in 1 ms ticks so the stream is smooth, not bursty.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < b.cfg.Duration {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		due := int(time.Since(start).Seconds() * float64(b.cfg.Rate))
+		for ; sent < due; sent++ {
+			send(sent)
+		}
+	}
+	elapsed := time.Since(start)
+	want := sent
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		lc.mu.Lock()
+		n := len(lc.lats)
+		lc.mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		return err
+	}
+	lc.mu.Lock()
+	lats := slices.Clone(lc.lats)
+	lc.mu.Unlock()
+	if len(lats) == 0 {
+		return errors.New("applier: bench: no latency samples")
+	}
+	slices.Sort(lats)
+	q := func(p float64) time.Duration { return lats[min(len(lats)-1, int(p*float64(len(lats))))] }
+	res.SteadyEvents, res.SteadyRate = len(lats), float64(sent)/elapsed.Seconds()
+	res.P50, res.P99, res.Max = q(0.50), q(0.99), lats[len(lats)-1]
+	return nil
+}
+
+// evalshaCeiling runs redis-benchmark -P 100 with EVALSHA of script and
+// returns requests/s.
+func evalshaCeiling(ctx context.Context, addr, script string, keys, keyspace int) (float64, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: redis address %q: %w", addr, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	sha, err := rdb.ScriptLoad(ctx, script).Result()
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: script load: %w", err)
+	}
+	args := []string{"-h", host, "-p", port, "-P", "100", "-c", "50", "-n", "1000000", "--csv"}
+	cmdArgs := []string{"EVALSHA", sha, strconv.Itoa(keys)}
+	if keys > 0 {
+		args = append(args, "-r", strconv.Itoa(keyspace))
+		cmdArgs = append(cmdArgs, "bench:ceiling:{__rand_int__}", "1")
+	}
+	out, err := exec.CommandContext(ctx, "redis-benchmark", append(args, cmdArgs...)...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: redis-benchmark (apt-get install -y redis-tools): %w", err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil || len(recs) < 2 || len(recs[len(recs)-1]) < 2 {
+		return 0, fmt.Errorf("applier: bench: unexpected redis-benchmark output %q", out)
+	}
+	rps, err := strconv.ParseFloat(recs[len(recs)-1][1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: redis-benchmark rps %q: %w", recs[len(recs)-1][1], err)
+	}
+	if keys > 0 {
+		rdb.Eval(ctx, "for _, k in ipairs(redis.call('KEYS', 'bench:ceiling:*')) do redis.call('DEL', k) end", nil)
+	}
+	return rps, nil
+}
+
+// PrivateRedis is a redis-server started for a benchmark: memory only,
+// removed on Close.
+type PrivateRedis struct {
+	Addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// StartPrivateRedis starts redis-server on a free loopback port.
+func StartPrivateRedis(ctx context.Context) (*PrivateRedis, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--protected-mode", "no")
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("applier: bench: start redis-server (apt-get install -y redis-server): %w", err)
+	}
+	p := &PrivateRedis{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer rdb.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if rdb.Ping(ctx).Err() == nil {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.Close()
+			return nil, errors.New("applier: bench: private redis-server did not answer PING within 10s")
+		}
+	}
+}
+
+// Close stops the server and removes its directory.
+func (p *PrivateRedis) Close() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	os.RemoveAll(p.dir)
+}
