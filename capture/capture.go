@@ -24,6 +24,8 @@ type Deps struct {
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
 	KafkaOpts  []kgo.Opt // extra franz-go options (tests, benchmarks)
+	// OnProduced sees each acked change's commit-to-produced latency (benchmarks).
+	OnProduced func(time.Duration)
 }
 
 // Capture streams one slot to Kafka. Run it once.
@@ -60,7 +62,7 @@ func New(cfg Config, deps Deps) (*Capture, error) {
 		return nil, err
 	}
 	log := deps.Log.With("component", "capture", "slot", cfg.Slot)
-	p, err := relay.New(cfg.Relay, relay.Deps{Log: deps.Log, Registerer: deps.Registerer, Opts: deps.KafkaOpts})
+	p, err := relay.New(cfg.Relay, relay.Deps{Log: deps.Log, Registerer: deps.Registerer, Opts: deps.KafkaOpts, OnProduced: deps.OnProduced})
 	if err != nil {
 		return nil, err
 	}

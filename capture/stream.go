@@ -51,17 +51,17 @@ func newStreamer(c *Capture, conn *pgconn.PgConn, partitions int, start schema.L
 func (s *streamer) run(ctx context.Context) error {
 	max := int64(s.c.cfg.Relay.MaxInflight)
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
-	// One deadline context per status interval (not per message): receive
-	// returns a timeout when it is time to send status.
-	var rctx context.Context
-	var rcancel context.CancelFunc = func() {}
-	defer func() { rcancel() }()
-	renew := func() {
-		rcancel()
-		rctx, rcancel = context.WithDeadline(ctx, s.nextStatus) //nolint:govet // cancelled by renew and the deferred call
-	}
-	renew()
+	// Reads use a socket deadline at the next status time instead of a
+	// context per message (a context watch per message costs more than the
+	// message); cancelling ctx moves the deadline to now.
+	sock := s.conn.Conn()
+	stopWatch := context.AfterFunc(ctx, func() { sock.SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	var deadline time.Time
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		select {
 		case err := <-s.c.relay.Err():
 			return err
@@ -71,9 +71,6 @@ func (s *streamer) run(ctx context.Context) error {
 			if err := s.status(false); err != nil {
 				return err
 			}
-		}
-		if rctx.Err() != nil {
-			renew()
 		}
 		// Backpressure: with the in-flight bound reached, stop reading WAL
 		// (the walsender blocks on the full socket) but keep sending status
@@ -93,12 +90,16 @@ func (s *streamer) run(ctx context.Context) error {
 			t.Stop()
 			continue
 		}
-		msg, err := s.conn.ReceiveMessage(rctx)
+		if !deadline.Equal(s.nextStatus) {
+			deadline = s.nextStatus
+			sock.SetReadDeadline(deadline)
+		}
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if rctx.Err() != nil || pgconn.Timeout(err) {
+			if pgconn.Timeout(err) {
 				continue // time for a status update
 			}
 			return fmt.Errorf("capture: receive: %w", err)
@@ -291,6 +292,7 @@ func (s *streamer) finish(ctx context.Context) {
 	if s.conn.IsClosed() {
 		return
 	}
+	s.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second)) // shutdown moved it to the past
 	if err := s.status(false); err != nil {
 		return
 	}

@@ -1,8 +1,63 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
 
-// benchCaptureCmd is replaced by the issue that builds it.
-type benchCaptureCmd struct{}
+	"tidemark/capture"
+)
 
-func (benchCaptureCmd) Run() error { return errors.New("tidemark bench capture: not built yet") }
+// benchCaptureCmd wires flags into capture.BenchConfig, provides Postgres
+// (a private server unless --pg) and prints the table.
+type benchCaptureCmd struct {
+	PG          string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
+	Rows        int           `name:"rows" default:"500000" help:"Row changes in the fixed WAL workload."`
+	Rate        int           `name:"rate" default:"2000" help:"Changes/s of the steady latency phase."`
+	Duration    time.Duration `name:"duration" default:"10s" help:"Length of the steady latency phase."`
+	Partitions  int           `name:"partitions" default:"12" help:"Partitions of the bench topic."`
+	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+}
+
+func (c *benchCaptureCmd) Validate() error {
+	var errs []error
+	if c.Rows < 1000 {
+		errs = append(errs, fmt.Errorf("--rows %d must be at least 1000", c.Rows))
+	}
+	if c.Rate < 1 {
+		errs = append(errs, fmt.Errorf("--rate %d must be positive", c.Rate))
+	}
+	if c.Duration < time.Second {
+		errs = append(errs, fmt.Errorf("--duration %s must be at least 1s", c.Duration))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
+	cfg := capture.DefaultBenchConfig()
+	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
+	if cfg.PG == "" {
+		pg, err := capture.StartPrivatePostgres(ctx)
+		if err != nil {
+			return err
+		}
+		defer pg.Close()
+		cfg.PG = pg.DSN
+	}
+	res, err := capture.Bench(ctx, cfg, e.log.With("component", "bench"))
+	if err != nil {
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "| drain of %d row changes (pgoutput, same publication) | elapsed | changes/s |\n|---|---|---|\n", res.Rows)
+	fmt.Fprintf(w, "| pg_recvlogical (ceiling) | %s | %.0f |\n", res.RecvlogicalElapsed.Round(time.Millisecond), res.RecvlogicalRate())
+	fmt.Fprintf(w, "| tidemark capture -> kfake (acked) | %s | %.0f |\n", res.CaptureElapsed.Round(time.Millisecond), res.CaptureRate())
+	fmt.Fprintf(w, "\nratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", res.CaptureRate()/res.RecvlogicalRate())
+	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
+		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
+	return nil
+}

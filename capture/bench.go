@@ -1,0 +1,211 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"tidemark/migrations"
+)
+
+// BenchConfig drives Bench.
+type BenchConfig struct {
+	PG          string        // a database tidemark may migrate and write to
+	Rows        int           // row changes in the fixed WAL workload
+	Recvlogical string        // pg_recvlogical path ("" = find it)
+	Rate        int           // changes/s of the steady latency phase
+	Duration    time.Duration // length of the latency phase
+	Partitions  int
+}
+
+// DefaultBenchConfig is `tidemark bench capture` with no flags.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12}
+}
+
+// BenchResult is what Bench measured.
+type BenchResult struct {
+	Rows               int
+	RecvlogicalElapsed time.Duration
+	CaptureElapsed     time.Duration
+	LatencySamples     int
+	P50, P99, Max      time.Duration
+}
+
+// RecvlogicalRate is pg_recvlogical's decode rate (row changes/s).
+func (r BenchResult) RecvlogicalRate() float64 {
+	return float64(r.Rows) / r.RecvlogicalElapsed.Seconds()
+}
+
+// CaptureRate is capture-to-Kafka's rate (row changes acked/s).
+func (r BenchResult) CaptureRate() float64 { return float64(r.Rows) / r.CaptureElapsed.Seconds() }
+
+// FindRecvlogical finds pg_recvlogical in /usr/lib/postgresql/*/bin or PATH.
+func FindRecvlogical() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_recvlogical")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	if len(dirs) > 0 {
+		return dirs[0], nil
+	}
+	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("pg_recvlogical not found in /usr/lib/postgresql/*/bin or PATH: apt-get install -y postgresql-client-15")
+}
+
+// Bench writes a fixed WAL workload once, drains it with pg_recvlogical
+// (pgoutput, same publication) and with capture into an in-process kfake
+// from two slots created before the workload (so both read the same WAL),
+// then measures commit-to-produced latency at a steady rate.
+func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult, error) {
+	res := BenchResult{Rows: cfg.Rows}
+	if cfg.Recvlogical == "" {
+		p, err := FindRecvlogical()
+		if err != nil {
+			return res, err
+		}
+		cfg.Recvlogical = p
+	}
+	if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
+		return res, err
+	}
+	conn, err := pgx.Connect(ctx, cfg.PG)
+	if err != nil {
+		return res, fmt.Errorf("bench: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
+	recvSlot, capSlot := "bench_recv_"+suffix, "bench_cap_"+suffix
+	for _, s := range []string{recvSlot, capSlot} {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s); err != nil {
+			return res, fmt.Errorf("bench: create slot: %w", err)
+		}
+		defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", s)
+	}
+	tenant := "bench" + suffix
+	log.Info("writing the WAL workload", "rows", cfg.Rows)
+	const batch = 1000
+	for done := 0; done < cfg.Rows; done += batch {
+		n := min(batch, cfg.Rows-done)
+		if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version)
+			SELECT $1, 'i' || g, 1 FROM generate_series($2::int, $3::int) g`, tenant, done, done+n-1); err != nil {
+			return res, fmt.Errorf("bench: workload: %w", err)
+		}
+	}
+	var endS string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endS); err != nil {
+		return res, err
+	}
+
+	log.Info("draining with pg_recvlogical", "path", cfg.Recvlogical)
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, cfg.Recvlogical, "-d", cfg.PG, "--slot", recvSlot, "--start", "--no-loop",
+		"--endpos", endS, "-o", "proto_version=1", "-o", "publication_names=tidemark", "-o", "messages=true", "-f", os.DevNull)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return res, fmt.Errorf("bench: pg_recvlogical: %v: %s", err, out)
+	}
+	res.RecvlogicalElapsed = time.Since(began)
+
+	k, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return res, fmt.Errorf("bench: kfake: %w", err)
+	}
+	defer k.Close()
+	ccfg := DefaultConfig()
+	ccfg.PG, ccfg.Slot = cfg.PG, capSlot
+	ccfg.Relay.Brokers, ccfg.Relay.Partitions = k.ListenAddrs(), cfg.Partitions
+	ccfg.Heartbeat = time.Hour // measure changes only
+	var (
+		mu        sync.Mutex
+		recording bool
+		samples   []time.Duration
+	)
+	reg := prometheus.NewRegistry()
+	c, err := New(ccfg, Deps{Log: log, Registerer: reg, OnProduced: func(d time.Duration) {
+		mu.Lock()
+		if recording {
+			samples = append(samples, d)
+		}
+		mu.Unlock()
+	}})
+	if err != nil {
+		return res, err
+	}
+	log.Info("draining with tidemark capture into kfake")
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	began = time.Now()
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(cctx) }()
+	produced := func() float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "tidemark_relay_records_produced_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	for produced() < float64(cfg.Rows) {
+		select {
+		case err := <-runErr:
+			return res, fmt.Errorf("bench: capture stopped: %w", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	res.CaptureElapsed = time.Since(began)
+
+	log.Info("steady latency phase", "rate", cfg.Rate, "duration", cfg.Duration)
+	// Each commit is flushed at once (production setting), so the walsender
+	// sees it without waiting for the WAL writer.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return res, err
+	}
+	mu.Lock()
+	recording = true
+	mu.Unlock()
+	const tick = 10 * time.Millisecond
+	perTick := max(1, cfg.Rate*int(tick)/int(time.Second))
+	t := time.NewTicker(tick)
+	stopAt := time.Now().Add(cfg.Duration)
+	next := 0
+	for time.Now().Before(stopAt) {
+		<-t.C
+		lo := next % cfg.Rows
+		hi := min(lo+perTick, cfg.Rows) - 1
+		next += perTick
+		if _, err := conn.Exec(ctx, "UPDATE catalog.items SET version = version + 1 WHERE tenant_id = $1 AND item_id = ANY(SELECT 'i' || g FROM generate_series($2::int, $3::int) g)",
+			tenant, lo, hi); err != nil {
+			return res, fmt.Errorf("bench: steady workload: %w", err)
+		}
+	}
+	t.Stop()
+	time.Sleep(500 * time.Millisecond) // the last commits' acks
+	cancel()
+	if err := <-runErr; err != nil {
+		return res, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(samples)
+	res.LatencySamples = len(samples)
+	if n := len(samples); n > 0 {
+		res.P50, res.P99, res.Max = samples[n/2], samples[n*99/100], samples[n-1]
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM catalog.items WHERE tenant_id = $1", tenant); err != nil {
+		log.Warn("bench: cleanup", "err", err)
+	}
+	return res, nil
+}
