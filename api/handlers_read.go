@@ -85,7 +85,7 @@ func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
 	case readItem:
 		age := max(0, time.Since(rr.effObs)/time.Second)
 		h.Set("Age", strconv.FormatInt(int64(age), 10))
-		writeJSON(w, http.StatusOK, itemBody(id, rr.version, rr.payload))
+		writeItem(w, id, rr.version, rr.payload)
 	case readNotFound:
 		writeError(w, http.StatusNotFound, "not_found", "no such item")
 	case readBelowMin:
