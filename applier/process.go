@@ -111,7 +111,7 @@ func (p *processor) process(ctx context.Context, partition int32, recs []*kgo.Re
 		return nil
 	}
 	for _, rec := range recs {
-		ev, err := schema.Decode(rec.Value)
+		ev, err := decode(rec.Value)
 		if err != nil {
 			if err := flush(); err != nil {
 				return err
