@@ -200,8 +200,9 @@ func (a *Applier) pollLoop(ctx context.Context) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
-			var ke *kerr.Error
-			if errors.As(err, &ke) && !ke.Retriable && errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) {
+			// Authorization does not fix itself; everything else (leader
+			// moves, unknown topic while it is created) kgo retries.
+			if errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) {
 				a.fail(fmt.Errorf("applier: consume %s: %w", topic, err))
 				return
 			}
