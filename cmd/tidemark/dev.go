@@ -1,8 +1,54 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"os"
+	"strings"
 
-// devCmd is replaced by the issue that builds it.
-type devCmd struct{}
+	"golang.org/x/term"
 
-func (devCmd) Run() error { return errors.New("tidemark dev: not built yet") }
+	"tidemark/dev"
+)
+
+type devCmd struct {
+	DataDir     string  `name:"data-dir" env:"TIDEMARK_DATA_DIR" default:".tidemark" help:"Private servers' data (Postgres, Redis, Kafka) and demo keys; reused on the next start."`
+	PG          string  `name:"pg" env:"TIDEMARK_PG" help:"Use this catalog database instead of a private Postgres."`
+	Redis       string  `name:"redis" env:"TIDEMARK_REDIS" help:"Use this cache tier instead of a private redis-server."`
+	Kafka       string  `name:"kafka" env:"TIDEMARK_KAFKA" help:"Use these Kafka brokers instead of an embedded one."`
+	APIAddr     string  `name:"api-addr" env:"TIDEMARK_API_ADDR" default:"127.0.0.1:8080" help:"Where the catalog API listens."`
+	MetricsAddr string  `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9100" help:"Serve /metrics, /healthz, /readyz here."`
+	DemoLoad    float64 `name:"demo-load" env:"TIDEMARK_DEMO_LOAD" default:"0" help:"Requests/s of demo traffic against the API (1 in 10 a merchant update, the rest zipf visitor reads); 0: none."`
+	Topic       string  `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic."`
+	Namespace   string  `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
+	Partitions  int     `name:"partitions" env:"TIDEMARK_PARTITIONS" default:"12" help:"Partitions of the topic when it is created."`
+}
+
+func (c *devCmd) config() dev.Config {
+	cfg := dev.DefaultConfig()
+	cfg.DataDir, cfg.PG, cfg.Redis = c.DataDir, c.PG, c.Redis
+	cfg.Kafka = splitList(c.Kafka)
+	cfg.MetricsAddr, cfg.DemoLoad = c.MetricsAddr, c.DemoLoad
+	cfg.Pipeline.APIAddr, cfg.Pipeline.Topic, cfg.Pipeline.Namespace, cfg.Pipeline.Partitions = c.APIAddr, c.Topic, c.Namespace, c.Partitions
+	return cfg
+}
+
+func (c *devCmd) Validate() error { return c.config().Validate() }
+
+func (c *devCmd) Run(ctx context.Context, e *env) error {
+	d, err := dev.New(c.config(), dev.Deps{Log: e.log, Out: e.stdout, Terminal: e.stdout == os.Stdout && term.IsTerminal(int(os.Stdout.Fd()))})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// splitList splits a comma-separated flag value, dropping empty parts.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

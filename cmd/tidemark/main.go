@@ -21,8 +21,9 @@ import (
 // Exit codes: 0 success, 1 runtime failure (or, for status, a verdict other
 // than OK), 2 wrong or missing flags.
 const (
-	exitFailure = 1
-	exitUsage   = 2
+	exitFailure    = 1
+	exitUsage      = 2
+	exitUnreadable = 2 // status/inspect: the state could not be read
 )
 
 type cli struct {

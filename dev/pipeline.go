@@ -1,0 +1,140 @@
+// Package dev runs the whole tidemark pipeline in one process: capture +
+// relay, the applier, the cache tier client and the API, on servers it is
+// given or starts itself (see Stack). `tidemark dev` is this package.
+package dev
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/api"
+	"tidemark/applier"
+	"tidemark/cache"
+	"tidemark/capture"
+)
+
+// Endpoints are the servers a pipeline talks to.
+type Endpoints struct {
+	PG      string   // catalog database DSN
+	Redis   string   // cache tier URL (cache.ParseRedisURL)
+	Brokers []string // Kafka
+}
+
+// PipelineConfig is what the stages share.
+type PipelineConfig struct {
+	Topic      string
+	Namespace  string
+	Slot       string
+	Group      string
+	Partitions int
+	APIAddr    string
+	Cache      cache.Config
+}
+
+// DefaultPipelineConfig matches the stand-alone commands' defaults.
+func DefaultPipelineConfig() PipelineConfig {
+	return PipelineConfig{
+		Topic:      "tidemark.invalidations",
+		Namespace:  "catalog",
+		Slot:       "tidemark",
+		Group:      "tidemark-applier",
+		Partitions: 12,
+		APIAddr:    "127.0.0.1:8080",
+		Cache:      cache.DefaultConfig(),
+	}
+}
+
+// Stages builds the pipeline's stages with the same wiring as the
+// stand-alone commands, so `dev` and the end-to-end tests run what
+// production runs.
+type Stages struct {
+	cfg PipelineConfig
+	ep  Endpoints
+	log *slog.Logger
+}
+
+// NewStages checks the endpoints and remembers the wiring.
+func NewStages(cfg PipelineConfig, ep Endpoints, log *slog.Logger) *Stages {
+	cfg.Cache.Namespace = cfg.Namespace
+	return &Stages{cfg: cfg, ep: ep, log: log}
+}
+
+// CaptureConfig is capture's config for these endpoints.
+func (s *Stages) CaptureConfig() capture.Config {
+	c := capture.DefaultConfig()
+	c.PG = s.ep.PG
+	c.Slot = s.cfg.Slot
+	c.Relay.Brokers = s.ep.Brokers
+	c.Relay.Topic = s.cfg.Topic
+	c.Relay.Partitions = s.cfg.Partitions
+	return c
+}
+
+// Capture builds a capture stage.
+func (s *Stages) Capture(reg prometheus.Registerer) (*capture.Capture, error) {
+	return capture.New(s.CaptureConfig(), capture.Deps{Log: s.log, Registerer: reg})
+}
+
+// Redis opens the cache tier connection.
+func (s *Stages) Redis() (redis.UniversalClient, error) {
+	return cache.ParseRedisURL(s.ep.Redis)
+}
+
+// Cache builds a cache-tier client on rdb.
+func (s *Stages) Cache(rdb redis.UniversalClient, reg prometheus.Registerer) (*cache.Client, error) {
+	return cache.New(s.cfg.Cache, rdb, s.log, reg)
+}
+
+// ApplierConfig is the applier's config for these endpoints.
+func (s *Stages) ApplierConfig() applier.Config {
+	c := applier.DefaultConfig()
+	c.Brokers = s.ep.Brokers
+	c.Topic = s.cfg.Topic
+	c.Group = s.cfg.Group
+	c.HardLifetime = s.cfg.Cache.HardLifetime
+	return c
+}
+
+// Applier builds an applier on a cache client.
+func (s *Stages) Applier(cc *cache.Client, reg prometheus.Registerer) (*applier.Applier, error) {
+	return applier.New(s.ApplierConfig(), applier.Deps{Cache: cc, Log: s.log, Registerer: reg})
+}
+
+// Pool opens the API's Postgres pool.
+func (s *Stages) Pool(ctx context.Context) (*pgxpool.Pool, error) {
+	return api.NewPool(ctx, s.ep.PG, s.APIConfig())
+}
+
+// APIConfig is the API's config.
+func (s *Stages) APIConfig() api.Config {
+	c := api.DefaultConfig()
+	c.Addr = s.cfg.APIAddr
+	c.Namespace = s.cfg.Namespace
+	return c
+}
+
+// API builds the API server.
+func (s *Stages) API(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, reg prometheus.Registerer) (*api.Server, error) {
+	return api.New(s.APIConfig(), api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: s.log, Registerer: reg})
+}
+
+// waitFor polls f until it returns nil or ctx ends.
+func waitFor(ctx context.Context, what string, f func(context.Context) error) error {
+	var last error
+	for {
+		if last = f(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dev: %s: %w (last error: %v)", what, ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package dev
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"tidemark/cache"
+)
+
+// statsSource reads the process's own metrics, so the status line shows
+// exactly what /metrics exports.
+type statsSource struct {
+	gather prometheus.Gatherer
+	cache  *cache.Client
+}
+
+// snapshot is the cumulative values the status line differentiates.
+type snapshot struct {
+	at          time.Time
+	sourceReads float64
+	buckets     map[float64]float64 // commit-to-apply upper bound -> cumulative count
+	count       float64
+}
+
+func (s *statsSource) snapshot() snapshot {
+	snap := snapshot{at: time.Now(), buckets: map[float64]float64{}}
+	mfs, _ := s.gather.Gather()
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "tidemark_api_source_reads_total":
+			for _, m := range mf.GetMetric() {
+				snap.sourceReads += m.GetCounter().GetValue()
+			}
+		case "tidemark_applier_commit_to_apply_seconds":
+			for _, m := range mf.GetMetric() {
+				addHistogram(&snap, m.GetHistogram())
+			}
+		}
+	}
+	return snap
+}
+
+func addHistogram(s *snapshot, h *dto.Histogram) {
+	s.count += float64(h.GetSampleCount())
+	for _, b := range h.GetBucket() {
+		s.buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+	}
+}
+
+// p99 between two snapshots from the histogram buckets (upper bound of the
+// bucket holding the 99th percentile); NaN without samples.
+func p99(prev, cur snapshot) float64 {
+	n := cur.count - prev.count
+	if n <= 0 {
+		return math.NaN()
+	}
+	bounds := make([]float64, 0, len(cur.buckets))
+	for b := range cur.buckets {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	for _, b := range bounds {
+		if cur.buckets[b]-prev.buckets[b] >= 0.99*n {
+			return b
+		}
+	}
+	return math.Inf(1)
+}
+
+type statusLine struct {
+	out  io.Writer
+	term bool
+	p    *pipeline
+	load *loadGen
+}
+
+func newStatusLine(out io.Writer, term bool, p *pipeline, load *loadGen) *statusLine {
+	return &statusLine{out: out, term: term, p: p, load: load}
+}
+
+// run redraws the line every second on a terminal, and prints it every 10 s
+// otherwise (logs stay readable).
+func (s *statusLine) run(ctx context.Context) {
+	every := time.Second
+	if !s.term {
+		every = 10 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	prev := s.p.stats.snapshot()
+	var pr, pu, ph int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cur := s.p.stats.snapshot()
+		secs := cur.at.Sub(prev.at).Seconds()
+		line := ""
+		if s.load != nil {
+			r, u, h := s.load.reads.Load(), s.load.upds.Load(), s.load.hits.Load()
+			hit := math.NaN()
+			if r > pr {
+				hit = 100 * float64(h-ph) / float64(r-pr)
+			}
+			line += fmt.Sprintf("updates/s %5.0f | reads/s %6.0f | hit %5.1f%% | ", float64(u-pu)/secs, float64(r-pr)/secs, hit)
+			pr, pu, ph = r, u, h
+		}
+		line += fmt.Sprintf("p99 commit->apply %s | watermark age %s | source reads/s %5.1f",
+			fmtSeconds(p99(prev, cur)), watermarkAge(s.p.stats.cache.Watermark()), (cur.sourceReads-prev.sourceReads)/secs)
+		prev = cur
+		if s.term {
+			fmt.Fprintf(s.out, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(s.out, line)
+		}
+	}
+}
+
+func watermarkAge(w cache.Watermark) string {
+	if !w.Known {
+		return "unknown"
+	}
+	return fmtSeconds(time.Since(w.W).Seconds())
+}
+
+func fmtSeconds(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "-"
+	case math.IsInf(s, 1):
+		return ">max"
+	case s < 1:
+		return fmt.Sprintf("%.0fms", s*1000)
+	}
+	return fmt.Sprintf("%.1fs", s)
+}

@@ -1,0 +1,318 @@
+// Package inspect is the staleness inspector, in the spirit of Uber's Cache
+// Inspector and Meta's Polaris: it samples cached entries, compares each with
+// the source of truth, and reports any entry that is behind the source, and
+// in particular any that would still be served while older than the SLO.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/cache"
+	"tidemark/schema"
+)
+
+// Config of one inspection.
+type Config struct {
+	Redis        string        // --redis
+	PG           string        // --pg
+	Namespace    string        // --namespace
+	Sample       int           // --sample: entries to check
+	Tenant       string        // --tenant: only this tenant's entries
+	SLO          time.Duration // --slo
+	HardLifetime time.Duration // --cache-hard-lifetime: for the watermark-extended deadline
+	Table        string        // --table: the catalog table (tenant_id, item_id, version, state, updated_at)
+}
+
+// DefaultConfig matches the pipeline's defaults.
+func DefaultConfig() Config {
+	return Config{Namespace: "catalog", Sample: 1000, SLO: 30 * time.Second,
+		HardLifetime: cache.DefaultConfig().HardLifetime, Table: "catalog.items"}
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Redis == "" {
+		errs = append(errs, errors.New("--redis (TIDEMARK_REDIS) is required"))
+	}
+	if c.PG == "" {
+		errs = append(errs, errors.New("--pg (TIDEMARK_PG) is required"))
+	}
+	if c.Sample < 1 {
+		errs = append(errs, fmt.Errorf("--sample %d must be at least 1", c.Sample))
+	}
+	if c.SLO <= 0 {
+		errs = append(errs, fmt.Errorf("--slo %s must be positive", c.SLO))
+	}
+	if c.HardLifetime <= 0 {
+		errs = append(errs, fmt.Errorf("--cache-hard-lifetime %s must be positive", c.HardLifetime))
+	}
+	if _, err := pgx.ParseConfig(c.PG); c.PG != "" && err != nil {
+		errs = append(errs, fmt.Errorf("--pg: %v", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Finding is one entry that disagrees with the source.
+type Finding struct {
+	Tenant        string  `json:"tenant"`
+	Item          string  `json:"item"`
+	CachedVersion int64   `json:"cached_version"` // 0 for a not-found entry
+	NotFound      bool    `json:"cached_not_found"`
+	SourceVersion int64   `json:"source_version"` // 0: absent from the source
+	SourceState   string  `json:"source_state,omitempty"`
+	BehindForS    float64 `json:"behind_for_seconds"` // since the newer source version was written (updated_at)
+	Invalidated   bool    `json:"invalidated"`        // floor or stale flag already says so
+	ServedForS    float64 `json:"would_be_served_for_seconds"`
+	Violation     bool    `json:"slo_violation"` // would still be served while older than the SLO
+}
+
+// Report is the result of an inspection.
+type Report struct {
+	Checked    int        `json:"checked"`
+	Consistent int        `json:"consistent"`
+	Expired    int        `json:"expired"` // behind the source but past its hard deadline: never served again
+	Behind     int        `json:"behind"`  // behind the source and still servable
+	Ahead      int        `json:"ahead"`   // cached newer than the source: a rollback or a bug
+	Violations int        `json:"slo_violations"`
+	Findings   []Finding  `json:"findings"`
+	Watermark  *time.Time `json:"watermark,omitempty"`
+	SLOSeconds float64    `json:"slo_seconds"`
+}
+
+// entry is the part of an item hash the inspector reads.
+type entry struct {
+	tenant, item      string
+	v, floor          int64
+	obs, hard         int64 // unix ms
+	nf, stale, filled bool
+}
+
+// Run samples up to cfg.Sample entries and checks them.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{SLOSeconds: cfg.SLO.Seconds()}
+	rdb, err := cache.ParseRedisURL(cfg.Redis)
+	if err != nil {
+		return rep, err
+	}
+	defer rdb.Close()
+	ccfg := cache.DefaultConfig()
+	ccfg.Namespace = cfg.Namespace
+	cc, err := cache.New(ccfg, rdb, log, nil)
+	if err != nil {
+		return rep, fmt.Errorf("inspect: %w", err)
+	}
+	wm, err := cc.ReadWatermark(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("inspect: %w", err)
+	}
+	if wm.Known {
+		w := wm.W.UTC()
+		rep.Watermark = &w
+	}
+	entries, err := sample(ctx, rdb, cfg)
+	if err != nil {
+		return rep, err
+	}
+	src, err := sourceVersions(ctx, cfg, entries)
+	if err != nil {
+		return rep, err
+	}
+	now := time.Now()
+	for _, e := range entries {
+		rep.Checked++
+		s := src[schema.Key(e.tenant, e.item)]
+		f := judge(e, s, wm, cfg, now)
+		switch {
+		case f == nil:
+			rep.Consistent++
+			continue
+		case f.ServedForS == 0 && f.SourceVersion >= f.CachedVersion:
+			rep.Expired++
+			continue
+		case f.SourceVersion < f.CachedVersion:
+			rep.Ahead++
+		default:
+			rep.Behind++
+		}
+		if f.Violation {
+			rep.Violations++
+		}
+		rep.Findings = append(rep.Findings, *f)
+	}
+	return rep, nil
+}
+
+type sourceRow struct {
+	version int64
+	state   string
+	updated time.Time
+	found   bool
+}
+
+// judge compares one cached entry with its source row; nil means consistent.
+func judge(e entry, s sourceRow, wm cache.Watermark, cfg Config, now time.Time) *Finding {
+	absent := !s.found || s.state == "deleted"
+	if e.nf && absent || !e.nf && s.found && !absent && e.v == s.version {
+		return nil
+	}
+	f := &Finding{Tenant: e.tenant, Item: e.item, CachedVersion: e.v, NotFound: e.nf,
+		SourceVersion: s.version, SourceState: s.state}
+	if e.nf {
+		f.CachedVersion = 0
+	}
+	if s.found && s.version > e.v {
+		f.BehindForS = max(0, now.Sub(s.updated).Seconds())
+	}
+	f.Invalidated = e.stale || (s.found && e.floor >= s.version)
+	// The deadline a lookup would compute (see DESIGN.md): the watermark
+	// extends an entry that was not invalidated and is not older than a gap.
+	eff := e.obs
+	w := wm.W.UnixMilli()
+	if wm.Known && w > e.obs && e.obs >= wm.ResetAt.UnixMilli() && !e.stale && !e.nf {
+		eff = w
+	}
+	hard := e.hard + (eff - e.obs)
+	if left := hard - now.UnixMilli(); left > 0 {
+		f.ServedForS = float64(left) / 1000
+	}
+	f.Violation = f.ServedForS > 0 && f.BehindForS > cfg.SLO.Seconds()
+	return f
+}
+
+// sample SCANs the namespace's item hashes (every master on a Cluster) and
+// reads the fields the judgement needs.
+func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry, error) {
+	pattern := schema.RedisKeyPattern(cfg.Namespace)
+	if cfg.Tenant != "" {
+		pattern = cfg.Namespace + ":v1:{" + schema.Escape(cfg.Tenant) + "/*}"
+	}
+	var keys []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 500).Iterator()
+		for it.Next(ctx) && len(keys) < cfg.Sample {
+			keys = append(keys, it.Val())
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		// Sequential on purpose: keys is shared.
+		for _, addr := range clusterMasters(ctx, c) {
+			node := redis.NewClient(&redis.Options{Addr: addr})
+			err = scan(ctx, node)
+			node.Close()
+			if err != nil {
+				break
+			}
+		}
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported redis client %T", rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: scan %s: %w", pattern, err)
+	}
+	fields := []string{schema.FieldVersion, schema.FieldFloor, schema.FieldObs, schema.FieldHard, schema.FieldNotFound, schema.FieldStale}
+	cmds := make([]*redis.SliceCmd, len(keys))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.HMGet(ctx, k, fields...)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("inspect: read entries: %w", err)
+	}
+	var out []entry
+	for i, k := range keys {
+		tenant, item, err := schema.ParseRedisKey(cfg.Namespace, k)
+		if err != nil {
+			continue // not an item hash of ours
+		}
+		vals, err := cmds[i].Result()
+		if err != nil || len(vals) != len(fields) || vals[0] == nil {
+			continue // floor-only entry (no value cached) or gone meanwhile
+		}
+		e := entry{tenant: tenant, item: item, filled: true,
+			v: num(vals[0]), floor: num(vals[1]), obs: num(vals[2]), hard: num(vals[3]),
+			nf: vals[4] == "1", stale: vals[5] == "1"}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func clusterMasters(ctx context.Context, c *redis.ClusterClient) []string {
+	var addrs []string
+	shards, err := c.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil
+	}
+	for _, s := range shards {
+		for _, n := range s.Nodes {
+			if n.Role == "master" {
+				addrs = append(addrs, n.IP+":"+strconv.FormatInt(n.Port, 10))
+			}
+		}
+	}
+	return addrs
+}
+
+func num(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// sourceVersions reads the current version of every sampled item in one query.
+func sourceVersions(ctx context.Context, cfg Config, entries []entry) (map[string]sourceRow, error) {
+	out := make(map[string]sourceRow, len(entries))
+	if len(entries) == 0 {
+		return out, nil
+	}
+	conn, err := pgx.Connect(ctx, cfg.PG)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	tenants := make([]string, len(entries))
+	items := make([]string, len(entries))
+	for i, e := range entries {
+		tenants[i], items[i] = e.tenant, e.item
+	}
+	table := pgx.Identifier{cfg.Table}
+	if sch, tbl, ok := strings.Cut(cfg.Table, "."); ok {
+		table = pgx.Identifier{sch, tbl}
+	}
+	rows, err := conn.Query(ctx, `SELECT i.tenant_id, i.item_id, i.version, i.state, i.updated_at
+		FROM `+table.Sanitize()+` i JOIN unnest($1::text[], $2::text[]) AS k(t, it) ON i.tenant_id = k.t AND i.item_id = k.it`,
+		tenants, items)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: read source versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, it string
+		var r sourceRow
+		if err := rows.Scan(&t, &it, &r.version, &r.state, &r.updated); err != nil {
+			return nil, fmt.Errorf("inspect: read source versions: %w", err)
+		}
+		r.found = true
+		out[schema.Key(t, it)] = r
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,271 @@
+// Package status is the operator's freshness gate: one read of Kafka, the
+// cache tier and (optionally) Postgres that says whether the pipeline keeps
+// its freshness promise. `tidemark status` prints it; deploys and alerts gate
+// on its exit code.
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/cache"
+)
+
+// Verdicts, from the watermark age (the bound on the oldest pending event's age).
+const (
+	OK       = "OK"       // age <= Warn
+	AtRisk   = "AT RISK"  // Warn < age <= SLO
+	Breached = "BREACHED" // age > SLO, or no watermark at all
+)
+
+// Config of one status check.
+type Config struct {
+	Brokers   []string      // --kafka
+	Topic     string        // --topic
+	Group     string        // --group: the applier's consumer group
+	Redis     string        // --redis
+	Namespace string        // --namespace
+	PG        string        // --pg (optional): slot health
+	Slot      string        // --slot
+	SLO       time.Duration // --slo
+	Warn      time.Duration // --warn
+	Timeout   time.Duration // --timeout: bound on the whole check
+}
+
+// DefaultConfig matches the pipeline's defaults.
+func DefaultConfig() Config {
+	return Config{Topic: "tidemark.invalidations", Group: "tidemark-applier", Namespace: "catalog",
+		Slot: "tidemark", SLO: 30 * time.Second, Warn: 5 * time.Second, Timeout: 10 * time.Second}
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("--kafka (TIDEMARK_KAFKA) is required"))
+	}
+	if c.Redis == "" {
+		errs = append(errs, errors.New("--redis (TIDEMARK_REDIS) is required"))
+	}
+	if c.Topic == "" {
+		errs = append(errs, errors.New("--topic must not be empty"))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("--group must not be empty"))
+	}
+	if c.SLO <= 0 {
+		errs = append(errs, fmt.Errorf("--slo %s must be positive", c.SLO))
+	}
+	if c.Warn <= 0 || c.Warn > c.SLO {
+		errs = append(errs, fmt.Errorf("--warn %s must be positive and at most --slo %s", c.Warn, c.SLO))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout %s must be positive", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Partition is one partition's line of the report.
+type Partition struct {
+	Partition     int32    `json:"partition"`
+	EndOffset     int64    `json:"end_offset"`
+	Committed     int64    `json:"committed_offset"` // -1: nothing committed yet
+	Lag           int64    `json:"lag_records"`
+	WatermarkAgeS *float64 `json:"watermark_age_seconds"` // nil: no watermark for this partition yet
+	LastWatermark string   `json:"last_watermark,omitempty"`
+}
+
+// Slot is the replication slot's health (with --pg).
+type Slot struct {
+	Name      string `json:"name"`
+	Exists    bool   `json:"exists"`
+	Active    bool   `json:"active"`
+	LagBytes  int64  `json:"lag_bytes"`
+	WALStatus string `json:"wal_status"`
+}
+
+// Report is the result of a check.
+type Report struct {
+	Verdict       string      `json:"verdict"`
+	Reason        string      `json:"reason"`
+	CheckedAt     time.Time   `json:"checked_at"`
+	WatermarkAgeS *float64    `json:"watermark_age_seconds"` // nil: unknown (a partition has none)
+	Watermark     *time.Time  `json:"watermark,omitempty"`
+	ResetAt       *time.Time  `json:"reset_at,omitempty"`
+	TotalLag      int64       `json:"total_lag_records"`
+	DLQDepth      int64       `json:"dlq_depth"`
+	Partitions    []Partition `json:"partitions"`
+	Slot          *Slot       `json:"slot,omitempty"`
+	SLOSeconds    float64     `json:"slo_seconds"`
+	WarnSeconds   float64     `json:"warn_seconds"`
+}
+
+// Check reads everything once. An error means the state could not be read
+// (exit 2), not that the pipeline is unhealthy.
+func Check(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	now := time.Now()
+	rep := Report{CheckedAt: now.UTC(), SLOSeconds: cfg.SLO.Seconds(), WarnSeconds: cfg.Warn.Seconds()}
+
+	wm, err := readWatermark(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	if err := readKafka(ctx, cfg, &rep, wm, now); err != nil {
+		return rep, err
+	}
+	if cfg.PG != "" {
+		slot, err := readSlot(ctx, cfg)
+		if err != nil {
+			return rep, err
+		}
+		rep.Slot = &slot
+	}
+	if !wm.ResetAt.IsZero() {
+		t := wm.ResetAt.UTC()
+		rep.ResetAt = &t
+	}
+	rep.verdict(cfg, wm, now)
+	return rep, nil
+}
+
+func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
+	if !wm.Known {
+		var missing []string
+		for _, p := range rep.Partitions {
+			if p.WatermarkAgeS == nil {
+				missing = append(missing, fmt.Sprint(p.Partition))
+			}
+		}
+		rep.Verdict = Breached
+		rep.Reason = "no freshness watermark"
+		if len(missing) > 0 {
+			rep.Reason += " for partition(s) " + strings.Join(missing, ",")
+		}
+		rep.Reason += ": nothing bounds the age of pending events (is the applier running? is capture sending heartbeats?)"
+		return
+	}
+	age := now.Sub(wm.W)
+	secs := age.Seconds()
+	w := wm.W.UTC()
+	rep.WatermarkAgeS, rep.Watermark = &secs, &w
+	switch {
+	case age <= cfg.Warn:
+		rep.Verdict, rep.Reason = OK, fmt.Sprintf("watermark age %s <= warn %s", round(age), cfg.Warn)
+	case age <= cfg.SLO:
+		rep.Verdict, rep.Reason = AtRisk, fmt.Sprintf("watermark age %s > warn %s (SLO %s)", round(age), cfg.Warn, cfg.SLO)
+	default:
+		rep.Verdict, rep.Reason = Breached, fmt.Sprintf("watermark age %s > SLO %s", round(age), cfg.SLO)
+	}
+}
+
+func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+
+func readWatermark(ctx context.Context, cfg Config) (cache.Watermark, error) {
+	rdb, err := cache.ParseRedisURL(cfg.Redis)
+	if err != nil {
+		return cache.Watermark{}, err
+	}
+	defer rdb.Close()
+	ccfg := cache.DefaultConfig()
+	ccfg.Namespace = cfg.Namespace
+	cc, err := cache.New(ccfg, rdb, nil, nil)
+	if err != nil {
+		return cache.Watermark{}, fmt.Errorf("status: %w", err)
+	}
+	wm, err := cc.ReadWatermark(ctx)
+	if err != nil {
+		return wm, fmt.Errorf("status: %w", err)
+	}
+	return wm, nil
+}
+
+func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark, now time.Time) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		return fmt.Errorf("status: kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	dlq := cfg.Topic + ".dlq"
+	ends, err := adm.ListEndOffsets(ctx, cfg.Topic, dlq)
+	if err != nil {
+		return fmt.Errorf("status: list end offsets: %w", err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, dlq)
+	if err != nil {
+		return fmt.Errorf("status: list start offsets: %w", err)
+	}
+	committed, err := adm.FetchOffsets(ctx, cfg.Group)
+	if err != nil {
+		return fmt.Errorf("status: fetch offsets of group %s: %w", cfg.Group, err)
+	}
+	topicEnds, ok := ends[cfg.Topic]
+	if !ok || len(topicEnds) == 0 {
+		return fmt.Errorf("status: topic %s not found (has capture run?)", cfg.Topic)
+	}
+	for p, lo := range topicEnds {
+		if lo.Err != nil {
+			return fmt.Errorf("status: end offset of %s/%d: %w", cfg.Topic, p, lo.Err)
+		}
+		part := Partition{Partition: p, EndOffset: lo.Offset, Committed: -1}
+		if o, ok := committed.Lookup(cfg.Topic, p); ok && o.Err == nil {
+			part.Committed = o.At
+		}
+		start := int64(0)
+		if part.Committed >= 0 {
+			start = part.Committed
+		}
+		part.Lag = max(0, lo.Offset-start)
+		rep.TotalLag += part.Lag
+		if ts, ok := wm.PerPartition[p]; ok {
+			a := now.Sub(ts).Seconds()
+			part.WatermarkAgeS = &a
+			part.LastWatermark = ts.UTC().Format(time.RFC3339Nano)
+		}
+		rep.Partitions = append(rep.Partitions, part)
+	}
+	sort.Slice(rep.Partitions, func(i, j int) bool { return rep.Partitions[i].Partition < rep.Partitions[j].Partition })
+	for p, lo := range ends[dlq] {
+		if lo.Err != nil {
+			continue // no DLQ topic yet: nothing dead-lettered
+		}
+		first := int64(0)
+		if so, ok := starts.Lookup(dlq, p); ok && so.Err == nil {
+			first = so.Offset
+		}
+		rep.DLQDepth += max(0, lo.Offset-first)
+	}
+	return nil
+}
+
+func readSlot(ctx context.Context, cfg Config) (Slot, error) {
+	conn, err := pgx.Connect(ctx, cfg.PG)
+	if err != nil {
+		return Slot{}, fmt.Errorf("status: connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	s := Slot{Name: cfg.Slot}
+	err = conn.QueryRow(ctx, `SELECT active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&s.Active, &s.LagBytes, &s.WALStatus)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s, nil
+	case err != nil:
+		return s, fmt.Errorf("status: read slot %s: %w", cfg.Slot, err)
+	}
+	s.Exists = true
+	return s, nil
+}
