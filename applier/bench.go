@@ -143,7 +143,7 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	// Phase 3: commit-to-apply latency at a steady rate through the group
 	// applier.
 	b.log.Info("steady phase", "rate", b.cfg.Rate, "duration", b.cfg.Duration)
-	if err := b.steady(ctx, brokers, prod, steadyTopic, &res); err != nil {
+	if err := b.steady(ctx, brokers, steadyTopic, &res); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -211,7 +211,14 @@ func (l *latencyCache) InvalidateBatch(ctx context.Context, batch []cache.Invali
 	return out, nil
 }
 
-func (b *Bench) steady(ctx context.Context, brokers []string, prod *kgo.Client, topic string, res *BenchResult) error {
+func (b *Bench) steady(ctx context.Context, brokers []string, topic string, res *BenchResult) error {
+	// Its own producer without linger: the latency measured is the
+	// applier's (fetch, batch, apply), not a producer's batching delay.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
+	if err != nil {
+		return fmt.Errorf("applier: bench: kafka client: %w", err)
+	}
+	defer prod.Close()
 	lc := &latencyCache{Cache: b.cache}
 	cfg := DefaultConfig()
 	cfg.Brokers, cfg.Topic, cfg.Group = brokers, topic, topic
