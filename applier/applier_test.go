@@ -10,6 +10,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/testenv"
+	"tidemark/schema"
 )
 
 // Every change ends with floor >= version, the watermark follows the
@@ -29,6 +30,26 @@ func TestAppliesEveryChangeThenWatermark(t *testing.T) {
 		}
 		return nil
 	})
+	if err := run.a.Ready(context.Background()); err != nil {
+		t.Fatalf("not ready with a known watermark: %v", err)
+	}
+	testenv.Eventually(t, 5*time.Second, "gauges refreshed", func() error {
+		if age := metric(t, run.reg, "tidemark_watermark_age_seconds", nil); age <= 0 || age > 30 {
+			return fmt.Errorf("tidemark_watermark_age_seconds %v", age)
+		}
+		if age := metric(t, run.reg, "tidemark_applier_partition_watermark_age_seconds", map[string]string{"partition": "3"}); age <= 0 || age > 30 {
+			return fmt.Errorf("partition 3 watermark age %v", age)
+		}
+		return nil
+	})
+	for _, name := range []string{"tidemark_applier_commit_to_apply_seconds", "tidemark_applier_batch_size"} {
+		if n := metric(t, run.reg, name, nil); n == 0 {
+			t.Fatalf("%s has no samples", name)
+		}
+	}
+	if lag := metric(t, run.reg, "tidemark_applier_consumer_lag_records", map[string]string{"partition": "0"}); lag != 0 {
+		t.Fatalf("consumer lag %v after everything was applied", lag)
+	}
 	if err := run.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -103,6 +124,42 @@ func TestWatermarkWaitsForEarlierRecords(t *testing.T) {
 		}
 		if wm := r.watermark(); !wm.W.Equal(second) {
 			return fmt.Errorf("W %s, want %s", wm.W, second)
+		}
+		return nil
+	})
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a Redis Cluster the batches span slots on every master: every floor
+// lands and the watermark is written.
+func TestAppliesOnRedisCluster(t *testing.T) {
+	r := newRig(t, 3)
+	rc := testenv.StartRedisCluster(t, 3)
+	rdb, err := cache.ParseRedisURL(rc.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := r.start(r.config(), cc)
+	final := r.produceChanges("cl", 900, 300)
+	at := time.Now().Truncate(time.Millisecond)
+	r.resolved(at)
+	testenv.Eventually(t, 30*time.Second, "floors and watermark on the cluster", func() error {
+		for item, v := range final {
+			f, err := rdb.HGet(context.Background(), schema.RedisKey(testNS, "t1", item), schema.FieldFloor).Int64()
+			if err != nil || f < v {
+				return fmt.Errorf("%s floor %d (%v), want %d", item, f, err, v)
+			}
+		}
+		wm, err := cc.ReadWatermark(context.Background())
+		if err != nil || !wm.W.Equal(at) {
+			return fmt.Errorf("watermark %+v %v", wm, err)
 		}
 		return nil
 	})
