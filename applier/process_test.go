@@ -35,7 +35,10 @@ func (f *fakeCache) InvalidateBatch(_ context.Context, b []cache.Invalidation) (
 	f.log("inv " + strings.Join(parts, ","))
 	return out, nil
 }
-func (f *fakeCache) Purge(_ context.Context, _, item string) error { f.log("purge " + item); return nil }
+func (f *fakeCache) Purge(_ context.Context, _, item string) error {
+	f.log("purge " + item)
+	return nil
+}
 func (f *fakeCache) SetWatermark(_ context.Context, p int32, ts time.Time) error {
 	f.log(fmt.Sprintf("wm p%d %d", p, ts.Unix()))
 	return nil
@@ -45,8 +48,10 @@ func (f *fakeCache) SetResetAt(_ context.Context, ts time.Time) error {
 	f.log(fmt.Sprintf("reset %d", ts.Unix()))
 	return nil
 }
-func (f *fakeCache) ReadWatermark(context.Context) (cache.Watermark, error) { return cache.Watermark{}, nil }
-func (f *fakeCache) ServerIdentity(context.Context) (string, error)      { return "x", nil }
+func (f *fakeCache) ReadWatermark(context.Context) (cache.Watermark, error) {
+	return cache.Watermark{}, nil
+}
+func (f *fakeCache) ServerIdentity(context.Context) (string, error) { return "x", nil }
 
 func rec(off int64, key string, ev schema.Event) *kgo.Record {
 	return &kgo.Record{Offset: off, Key: []byte(key), Value: schema.Encode(ev)}
