@@ -67,10 +67,11 @@ func bearerKey(header string) (string, bool) {
 // AuthStale while Postgres cannot be asked (a read outage must not turn into
 // 401s), and unknown keys are remembered briefly.
 type authenticator struct {
-	db    Querier
-	ttl   time.Duration
-	stale time.Duration
-	log   *slog.Logger
+	db      Querier
+	ttl     time.Duration
+	stale   time.Duration
+	timeout time.Duration
+	log     *slog.Logger
 
 	sf    singleflight.Group
 	slots chan struct{} // bounds concurrent key lookups: junk keys cannot flood Postgres
@@ -90,8 +91,8 @@ const (
 	authLookupSlots = 8
 )
 
-func newAuthenticator(db Querier, ttl, stale time.Duration, log *slog.Logger) *authenticator {
-	return &authenticator{db: db, ttl: ttl, stale: stale, log: log,
+func newAuthenticator(db Querier, ttl, stale, timeout time.Duration, log *slog.Logger) *authenticator {
+	return &authenticator{db: db, ttl: ttl, stale: stale, timeout: timeout, log: log,
 		slots: make(chan struct{}, authLookupSlots), entries: make(map[[32]byte]authEntry)}
 }
 
@@ -134,7 +135,7 @@ func found(tenant string) (string, error) {
 }
 
 func (a *authenticator) lookup(ctx context.Context, sum [32]byte) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
 	defer cancel()
 	select {
 	case a.slots <- struct{}{}:

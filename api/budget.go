@@ -82,7 +82,7 @@ func newBudget(cfg Config, rdb redis.Scripter, log *slog.Logger) *budget {
 		inflight:  make(chan struct{}, cfg.MaxInFlight),
 		wait:      cfg.InFlightWait,
 		log:       log,
-		redisWait: 200 * time.Millisecond,
+		redisWait: cfg.LookupTimeout,
 	}
 }
 

@@ -117,6 +117,11 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=cache-unavailable")
 		}
 		e := lr.Entry
+		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !time.Now().Before(e.Hard) {
+			// Redis's clock still said yes; ours says the hard deadline has
+			// passed. The deadline wins: read the source, fill nothing.
+			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=hard-expired")
+		}
 		switch lr.Status {
 		case cache.StatusHit:
 			if e.Version >= minVersion {

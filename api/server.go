@@ -106,7 +106,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cache:  deps.Cache,
 		budget: newBudget(cfg, deps.Redis, log),
 		src:    &source{db: deps.Pool, timeout: cfg.SourceTimeout},
-		auth:   newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, log),
+		auth:   newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
 		l1:     newL1(cfg.L1TTL, cfg.L1Size),
 		m:      m,
 		log:    log,
