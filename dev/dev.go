@@ -62,15 +62,19 @@ type Deps struct {
 	Log      *slog.Logger
 	Out      io.Writer // banner and status line
 	Terminal bool      // Out is a terminal: redraw the status line in place
+	// Ready, when set, is called once the pipeline is ready, with the
+	// endpoints in use (tests and embedding programs).
+	Ready func(Endpoints)
 }
 
 // Dev is one `tidemark dev` run.
 type Dev struct {
-	cfg  Config
-	base *slog.Logger // for the stages, which add their own component
-	log  *slog.Logger
-	out  io.Writer
-	term bool
+	cfg   Config
+	base  *slog.Logger // for the stages, which add their own component
+	log   *slog.Logger
+	out   io.Writer
+	term  bool
+	ready func(Endpoints)
 }
 
 // New checks the config.
@@ -84,7 +88,7 @@ func New(cfg Config, deps Deps) (*Dev, error) {
 	if deps.Out == nil {
 		deps.Out = io.Discard
 	}
-	return &Dev{cfg: cfg, base: deps.Log, log: deps.Log.With("component", "dev"), out: deps.Out, term: deps.Terminal}, nil
+	return &Dev{cfg: cfg, base: deps.Log, log: deps.Log.With("component", "dev"), out: deps.Out, term: deps.Terminal, ready: deps.Ready}, nil
 }
 
 // Run starts what is missing, migrates, seeds, runs the pipeline until ctx
@@ -114,6 +118,9 @@ func (d *Dev) Run(ctx context.Context) error {
 		return err
 	}
 	d.banner(ep, p, keys, fresh)
+	if d.ready != nil {
+		d.ready(ep)
+	}
 
 	var load *loadGen
 	var wg sync.WaitGroup
