@@ -21,19 +21,19 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // tenv is one test's Postgres database and Redis server.
 type tenv struct {
-	t     *testing.T
+	t     testing.TB
 	dsn   string
 	pool  *pgxpool.Pool
 	redis *testenv.Redis
 	http  *http.Client
 }
 
-func newEnv(t *testing.T) *tenv {
+func newEnv(t testing.TB) *tenv {
 	t.Helper()
 	return newEnvDSN(t, testenv.SharedPostgres(t).MigratedDatabase(t))
 }
 
-func newEnvDSN(t *testing.T, dsn string) *tenv {
+func newEnvDSN(t testing.TB, dsn string) *tenv {
 	t.Helper()
 	ctx := testenv.Context(t, 30*time.Second)
 	pool, err := NewPool(ctx, dsn, DefaultConfig())
