@@ -129,23 +129,55 @@ func (b *backend) nodeFor(t *testing.T, key string) *testenv.Redis {
 	return nil
 }
 
-// restartNodeOf restarts the server holding key with its data lost (a
-// Cluster node keeps its identity and slots, as with a persisted nodes.conf).
+// restartNodeOf restarts the server holding key with its data lost. A
+// restarted Cluster node comes back as a new, empty node (new node id, no
+// slots); it is joined again with the slots of the node it replaces, as an
+// operator would.
 func (b *backend) restartNodeOf(t *testing.T, key string) {
 	t.Helper()
+	ctx := context.Background()
 	n := b.nodeFor(t, key)
 	if b.single != nil {
 		n.Restart(t)
 	} else {
-		n.Stop()
-		if err := n.Start(); err != nil {
+		nc := n.Client(t)
+		oldID, err := nc.ClusterMyID(ctx).Result()
+		if err != nil {
 			t.Fatal(err)
+		}
+		slots, err := nc.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Restart(t)
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, o := range b.cluster.Nodes {
+			if o != n {
+				must(o.Client(t).ClusterForget(ctx, oldID).Err())
+			}
+		}
+		for _, s := range slots {
+			if len(s.Nodes) > 0 && s.Nodes[0].ID == oldID {
+				must(nc.ClusterAddSlotsRange(ctx, int(s.Start), int(s.End)).Err())
+			}
+		}
+		// A higher config epoch makes the other nodes accept its claim.
+		must(nc.Do(ctx, "CLUSTER", "BUMPEPOCH").Err())
+		for _, o := range b.cluster.Nodes {
+			if o != n {
+				must(nc.ClusterMeet(ctx, "127.0.0.1", fmt.Sprint(o.Port)).Err())
+			}
 		}
 		if err := b.cluster.WaitReady(testenv.Context(t, 30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
+		b.rdb.(*redis.ClusterClient).ReloadState(ctx)
 	}
-	ctx := context.Background()
 	testenv.Eventually(t, 10*time.Second, "key's node answers after restart", func() error {
 		return b.rdb.Exists(ctx, key).Err()
 	})
