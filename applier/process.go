@@ -39,7 +39,8 @@ type processor struct {
 	met        *metrics
 	counts     *counters
 	log        *slog.Logger
-	maxBatch   int
+	maxBatch   int // distinct keys gathered (and deduped) before they are applied
+	callSize   int // keys per InvalidateBatch call (0: maxBatch)
 	bo         backoff
 	dlq        deadLetter
 	watermarks bool // write partition watermarks at resolved markers
@@ -146,37 +147,47 @@ func (p *processor) process(ctx context.Context, partition int32, recs []*kgo.Re
 	return flush()
 }
 
-// applyBatch runs one InvalidateBatch and accounts each record.
+// applyBatch applies the gathered keys, callSize per InvalidateBatch, and
+// accounts each record.
 func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) error {
 	invs := make([]cache.Invalidation, len(b.keys))
 	for i := range b.keys {
 		invs[i] = b.keys[i].inv
 	}
-	var outs []cache.InvalidateOutcome
-	err := retry(ctx, p.bo, p.log, "invalidate batch", func(ctx context.Context) error {
-		var err error
-		outs, err = p.cache.InvalidateBatch(ctx, invs)
-		if err == nil && len(outs) != len(invs) {
-			err = fmt.Errorf("applier: invalidate batch: %d outcomes for %d keys", len(outs), len(invs))
-		}
-		for i := 0; err == nil && i < len(outs); i++ {
-			if o := outs[i].Err; o != nil && !isPermanent(o) {
-				// LOADING, READONLY, CLUSTERDOWN...: the server, not the
-				// key, is the problem; the whole batch is retried.
-				err = o
-			}
-		}
-		return err
-	})
-	if err != nil {
-		// A connection-level error is retried above, so this is a cancel or
-		// an error about the whole batch that retrying cannot fix.
-		if ctx.Err() != nil {
-			return err
-		}
-		return fmt.Errorf("applier: invalidate batch: %w", err)
+	size := p.callSize
+	if size <= 0 {
+		size = p.maxBatch
 	}
-	p.met.batchSize.Observe(float64(len(invs)))
+	outs := make([]cache.InvalidateOutcome, 0, len(invs))
+	for lo := 0; lo < len(invs); lo += size {
+		chunk := invs[lo:min(lo+size, len(invs))]
+		var got []cache.InvalidateOutcome
+		err := retry(ctx, p.bo, p.log, "invalidate batch", func(ctx context.Context) error {
+			var err error
+			got, err = p.cache.InvalidateBatch(ctx, chunk)
+			if err == nil && len(got) != len(chunk) {
+				err = fmt.Errorf("applier: invalidate batch: %d outcomes for %d keys", len(got), len(chunk))
+			}
+			for i := 0; err == nil && i < len(got); i++ {
+				if o := got[i].Err; o != nil && !isPermanent(o) {
+					// LOADING, READONLY, CLUSTERDOWN...: the server, not the
+					// key, is the problem; the whole call is retried.
+					err = o
+				}
+			}
+			return err
+		})
+		if err != nil {
+			// A connection-level error is retried above, so this is a
+			// cancel or an error about the whole batch retrying cannot fix.
+			if ctx.Err() != nil {
+				return err
+			}
+			return fmt.Errorf("applier: invalidate batch: %w", err)
+		}
+		p.met.batchSize.Observe(float64(len(chunk)))
+		outs = append(outs, got...)
+	}
 	now := time.Now()
 	for i, o := range outs {
 		pk := &b.keys[i]

@@ -21,7 +21,12 @@ type ReplayConfig struct {
 	Topic      string    // --topic
 	Since      time.Time // --since: re-apply records produced at or after this time
 	Partitions []int32   // --partitions; empty means all
-	MaxBatch   int
+	MaxBatch   int       // keys per InvalidateBatch call
+	// Window is how many records a partition worker gathers before applying:
+	// replay dedupes by key over the whole window (only the newest version
+	// of a key matters, and order between keys does not), which saves most
+	// Redis calls on an uncompacted topic.
+	Window     int
 	BackoffMin time.Duration
 	BackoffMax time.Duration
 }
@@ -30,7 +35,7 @@ type ReplayConfig struct {
 // since aside).
 func DefaultReplayConfig() ReplayConfig {
 	d := DefaultConfig()
-	return ReplayConfig{Topic: d.Topic, MaxBatch: d.MaxBatch, BackoffMin: d.BackoffMin, BackoffMax: d.BackoffMax}
+	return ReplayConfig{Topic: d.Topic, MaxBatch: d.MaxBatch, Window: 50_000, BackoffMin: d.BackoffMin, BackoffMax: d.BackoffMax}
 }
 
 // Validate reports every problem at once, naming the flag.
@@ -55,6 +60,9 @@ func (c ReplayConfig) Validate() error {
 	}
 	if c.MaxBatch < 1 {
 		bad("--max-batch %d must be at least 1", c.MaxBatch)
+	}
+	if c.Window < c.MaxBatch {
+		bad("--window %d must be at least --max-batch (%d)", c.Window, c.MaxBatch)
 	}
 	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
 		bad("--backoff-min/--backoff-max (%s/%s) must be positive and ordered", c.BackoffMin, c.BackoffMax)
@@ -187,7 +195,7 @@ func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.Topic: offsets})
-	proc := processor{cache: r.cache, met: r.met, counts: &r.counts, log: r.log, maxBatch: r.cfg.MaxBatch,
+	proc := processor{cache: r.cache, met: r.met, counts: &r.counts, log: r.log, maxBatch: r.cfg.Window, callSize: r.cfg.MaxBatch,
 		bo: backoff{r.cfg.BackoffMin, r.cfg.BackoffMax}}
 	// Each partition has its own worker; a worker that falls behind gets its
 	// partition paused instead of blocking the poll loop (which would
@@ -204,6 +212,19 @@ func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]
 		go func() {
 			defer wg.Done()
 			for recs := range ch {
+				// Take whatever else is queued, up to the window.
+			gather:
+				for len(recs) < r.cfg.Window {
+					select {
+					case more, ok := <-ch:
+						if !ok {
+							break gather
+						}
+						recs = append(recs[:len(recs):len(recs)], more...)
+					default:
+						break gather
+					}
+				}
 				err := proc.process(ctx, p, recs, func(*kgo.Record, time.Time, bool) {})
 				if err != nil {
 					cancel(err)

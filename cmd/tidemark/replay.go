@@ -28,6 +28,7 @@ type replayCmd struct {
 	Since      string  `name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
 	Partitions []int32 `name:"partitions" sep:"," help:"Only these partitions (comma-separated); default all."`
 	MaxBatch   int     `name:"max-batch" default:"500" help:"Invalidations per batched cache-tier call."`
+	Window     int     `name:"window" default:"50000" help:"Records a partition gathers and dedupes by key before applying."`
 
 	now time.Time // fixed at Validate, so --since is resolved once
 }
@@ -56,7 +57,7 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 	}
 	cfg := applier.DefaultReplayConfig()
 	cfg.Brokers = applierSplit(c.Kafka)
-	cfg.Topic, cfg.Partitions, cfg.MaxBatch = c.Topic, c.Partitions, c.MaxBatch
+	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
 	var err error
 	cfg.Since, err = parseSince(c.Since, c.now)
 	return cfg, err
