@@ -63,8 +63,8 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.Addr) == "" {
 		p = append(p, "--addr must not be empty")
 	}
-	if strings.TrimSpace(c.Namespace) == "" || strings.ContainsAny(c.Namespace, "{}: \t") {
-		p = append(p, fmt.Sprintf("--namespace %q must be non-empty without braces, colons or spaces", c.Namespace))
+	if strings.TrimSpace(c.Namespace) == "" {
+		p = append(p, "--namespace must not be empty")
 	}
 	pos := func(flag string, d time.Duration) {
 		if d <= 0 {

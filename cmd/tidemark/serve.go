@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -77,7 +79,17 @@ func (c *serveCmd) Validate() error {
 	if err := c.cacheConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		// Both configs check --namespace: say each problem once.
+		var lines []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+		return errors.New(strings.Join(lines, "\n"))
+	}
+	return nil
 }
 
 func (c *serveCmd) Run(ctx context.Context, e *env) error {
