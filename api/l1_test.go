@@ -35,7 +35,7 @@ func TestL1(t *testing.T) {
 		t.Fatal("served past the L1 ttl")
 	}
 	for i := range 1000 { // bounded
-		k := string(rune('a' + i%26)) + string(rune(i))
+		k := string(rune('a'+i%26)) + string(rune(i))
 		c.offer(k, 1, nil, now, far, now)
 		c.offer(k, 1, nil, now, far, now)
 	}
