@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"tidemark/cache"
 )
 
@@ -221,7 +223,7 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 	it, err := s.src.read(context.WithoutCancel(ctx), tenant, id)
 	release()
 	switch {
-	case err != nil && errors.Is(err, context.DeadlineExceeded):
+	case err != nil && isTimeout(err):
 		s.m.sourceReads.WithLabelValues(class, "timeout").Inc()
 	case err != nil:
 		s.m.sourceReads.WithLabelValues(class, "error").Inc()
@@ -279,4 +281,11 @@ func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
 			return nil, nil
 		})
 	}()
+}
+
+// isTimeout tells a slow source (client deadline or server statement timeout)
+// from a failing one, for the metric.
+func isTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &pe) && pe.Code == "57014")
 }

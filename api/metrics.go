@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route"}),
 		sourceReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_api_source_reads_total",
-			Help: "Item reads sent to Postgres by budget class (foreground, background) and result (found, not_found, error).",
+			Help: "Item reads sent to Postgres by budget class (foreground, background) and result (found, not_found, timeout, error).",
 		}, []string{"class", "result"}),
 		budgetRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_api_budget_rejections_total",
