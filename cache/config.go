@@ -76,8 +76,13 @@ func (c Config) Validate() error {
 	if c.MaxAge < c.HardLifetime+c.Lease {
 		bad("--cache-max-age (%s) must be >= --cache-hard-lifetime + --cache-lease (%s)", c.MaxAge, c.HardLifetime+c.Lease)
 	}
-	if c.FloorTTL < c.Lease {
-		bad("--cache-floor-ttl (%s) must be >= --cache-lease (%s)", c.FloorTTL, c.Lease)
+	// An invalidated value stays servable (stale) until its hard deadline;
+	// INVALIDATE sets the key's TTL to FloorTTL, which must not cut it short.
+	if c.FloorTTL < c.HardLifetime || c.FloorTTL < c.NegativeTTL {
+		bad("--cache-floor-ttl (%s) must be >= --cache-hard-lifetime (%s) and --cache-negative-ttl (%s)", c.FloorTTL, c.HardLifetime, c.NegativeTTL)
+	}
+	if c.MaxAge < c.FloorTTL {
+		bad("--cache-max-age (%s) must be >= --cache-floor-ttl (%s)", c.MaxAge, c.FloorTTL)
 	}
 	return errors.Join(errs...)
 }

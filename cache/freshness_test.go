@@ -342,5 +342,13 @@ func TestPhysicalTTL(t *testing.T) {
 		if d := ttl("tok"); d < cfg.MaxAge-time.Second {
 			t.Fatalf("filled key TTL %v, want ~%v", d, cfg.MaxAge)
 		}
+		// Invalidated: the stale value is servable for at most the hard
+		// lifetime, the floor must stay FloorTTL.
+		if _, err := c.Invalidate(ctx, tn, "tok", 2); err != nil {
+			t.Fatal(err)
+		}
+		if d := ttl("tok"); d < cfg.FloorTTL-time.Second || d < cfg.HardLifetime {
+			t.Fatalf("invalidated key TTL %v, want ~%v", d, cfg.FloorTTL)
+		}
 	})
 }

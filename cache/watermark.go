@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"tidemark/schema"
 )
 
@@ -152,4 +151,3 @@ func (c *Client) SetPartitions(ctx context.Context, n int) error {
 func (c *Client) raise(ctx context.Context, field string, ts time.Time) error {
 	return c.s.raise.Run(ctx, c.rdb, []string{c.wmKey}, field, ts.UnixMilli()).Err()
 }
-
