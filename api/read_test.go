@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"tidemark/cache"
 	"tidemark/internal/testenv"
 )
@@ -374,5 +376,39 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	}
 	if reads > limit {
 		t.Fatalf("%d source reads with Redis down, limit %d", reads, limit)
+	}
+}
+
+// A soft-expired value is served stale at once, and the caller holding the
+// refresh token re-reads it in the background under the background class.
+func TestStaleServedAndRefreshedInBackground(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{
+		cfg: func(c *Config) { c.L1Size = 0 },
+		ccfg: func(c *cache.Config) {
+			c.SoftMin, c.SoftMax, c.HardLifetime = 300*time.Millisecond, 300*time.Millisecond, 20*time.Second
+		},
+	})
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 's', 1, '"one"')`)
+	if r := e.do("GET", in.item("s"), key, ""); r.version() != 1 {
+		t.Fatalf("GET: %s", r.raw)
+	}
+	// Changed behind the pipeline's back: only a refresh can find it.
+	e.exec(`UPDATE catalog.items SET version = 2, display = '"two"' WHERE item_id = 's'`)
+	time.Sleep(400 * time.Millisecond)
+	r := e.do("GET", in.item("s"), key, "")
+	if r.code != 200 || r.version() != 1 || r.header.Get("Cache-Status") != "tidemark; hit; detail=stale" {
+		t.Fatalf("soft-expired GET: %d %v %s", r.code, r.header, r.raw)
+	}
+	testenv.Eventually(t, 5*time.Second, "the background refresh lands", func() error {
+		if r := e.do("GET", in.item("s"), key, ""); r.version() != 2 {
+			return fmt.Errorf("GET: %s (%s)", r.raw, r.header.Get("Cache-Status"))
+		}
+		return nil
+	})
+	var m dto.Metric
+	if err := in.srv.m.sourceReads.WithLabelValues(classBackground, "found").Write(&m); err != nil || m.GetCounter().GetValue() < 1 {
+		t.Fatalf("background source reads = %v (%v)", m.GetCounter().GetValue(), err)
 	}
 }
