@@ -216,6 +216,16 @@ func TestMetadataEvictionNoRevive(t *testing.T) {
 		}
 		mustReject(t, c.Fill(ctx, tn, "item", old.Token, 6, payload(6), time.Now()), "token")
 		mustFill(t, c, tn, "item", nw.Token, 6, time.Now())
+
+		// Purge (the applier's hard delete) is the same: old tokens die.
+		held := lookup(t, c, tn, "purged", 0)
+		if err := c.Purge(ctx, tn, "purged"); err != nil {
+			t.Fatal(err)
+		}
+		mustReject(t, c.Fill(ctx, tn, "purged", held.Token, 1, payload(1), time.Now()), "token")
+		if n := b.rdb.Exists(ctx, schema.RedisKey("catalog", tn, "purged")).Val(); n != 0 {
+			t.Fatal("an old token recreated a purged key")
+		}
 	})
 }
 

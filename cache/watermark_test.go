@@ -1,0 +1,107 @@
+package cache_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+	"tidemark/schema"
+)
+
+// Watermarks and reset_at only move forward; W is the minimum over the
+// partitions and unknown until every partition has one.
+func TestWatermarkRaiseOnlyAndMinimum(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		cfg := testConfig()
+		cfg.Namespace = testenv.Unique(t, "ns")
+		c, ctx := newClient(t, b, cfg), context.Background()
+		if wm := c.Watermark(); wm.Known || !wm.ReadAt.IsZero() {
+			t.Fatalf("watermark before any poll = %+v, want zero", wm)
+		}
+		t0 := time.UnixMilli(1_700_000_000_000)
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(c.SetPartitions(ctx, 2))
+		must(c.SetWatermark(ctx, 0, t0.Add(5*time.Second)))
+		wm, err := c.ReadWatermark(ctx)
+		must(err)
+		if wm.Known || wm.Partitions != 2 {
+			t.Fatalf("one of two partitions: %+v", wm)
+		}
+		must(c.SetWatermark(ctx, 1, t0.Add(3*time.Second)))
+		must(c.SetWatermark(ctx, 0, t0)) // lower: ignored
+		must(c.SetResetAt(ctx, t0.Add(time.Second)))
+		must(c.SetResetAt(ctx, t0)) // lower: ignored
+		wm, err = c.ReadWatermark(ctx)
+		must(err)
+		if !wm.Known || !wm.W.Equal(t0.Add(3*time.Second)) || !wm.PerPartition[0].Equal(t0.Add(5*time.Second)) ||
+			!wm.ResetAt.Equal(t0.Add(time.Second)) {
+			t.Fatalf("watermark = %+v", wm)
+		}
+		// Operators read the same thing with redis-cli.
+		h := b.rdb.HGetAll(ctx, schema.WatermarkKey(cfg.Namespace)).Val()
+		if h["p0"] != "1700000005000" || h["p1"] != "1700000003000" || h["reset_at"] != "1700000001000" || h["partitions"] != "2" {
+			t.Fatalf("watermark hash = %v", h)
+		}
+	})
+}
+
+// The four metric families count what happened.
+func TestMetrics(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		reg := prometheus.NewRegistry()
+		c, err := cache.New(testConfig(), b.rdb, testenv.Logger(t), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A second client on the same registry (API and applier in one
+		// process) shares the series.
+		c2, err := cache.New(testConfig(), b.rdb, testenv.Logger(t), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, tn := context.Background(), tenant(t)
+		r := lookup(t, c, tn, "item", 0)
+		lookup(t, c2, tn, "item", 0)
+		mustReject(t, c.Fill(ctx, tn, "item", cache.Token{1}, 1, payload(1), time.Now()), "token")
+		mustFill(t, c, tn, "item", r.Token, 1, time.Now())
+		lookup(t, c, tn, "item", 0)
+		if _, err := c.Invalidate(ctx, tn, "item", 1); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []struct {
+			name, label string
+			want        float64
+		}{
+			{"tidemark_cache_lookups_total", "miss", 1},
+			{"tidemark_cache_lookups_total", "wait", 1},
+			{"tidemark_cache_lookups_total", "hit", 1},
+			{"tidemark_cache_fill_rejected_total", "token", 1},
+			{"tidemark_cache_fill_rejected_total", "version", 0},
+			{"tidemark_cache_invalidations_total", "duplicate", 1},
+		} {
+			if got := counter(t, reg, m.name, m.label); got != m.want {
+				t.Errorf("%s{%s} = %v, want %v", m.name, m.label, got, m.want)
+			}
+		}
+		runPoller(t, c)
+		mfs, _ := reg.Gather()
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == "tidemark_cache_watermark_age_seconds" {
+				found = true
+			}
+		}
+		if !found {
+			t.Error("no tidemark_cache_watermark_age_seconds")
+		}
+	})
+}
