@@ -3,11 +3,13 @@ package capture_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	osexec "os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -211,6 +213,37 @@ func (b *binary) ready() error {
 	return nil
 }
 
+func (b *binary) metrics(t *testing.T) string {
+	t.Helper()
+	text, err := b.scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+func (b *binary) scrape() (string, error) {
+	resp, err := http.Get("http://" + b.addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// metric is the value of an unlabelled metric (-1 if absent or unreadable).
+func (b *binary) metric(name string) float64 {
+	text, _ := b.scrape()
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return -1
+}
+
 func (b *binary) waitReady(t *testing.T) {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, "capture binary ready", func() error {
@@ -279,6 +312,21 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 	conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s)
 	end, _ := schema.ParseLSN(s)
 	waitItem(t, k, cfg.Relay.Topic, "t", "i2000", 1)
+	// The metric names are part of the contract.
+	text := b.metrics(t)
+	for _, name := range []string{
+		`tidemark_capture_events_total{op="upsert"} 2000`, "tidemark_capture_transactions_total", "tidemark_relay_records_produced_total",
+		"tidemark_relay_produce_errors_total", "tidemark_relay_inflight_records", "tidemark_capture_confirmed_lsn",
+		"tidemark_capture_commit_to_produced_seconds_bucket", "tidemark_slot_lag_bytes", `tidemark_slot_wal_status{status="reserved"} 1`,
+		"tidemark_capture_resets_total", "tidemark_capture_heartbeats_total",
+	} {
+		if !strings.Contains(text, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if v := b.metric("tidemark_relay_records_produced_total"); v < 2000 {
+		t.Errorf("tidemark_relay_records_produced_total = %v, want >= 2000", v)
+	}
 	b.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-b.done:

@@ -38,6 +38,17 @@ func TestLargeTransaction(t *testing.T) {
 	exec(t, conn, "UPDATE catalog.items SET version = 2 WHERE tenant_id = 'big'")
 	t.Logf("UPDATE of %d rows committed in %s", rows, time.Since(began).Round(time.Millisecond))
 
+	acked := make(chan time.Duration, 1)
+	go func() {
+		for b.metric("tidemark_relay_records_produced_total") < rows {
+			select {
+			case <-b.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		acked <- time.Since(began)
+	}()
 	seen := make([]bool, rows+1)
 	n := 0
 	readAll(t, k, cfg.Relay.Topic, 120*time.Second, func(key, value []byte) {
@@ -51,7 +62,12 @@ func TestLargeTransaction(t *testing.T) {
 			n++
 		}
 	}, func() bool { return n == rows })
-	t.Logf("%d rows in Kafka %s after the commit", n, time.Since(began).Round(time.Millisecond))
+	t.Logf("%d rows read back from Kafka %s after the commit", n, time.Since(began).Round(time.Millisecond))
+	select {
+	case d := <-acked:
+		t.Logf("capture had all %d records acked %s after the commit", rows, d.Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+	}
 
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(b.cmd.Process.Pid) + "/status")
 	if err != nil {

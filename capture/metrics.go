@@ -36,6 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, op := range []string{"upsert", "delete", "truncate"} {
 		m.events.WithLabelValues(op)
 	}
+	for _, r := range []string{ReasonSlotMissing, ReasonSlotLost, ReasonSystemIDChanged, ReasonTimelineChanged} {
+		m.resets.WithLabelValues(r)
+	}
 	for _, c := range []prometheus.Collector{m.events, m.transactions, m.confirmed, m.slotLag, m.walStatus, m.safeWAL, m.resets, m.heartbeats} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("capture: register metrics: %w", err)

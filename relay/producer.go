@@ -81,11 +81,11 @@ type Deps struct {
 
 // Producer sends capture's records to Kafka.
 type Producer struct {
-	cfg     Config
-	log     *slog.Logger
-	client  *kgo.Client
-	m       *metrics
-	onAck   func(time.Duration)
+	cfg    Config
+	log    *slog.Logger
+	client *kgo.Client
+	m      *metrics
+	onAck  func(time.Duration)
 
 	errOnce sync.Once
 	errCh   chan error
