@@ -194,15 +194,17 @@ func (c *Capture) session(ctx context.Context) (retErr error) {
 	// Flush even on error: what Kafka acks can still be confirmed.
 	fctx, fcancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
 	defer fcancel()
+	var flushErr error
 	if err := c.relay.Flush(fctx); err != nil {
-		c.log.Warn("kafka did not ack every record before the shutdown timeout; they stay unconfirmed and are re-sent on restart",
-			"inflight", st.tr.Inflight(), "err", err)
+		// Not data loss (nothing unacked is confirmed), but not a clean exit.
+		flushErr = fmt.Errorf("capture: kafka did not ack %d record(s) within --shutdown-timeout; they stay unconfirmed and are re-sent on restart: %w",
+			st.tr.Inflight(), err)
 	}
 	st.finish(fctx)
 	if ctx.Err() != nil && (streamErr == nil || errors.Is(streamErr, context.Canceled)) {
-		return nil
+		return flushErr
 	}
-	return streamErr
+	return errors.Join(streamErr, flushErr)
 }
 
 func (c *Capture) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
