@@ -139,3 +139,44 @@ func TestIdleSlotAdvances(t *testing.T) {
 		t.Fatalf("tidemark_capture_confirmed_lsn %v < %s", got, want)
 	}
 }
+
+// A slot that lost WAL it still needed (max_slot_wal_keep_size) can never
+// stream again: capture sends a slot_lost reset to every partition,
+// recreates the slot and carries on.
+func TestSlotLostResets(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t, testenv.PGConf("max_slot_wal_keep_size", "1MB"), testenv.PGConf("wal_keep_size", "0"))
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	conn := connect(t, dsn)
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'a', 1)")
+	waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
+	r.wait(t)
+
+	testenv.Eventually(t, 30*time.Second, "slot lost", func() error {
+		exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) SELECT 'fill', 'f' || g, 1 FROM generate_series(1, 2000) g ON CONFLICT (tenant_id, item_id) DO UPDATE SET version = catalog.items.version + 1")
+		exec(t, conn, "SELECT pg_switch_wal()")
+		exec(t, conn, "CHECKPOINT")
+		var status string
+		conn.QueryRow(context.Background(), "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&status)
+		if status != "lost" {
+			return errorf("wal_status %q", status)
+		}
+		return nil
+	})
+	r = start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'after', 1)")
+	rs := resets(waitItem(t, k, cfg.Relay.Topic, "t", "after", 1))
+	for p := range int32(testPartitions) {
+		if len(rs[p]) != 1 || rs[p][0].Reason != capture.ReasonSlotLost {
+			t.Fatalf("partition %d: resets %+v, want one %s", p, rs[p], capture.ReasonSlotLost)
+		}
+	}
+	if got := r.counter(t, "tidemark_capture_resets_total", "reason", capture.ReasonSlotLost); got != 1 {
+		t.Fatalf("resets_total{reason=slot_lost} = %v", got)
+	}
+}
