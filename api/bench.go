@@ -227,6 +227,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	rep := BenchReport{P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
 		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
 		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
+	loadStart := loadAvg() // the box may be shared: say how busy it was
 	// Steady state: every key has been read once, so what remains are
 	// refreshes and invalidations, not first-time cold misses.
 	fmt.Fprintf(progress, "priming all %d keys once ...\n", cfg.Items)
@@ -254,6 +255,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 		rep.Rows = append(rep.Rows, row)
 		fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s, errors %d\n", row.Rate, fmtDur(row.P50), fmtDur(row.P99), row.Errors)
 	}
+	rep.Setup += fmt.Sprintf("; load average (1 min) %s at start, %s at end", loadStart, loadAvg())
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
 		if r.Target > 0 && r.P99 < cfg.P99Goal && r.Errors == 0 && (rep.Best == nil || r.Rate > rep.Best.Rate) {
@@ -468,4 +470,13 @@ func (g *generator) scrape(ctx context.Context) (serveCounters, error) {
 		}
 	}
 	return c, sc.Err()
+}
+
+// loadAvg is the 1-minute load average ("?" where /proc is missing).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
