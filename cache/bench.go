@@ -32,13 +32,13 @@ type BenchConfig struct {
 	Clients       int    // redis-benchmark -c for the pipelined ceilings
 	Pipeline      int    // redis-benchmark -P
 	BenchmarkPath string // redis-benchmark binary
-	Rounds        int    // pipelined figures are the best of this many runs
+	Rounds        int    // figures are medians over this many rounds
 }
 
 // DefaultBenchConfig is 200k keys in batches of 500.
 func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{Keys: 200_000, Batch: 500, Workers: 4, Lookups: 20_000, Clients: 50, Pipeline: 100,
-		BenchmarkPath: "redis-benchmark", Rounds: 3}
+		BenchmarkPath: "redis-benchmark", Rounds: 5}
 }
 
 // Validate reports every problem at once, each naming its flag.
@@ -115,109 +115,159 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 
-	// The box may be shared: every pipelined figure is the best of
-	// cfg.Rounds runs, ceilings and ours interleaved, so that a burst of
-	// foreign load hurts neither side alone.
 	trivialSHA, err := loadEverywhere(ctx, c, trivialLua)
 	if err != nil {
 		return err
 	}
-	var (
-		set, evalsha, ourScript, latEval, latGet benchResult
-		inv1, invN, invAgain                     float64
-	)
-	best := func(dst *benchResult, r benchResult) {
-		if r.rps > dst.rps {
-			*dst = r
-		}
-	}
-	for round := range cfg.Rounds {
-		tag := run + "-" + strconv.Itoa(round)
-		randKey := "{" + tag + "/__rand_int__}"
-		r, err := rb.run(ctx, true, "-t", "set")
-		if err != nil {
+	// The box may be shared: each round measures ours right beside its
+	// ceilings, and the report gives medians over rounds (figures and
+	// per-round ratios), so a burst of foreign load skews neither side.
+	rounds := make([]benchRound, cfg.Rounds)
+	for i := range rounds {
+		if err := runRound(ctx, c, cfg, rb, trivialSHA, run+"-"+strconv.Itoa(i), &rounds[i]); err != nil {
 			return err
 		}
-		best(&set, r)
-		if r, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
-			return err
-		}
-		best(&evalsha, r)
-		if r, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", c.s.invalidate.Hash(), "1",
-			benchNamespace+":v1:"+randKey, "7", strconv.FormatInt(ccfg.FloorTTL.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		best(&ourScript, r)
-		ops, err := benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers)
-		if err != nil {
-			return err
-		}
-		invN = max(invN, ops)
-		if ops, err = benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers); err != nil { // same keys, newer version
-			return err
-		}
-		invAgain = max(invAgain, ops)
-		if ops, err = benchInvalidate(ctx, c, cfg, tag+"-1", 1); err != nil {
-			return err
-		}
-		inv1 = max(inv1, ops)
 	}
-	randKey := "{" + run + "/__rand_int__}"
-	if latEval, err = rb.run(ctx, false, "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
-		return err
-	}
-	if latGet, err = rb.run(ctx, false, "-t", "get"); err != nil {
-		return err
-	}
-	lk, err := benchLookup(ctx, c, cfg, run)
-	if err != nil {
-		return err
-	}
-
-	ratio := func(a, b float64) string {
-		if b == 0 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.2fx", a/b)
-	}
-	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
-	fmt.Fprintf(w, "server: %s (redis-server %s), %d keys per round, batches of %d, pipelined figures best of %d rounds\n\n",
-		redactURL(url), rb.version, cfg.Keys, cfg.Batch, cfg.Rounds)
-	fmt.Fprintln(w, "| measurement | tidemark | ceiling (redis-benchmark, same server) | ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|")
-	row := func(what, ours, ceilingName, ceiling, r string) {
-		fmt.Fprintf(w, "| %s | %s | %s: %s | %s |\n", what, ours, ceilingName, ceiling, r)
-	}
-	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
-	for _, r := range []struct {
-		name string
-		ops  float64
-	}{
-		{fmt.Sprintf("InvalidateBatch, %d worker, new keys", 1), inv1},
-		{fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), invN},
-		{fmt.Sprintf("InvalidateBatch, %d workers, newer version of cached keys", cfg.Workers), invAgain},
-	} {
-		row(r.name, fmt.Sprintf("%.0f keys/s", r.ops), "pipelined EVALSHA trivial HSET script "+pipe, fmt.Sprintf("%.0f/s", evalsha.rps), ratio(r.ops, evalsha.rps))
-	}
-	row(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), fmt.Sprintf("%.0f keys/s", invN),
-		"pipelined SET "+pipe, fmt.Sprintf("%.0f/s", set.rps), ratio(invN, set.rps))
-	row(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), fmt.Sprintf("%.0f keys/s", invN),
-		"pipelined EVALSHA of tidemark's INVALIDATE script "+pipe, fmt.Sprintf("%.0f/s", ourScript.rps), ratio(invN, ourScript.rps))
-	row("Lookup hit latency p50", us(lk.p50), "EVALSHA trivial -c 1 p50", us(latEval.p50), ratio(float64(lk.p50), float64(latEval.p50)))
-	row("Lookup hit latency p99", us(lk.p99), "EVALSHA trivial -c 1 p99", us(latEval.p99), ratio(float64(lk.p99), float64(latEval.p99)))
-	row("Lookup hit latency p50", us(lk.p50), "GET -c 1 p50", us(latGet.p50), ratio(float64(lk.p50), float64(latGet.p50)))
-	row("Lookup hit latency p99", us(lk.p99), "GET -c 1 p99", us(latGet.p99), ratio(float64(lk.p99), float64(latGet.p99)))
-	fmt.Fprintf(w, "\nlookups: %d sequential, %.1f%% hits. Goal: batched invalidate >= 0.6x the pipelined EVALSHA ceiling: %s (best InvalidateBatch %s).\n",
-		cfg.Lookups, 100*lk.hitRate, map[bool]string{true: "met", false: "NOT met"}[max(inv1, invN) >= 0.6*evalsha.rps],
-		ratio(max(inv1, invN), evalsha.rps))
-	fmt.Fprintln(w, "\nredis-benchmark commands:")
-	for _, cmd := range rb.commands[:3] {
-		fmt.Fprintf(w, "    %s\n", cmd)
-	}
-	for _, cmd := range rb.commands[len(rb.commands)-2:] {
-		fmt.Fprintf(w, "    %s\n", cmd)
-	}
+	writeReport(w, cfg, redactURL(url), rb, rounds)
 	return nil
+}
+
+// benchRound is one round's figures: pipelined throughputs in ops/s,
+// latencies from single-client runs.
+type benchRound struct {
+	set, trivial, script benchResult // redis-benchmark ceilings
+	inv1, invN, invAgain float64     // InvalidateBatch keys/s
+	latEval, latGet      benchResult // redis-benchmark -c 1
+	lookup               lookupStats
+	// redis-server CPU per operation (0 when the server is not local):
+	// unlike throughput it does not depend on who else uses the CPUs.
+	cpuTrivial, cpuInvN time.Duration
+}
+
+func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
+	randKey := "{" + tag + "/__rand_int__}"
+	var err error
+	cpu0 := rb.serverCPU()
+	if r.trivial, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
+		return err
+	}
+	cpu1 := rb.serverCPU()
+	if r.invN, err = benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers); err != nil {
+		return err
+	}
+	cpu2 := rb.serverCPU()
+	if cpu0 >= 0 && cpu1 >= 0 && cpu2 >= 0 {
+		r.cpuTrivial, r.cpuInvN = (cpu1-cpu0)/time.Duration(cfg.Keys), (cpu2-cpu1)/time.Duration(cfg.Keys)
+	}
+	if r.set, err = rb.run(ctx, true, "-t", "set"); err != nil {
+		return err
+	}
+	if r.invAgain, err = benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers); err != nil { // same keys, newer version
+		return err
+	}
+	if r.script, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", c.s.invalidate.Hash(), "1",
+		benchNamespace+":v1:"+randKey, "7", strconv.FormatInt(c.cfg.FloorTTL.Milliseconds(), 10)); err != nil {
+		return err
+	}
+	if r.inv1, err = benchInvalidate(ctx, c, cfg, tag+"-1", 1); err != nil {
+		return err
+	}
+	if r.latEval, err = rb.run(ctx, false, "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
+		return err
+	}
+	if r.lookup, err = benchLookup(ctx, c, cfg, tag); err != nil {
+		return err
+	}
+	r.latGet, err = rb.run(ctx, false, "-t", "get")
+	return err
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, rounds []benchRound) {
+	type pair struct{ ours, ceiling []float64 }
+	collect := func(f func(r benchRound) (float64, float64)) pair {
+		var p pair
+		for _, r := range rounds {
+			a, b := f(r)
+			p.ours, p.ceiling = append(p.ours, a), append(p.ceiling, b)
+		}
+		return p
+	}
+	ratios := func(p pair) []float64 {
+		var out []float64
+		for i := range p.ours {
+			if p.ceiling[i] > 0 {
+				out = append(out, p.ours[i]/p.ceiling[i])
+			}
+		}
+		return out
+	}
+	fmt.Fprintf(w, "server: %s (redis-server %s); %d keys per round in batches of %d; %d rounds, medians shown\n\n",
+		url, rb.version, cfg.Keys, cfg.Batch, cfg.Rounds)
+	fmt.Fprintln(w, "| measurement | tidemark | ceiling (redis-benchmark, same server, same round) | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
+	thr := func(what, ceilingName string, p pair) {
+		fmt.Fprintf(w, "| %s | %.0f keys/s | %s: %.0f/s | %.2fx |\n", what, median(p.ours), ceilingName, median(p.ceiling), median(ratios(p)))
+	}
+	lat := func(what, ceilingName string, p pair) {
+		fmt.Fprintf(w, "| %s | %.0f µs | %s: %.0f µs | %.2fx |\n", what, median(p.ours), ceilingName, median(p.ceiling), median(ratios(p)))
+	}
+	trivial := "pipelined EVALSHA, trivial HSET script, " + pipe
+	headline := collect(func(r benchRound) (float64, float64) { return r.invN, r.trivial.rps })
+	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), trivial, headline)
+	thr(fmt.Sprintf("InvalidateBatch, %d workers, newer version of the same keys", cfg.Workers), trivial,
+		collect(func(r benchRound) (float64, float64) { return r.invAgain, r.trivial.rps }))
+	thr("InvalidateBatch, 1 worker, new keys", trivial,
+		collect(func(r benchRound) (float64, float64) { return r.inv1, r.trivial.rps }))
+	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined SET, "+pipe,
+		collect(func(r benchRound) (float64, float64) { return r.invN, r.set.rps }))
+	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined EVALSHA of tidemark's INVALIDATE script, "+pipe,
+		collect(func(r benchRound) (float64, float64) { return r.invN, r.script.rps }))
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	lat("Lookup hit latency p50", "EVALSHA trivial script, -c 1, p50",
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latEval.p50) }))
+	lat("Lookup hit latency p99", "EVALSHA trivial script, -c 1, p99",
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latEval.p99) }))
+	lat("Lookup hit latency p50", "GET, -c 1, p50",
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latGet.p50) }))
+	lat("Lookup hit latency p99", "GET, -c 1, p99",
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latGet.p99) }))
+
+	if rounds[0].cpuInvN > 0 {
+		ns := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+		p := collect(func(r benchRound) (float64, float64) { return ns(r.cpuTrivial), ns(r.cpuInvN) })
+		// Capacity ratio: how many invalidations the server can run per
+		// trivial script, from CPU spent rather than wall-clock time.
+		fmt.Fprintf(w, "| redis-server CPU per invalidation (/proc, %d workers, new keys) | %.2f µs | trivial HSET script: %.2f µs | %.2fx capacity |\n",
+			cfg.Workers, median(p.ceiling), median(p.ours), median(ratios(p)))
+	}
+	hits := 0.0
+	for _, r := range rounds {
+		hits += r.lookup.hitRate
+	}
+	rs := ratios(headline)
+	verdict := "met"
+	if median(rs) < 0.6 {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(w, "\nGoal: batched invalidate >= 0.6x the pipelined EVALSHA ceiling: %s (median %.2fx; per round:", verdict, median(rs))
+	for _, r := range rs {
+		fmt.Fprintf(w, " %.2fx", r)
+	}
+	fmt.Fprintf(w, ").\nLookups: %d sequential per round over 1000 filled keys, %.1f%% hits.\n", cfg.Lookups, 100*hits/float64(len(rounds)))
+	fmt.Fprintln(w, "\nredis-benchmark commands (first round):")
+	for _, cmd := range rb.commands[:min(len(rb.commands), 5)] {
+		fmt.Fprintf(w, "    %s\n", cmd)
+	}
 }
 
 // benchInvalidate invalidates cfg.Keys keys in batches of cfg.Batch from
@@ -327,6 +377,31 @@ type redisBench struct {
 	conn     []string // -h -p [-a] [--dbnum] [--cluster]
 	version  string
 	commands []string
+	pid      int // local redis-server process, -1 if unknown
+}
+
+// serverCPU is the redis-server's user+system CPU time so far, -1 if unknown.
+func (rb *redisBench) serverCPU() time.Duration {
+	if rb.pid < 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rb.pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line, in clock ticks (USER_HZ = 100).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 type benchResult struct {
@@ -367,6 +442,13 @@ func newRedisBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClie
 		return nil, fmt.Errorf("cache: bench: %w", err)
 	}
 	rb.version = infoField(info, "redis_version")
+	rb.pid = -1
+	if pid, err := strconv.Atoi(infoField(info, "process_id")); err == nil && !cluster {
+		// Only if that pid is a redis-server on this host (not a container's).
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.HasPrefix(string(comm), "redis-server") {
+			rb.pid = pid
+		}
+	}
 	return rb, nil
 }
 

@@ -16,7 +16,7 @@ type benchCacheCmd struct {
 	Lookups        int    `name:"lookups" default:"20000" help:"Sequential hit lookups timed (and -n of the latency redis-benchmark runs)."`
 	Clients        int    `name:"clients" default:"50" help:"redis-benchmark -c for the pipelined ceilings."`
 	Pipeline       int    `name:"pipeline" default:"100" help:"redis-benchmark -P for the pipelined ceilings."`
-	Rounds         int    `name:"rounds" default:"3" help:"Pipelined figures (ours and the ceilings) are the best of this many interleaved runs."`
+	Rounds         int    `name:"rounds" default:"5" help:"Rounds, each measuring tidemark beside its ceilings; the table shows medians."`
 	RedisBenchmark string `name:"redis-benchmark" default:"redis-benchmark" help:"redis-benchmark binary."`
 }
 
