@@ -113,8 +113,8 @@ func (r BenchReport) Markdown() string {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Rows {
 		target := "closed loop"
-		if row.Target > 0 {
-			target = fmt.Sprintf("%.0f", row.Target)
+		if row.Target != 0 {
+			target = fmt.Sprintf("%.0f", max(row.Target, -row.Target))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %.3f%% | %.1f%% |\n", row.Step, target, row.Rate, row.Requests,
 			row.Errors, fmtDur(row.P50), fmtDur(row.P99), fmtDur(row.Max), 100*row.SourceShare, 100*row.L1Share)
@@ -227,6 +227,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	rep := BenchReport{P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
 		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
 		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", metricsPort)
 	loadStart := loadAvg() // the box may be shared: say how busy it was
 	// Steady state: every key has been read once, so what remains are
 	// refreshes and invalidations, not first-time cold misses.
@@ -256,6 +257,23 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 		fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s, errors %d\n", row.Rate, fmtDur(row.P50), fmtDur(row.P99), row.Errors)
 	}
 	rep.Setup += fmt.Sprintf("; load average (1 min) %s at start, %s at end", loadStart, loadAvg())
+	// Ceiling: the same generator against a trivial handler of the same
+	// serve process, closed loop and at the first open-loop rate.
+	g.ceilingURL = healthz
+	fmt.Fprintf(progress, "ceiling: serve's /healthz, closed loop ...\n")
+	if row, err := g.measure(ctx, "ceiling /healthz", func() (int64, []time.Duration) { return g.closed(ctx, cfg.Concurrency, cfg.Duration) }, 0); err == nil {
+		rep.Rows = append(rep.Rows, row)
+	}
+	if len(cfg.Steps) > 0 {
+		target := sat.Rate * cfg.Steps[0]
+		if row, err := g.measure(ctx, fmt.Sprintf("ceiling /healthz open %.0f%%", 100*cfg.Steps[0]), func() (int64, []time.Duration) {
+			return g.open(ctx, target, cfg.Workers, cfg.Duration)
+		}, target); err == nil {
+			row.Target = -target // not a candidate for Best
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	g.ceilingURL = ""
 	for i := range rep.Rows {
 		r := &rep.Rows[i]
 		if r.Target > 0 && r.P99 < cfg.P99Goal && r.Errors == 0 && (rep.Best == nil || r.Rate > rep.Best.Rate) {
@@ -284,13 +302,16 @@ func seedBench(ctx context.Context, dsn, tenant string, items int) (string, erro
 
 // generator is the load generator: keep-alive HTTP/1.1 GETs of zipf keys.
 type generator struct {
-	client  *http.Client
-	key     string
-	urls    []string
-	zipfS   float64
-	metrics string
-	errors  int64
-	mu      sync.Mutex
+	client *http.Client
+	key    string
+	urls   []string
+	// ceilingURL, when set, replaces the keys: serve's own /healthz, the
+	// cheapest handler of the same process, as a ceiling for this box.
+	ceilingURL string
+	zipfS      float64
+	metrics    string
+	errors     int64
+	mu         sync.Mutex
 }
 
 func (g *generator) get(ctx context.Context, url string) bool {
@@ -303,6 +324,14 @@ func (g *generator) get(ctx context.Context, url string) bool {
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode == 200
+}
+
+// url is the next request's URL: a zipf key, or the ceiling endpoint.
+func (g *generator) url(z *mrand.Zipf) string {
+	if g.ceilingURL != "" {
+		return g.ceilingURL
+	}
+	return g.urls[z.Uint64()]
 }
 
 func (g *generator) zipf(seed uint64) *mrand.Zipf {
@@ -347,7 +376,7 @@ func (g *generator) closed(ctx context.Context, conc int, d time.Duration) (int6
 			z := g.zipf(uint64(w) + uint64(time.Now().UnixNano()))
 			for time.Now().Before(end) && ctx.Err() == nil {
 				t := time.Now()
-				if !g.get(ctx, g.urls[z.Uint64()]) {
+				if !g.get(ctx, g.url(z)) {
 					g.fail(1)
 				}
 				lat[w] = append(lat[w], time.Since(t))
@@ -371,7 +400,7 @@ func (g *generator) open(ctx context.Context, rate float64, workers int, d time.
 			defer wg.Done()
 			z := g.zipf(uint64(w)*7919 + uint64(time.Now().UnixNano()))
 			for t := range due {
-				if !g.get(ctx, g.urls[z.Uint64()]) {
+				if !g.get(ctx, g.url(z)) {
 					g.fail(1)
 				}
 				lat[w] = append(lat[w], time.Since(t))
