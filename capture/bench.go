@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -118,11 +119,6 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		return res, err
 	}
 
-	k, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		return res, fmt.Errorf("bench: kfake: %w", err)
-	}
-	defer k.Close()
 	var (
 		mu        sync.Mutex
 		recording bool
@@ -135,16 +131,23 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		}
 		mu.Unlock()
 	}
+	// The running round's capture and its kfake: stopped in that order
+	// (capture flushes into kfake on its way out).
 	var (
-		stops  []context.CancelFunc
-		runErr chan error
+		stopCapture context.CancelFunc = func() {}
+		closeKafka                     = func() {}
+		runErr      chan error
 	)
-	cancel := func() {
-		for _, stop := range stops {
-			stop()
+	cancel := func() (err error) {
+		stopCapture()
+		if runErr != nil {
+			err = <-runErr
+			runErr = nil
 		}
+		closeKafka()
+		return err
 	}
-	defer cancel()
+	defer func() { cancel() }()
 	// Rounds alternate, so a neighbour's load on a shared box hits both kinds.
 	for i := range rounds {
 		log.Info("draining with pg_recvlogical", "round", i+1, "path", cfg.Recvlogical)
@@ -157,10 +160,16 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		res.RecvlogicalRounds = append(res.RecvlogicalRounds, time.Since(began))
 
 		// Only the last round's capture stays up for the latency phase.
-		cancel()
-		if runErr != nil {
-			<-runErr
+		if err := cancel(); err != nil {
+			return res, err
 		}
+		// A fresh kfake per round: it keeps every record in this process's
+		// heap, and a growing heap would tax later rounds' GC.
+		k, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return res, fmt.Errorf("bench: kfake: %w", err)
+		}
+		closeKafka = k.Close
 		ccfg := DefaultConfig()
 		ccfg.PG, ccfg.Slot = cfg.PG, capSlots[i]
 		ccfg.Relay.Brokers, ccfg.Relay.Partitions = k.ListenAddrs(), cfg.Partitions
@@ -172,7 +181,8 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		}
 		log.Info("draining with tidemark capture into kfake", "round", i+1)
 		cctx, stop := context.WithCancel(ctx)
-		stops = append(stops, stop)
+		stopCapture = stop
+		runtime.GC()
 		began = time.Now()
 		runErr = make(chan error, 1)
 		go func() { runErr <- c.Run(cctx) }()
@@ -213,8 +223,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	}
 	t.Stop()
 	time.Sleep(500 * time.Millisecond) // the last commits' acks
-	cancel()
-	if err := <-runErr; err != nil {
+	if err := cancel(); err != nil {
 		return res, err
 	}
 	mu.Lock()

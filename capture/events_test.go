@@ -29,6 +29,7 @@ func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'tomb', 1), ('t', 'gone', 1), ('t', 'x y', 1)")
 	exec(t, conn, "UPDATE catalog.items SET version = 2, state = 'deleted' WHERE item_id = 'tomb'")
 	exec(t, conn, "DELETE FROM catalog.items WHERE item_id = 'gone'")
+	exec(t, conn, "UPDATE catalog.items SET item_id = 'moved', version = 2 WHERE item_id = 'x y'")
 	exec(t, conn, "TRUNCATE catalog.items")
 
 	var recs []record
@@ -56,6 +57,8 @@ func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 		"t/gone@1":  {Op: schema.OpUpsert, Version: 1},
 		"t/gone@0":  {Op: schema.OpDelete, Version: 0},
 		"t/x%20y@1": {Op: schema.OpUpsert, Version: 1},
+		"t/x%20y@0": {Op: schema.OpDelete, Version: 0}, // its key moved
+		"t/moved@2": {Op: schema.OpUpsert, Version: 2},
 	}
 	got := map[string]bool{}
 	for _, rec := range recs {

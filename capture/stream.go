@@ -172,6 +172,23 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 	case *pglogrepl.InsertMessage:
 		return s.row(ctx, m.RelationID, m.Tuple)
 	case *pglogrepl.UpdateMessage:
+		if m.OldTuple != nil {
+			// An old tuple comes with a changed key (or REPLICA IDENTITY
+			// FULL): if the key moved, the old key's row is gone, like a
+			// hard delete.
+			if r, err := s.dec.rel(m.RelationID); err == nil && r.kind == relItems {
+				old, cur := s.change(), s.change()
+				if err := s.dec.deleted(r, m.OldTuple, old); err != nil {
+					return err
+				}
+				if err := s.dec.row(r, m.NewTuple, cur); err != nil {
+					return err
+				}
+				if old.Tenant != cur.Tenant || old.Item != cur.Item {
+					s.produceChange(old)
+				}
+			}
+		}
 		return s.row(ctx, m.RelationID, m.NewTuple)
 	case *pglogrepl.DeleteMessage:
 		r, err := s.dec.rel(m.RelationID)

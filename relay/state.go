@@ -31,6 +31,8 @@ func StateTopic(topic string) string { return topic + ".capture" }
 // LoadState reads the newest state stored under key (found=false if none).
 func (p *Producer) LoadState(ctx context.Context, key string) (st State, found bool, err error) {
 	topic := StateTopic(p.cfg.Topic)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	adm := kadm.NewClient(p.client)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
