@@ -126,6 +126,21 @@ func (r *Reset) AppendJSON(dst []byte) []byte {
 func Encode(e Event) []byte { return e.AppendJSON(make([]byte, 0, 192)) }
 
 func appendString(dst []byte, s string) []byte {
+	// Fast path for the common case: printable ASCII that json.Marshal
+	// would write unchanged (it escapes quotes, backslashes, controls,
+	// non-ASCII and, for HTML safety, < > &).
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	b, _ := json.Marshal(s) // strings always marshal
 	return append(dst, b...)
 }
