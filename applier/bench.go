@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,9 +63,10 @@ type BenchResult struct {
 	ReplayElapsed  time.Duration
 	ReplayRate     float64 // events/s
 	Replay         Counts
-	CeilingTrivial float64 // redis-benchmark -P 100 EVALSHA of `return 1`, requests/s
-	CeilingKeyed   float64 // the same with one HSET on a random key of --keys, requests/s
-	Ratio          float64 // ReplayRate / CeilingTrivial
+	CeilingTrivial float64       // redis-benchmark -P 100 EVALSHA of `return 1`, requests/s
+	CeilingKeyed   float64       // the same with one HSET on a random key of --keys, requests/s
+	PingP99        time.Duration // redis-benchmark -c 1 PING p99 in the same run: the box's latency noise floor
+	Ratio          float64       // ReplayRate / CeilingTrivial
 	SteadyEvents   int
 	SteadyRate     float64
 	P50, P99, Max  time.Duration // commit-to-apply at the steady rate
@@ -89,26 +91,36 @@ func NewBench(cfg BenchConfig, c Cache, log *slog.Logger) (*Bench, error) {
 // commit-to-apply latency.
 func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	var res BenchResult
-	brokers := b.cfg.Brokers
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	replayTopic, steadyTopic := "bench.replay."+suffix, "bench.steady."+suffix
-	if len(brokers) == 0 {
-		kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(b.cfg.Partitions), replayTopic, steadyTopic),
-			kfake.GroupMinSessionTimeout(time.Second))
-		if err != nil {
-			return res, fmt.Errorf("applier: bench: start kfake: %w", err)
-		}
-		defer kc.Close()
-		brokers = kc.ListenAddrs()
+
+	// Phase 1: commit-to-apply latency at a steady rate through the group
+	// applier. It runs first, on its own broker, so the replay's million
+	// records are not on the heap the garbage collector scans meanwhile.
+	brokers, closeKafka, err := b.kafka(steadyTopic)
+	if err != nil {
+		return res, err
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(),
+	b.log.Info("steady phase", "rate", b.cfg.Rate, "duration", b.cfg.Duration)
+	err = b.steady(ctx, brokers, steadyTopic, &res)
+	closeKafka()
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+
+	// Phase 2: replay throughput.
+	brokers, closeKafka, err = b.kafka(replayTopic)
+	if err != nil {
+		return res, err
+	}
+	defer closeKafka()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(200_000), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return res, fmt.Errorf("applier: bench: kafka client: %w", err)
 	}
 	defer prod.Close()
-
-	// Phase 1: replay throughput.
 	since := time.Now().Add(-time.Second)
 	b.log.Info("producing", "events", b.cfg.Events, "keys", b.cfg.Keys, "topic", replayTopic)
 	if err := b.produceHistory(ctx, prod, replayTopic); err != nil {
@@ -128,7 +140,7 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	res.Events, res.ReplayElapsed, res.Replay = sum.Records, sum.Elapsed, sum.Counts
 	res.ReplayRate = float64(sum.Records) / sum.Elapsed.Seconds()
 
-	// Phase 2: the ceiling, measured now, on the same server.
+	// Phase 3: the ceiling, measured now, on the same server.
 	if b.cfg.RedisAddr != "" {
 		b.log.Info("measuring the pipelined EVALSHA ceiling with redis-benchmark")
 		if res.CeilingTrivial, err = evalshaCeiling(ctx, b.cfg.RedisAddr, "return 1", 0, 0); err != nil {
@@ -138,15 +150,25 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 			return res, err
 		}
 		res.Ratio = res.ReplayRate / res.CeilingTrivial
-	}
-
-	// Phase 3: commit-to-apply latency at a steady rate through the group
-	// applier.
-	b.log.Info("steady phase", "rate", b.cfg.Rate, "duration", b.cfg.Duration)
-	if err := b.steady(ctx, brokers, steadyTopic, &res); err != nil {
-		return res, err
+		if res.PingP99, err = pingP99(ctx, b.cfg.RedisAddr); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
+}
+
+// kafka returns the configured brokers, or starts an in-process kfake with
+// topic (closed by the returned func).
+func (b *Bench) kafka(topic string) ([]string, func(), error) {
+	if len(b.cfg.Brokers) > 0 {
+		return b.cfg.Brokers, func() {}, nil
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(b.cfg.Partitions), topic),
+		kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("applier: bench: start kfake: %w", err)
+	}
+	return kc.ListenAddrs(), kc.Close, nil
 }
 
 func (b *Bench) produceHistory(ctx context.Context, prod *kgo.Client, topic string) error {
@@ -332,6 +354,28 @@ func evalshaCeiling(ctx context.Context, addr, script string, keys, keyspace int
 		rdb.Eval(ctx, "for _, k in ipairs(redis.call('KEYS', 'bench:ceiling:*')) do redis.call('DEL', k) end", nil)
 	}
 	return rps, nil
+}
+
+// pingP99 is the p99 of single PINGs, one client, no pipelining: what the
+// machine's scheduling adds to any round trip at this moment.
+func pingP99(ctx context.Context, addr string) (time.Duration, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	out, err := exec.CommandContext(ctx, "redis-benchmark", "-h", host, "-p", port, "-c", "1", "-n", "20000", "-t", "ping_inline", "--csv").Output()
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: redis-benchmark ping: %w", err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil || len(recs) < 2 || len(recs[0]) < 7 || recs[0][6] != "p99_latency_ms" {
+		return 0, fmt.Errorf("applier: bench: unexpected redis-benchmark output %q", out)
+	}
+	ms, err := strconv.ParseFloat(recs[len(recs)-1][6], 64)
+	if err != nil {
+		return 0, fmt.Errorf("applier: bench: redis-benchmark p99 %q: %w", recs[len(recs)-1][6], err)
+	}
+	return time.Duration(ms * float64(time.Millisecond)), nil
 }
 
 // PrivateRedis is a redis-server started for a benchmark: memory only,

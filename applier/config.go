@@ -59,7 +59,7 @@ type Config struct {
 	SessionTimeout time.Duration // --session-timeout: how fast a dead applier's partitions move
 
 	MaxBatch int           // records per InvalidateBatch
-	Linger   time.Duration // how long a worker waits for more records to fill a batch
+	Linger   time.Duration // how long a worker waits for more records to fill a batch (0: apply what has arrived)
 	MaxQueue int           // records queued per partition before its fetching pauses
 
 	CommitInterval   time.Duration // how often applied offsets are committed
@@ -79,7 +79,7 @@ func DefaultConfig() Config {
 		Group:            "tidemark-applier",
 		SessionTimeout:   6 * time.Second,
 		MaxBatch:         500,
-		Linger:           time.Millisecond,
+		Linger:           0, // records arriving during an apply form the next batch: batching costs no latency
 		MaxQueue:         50000,
 		CommitInterval:   time.Second,
 		IdentityInterval: 500 * time.Millisecond,

@@ -22,7 +22,7 @@ type applyCmd struct {
 	Namespace      string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
 	SessionTimeout time.Duration `name:"session-timeout" env:"TIDEMARK_SESSION_TIMEOUT" default:"6s" help:"Group session timeout: how fast a dead applier's partitions move."`
 	MaxBatch       int           `name:"max-batch" env:"TIDEMARK_MAX_BATCH" default:"500" help:"Invalidations per batched cache-tier call."`
-	Linger         time.Duration `name:"linger" env:"TIDEMARK_LINGER" default:"1ms" help:"How long a partition worker waits to fill a batch."`
+	Linger         time.Duration `name:"linger" env:"TIDEMARK_LINGER" default:"0s" help:"How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch)."`
 	CommitInterval time.Duration `name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"1s" help:"How often applied offsets are committed."`
 	HardLifetime   time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Cache hard lifetime: the span re-applied after a cache-tier failover (plus lag)."`
 	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`

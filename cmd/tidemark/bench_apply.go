@@ -76,6 +76,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "| ceiling: redis-benchmark -P 100 -c 50 EVALSHA `return 1` | %.0f req/s | |\n", res.CeilingTrivial)
 	fmt.Fprintf(w, "| ceiling: the same, one HSET on a random key | %.0f req/s | |\n", res.CeilingKeyed)
 	fmt.Fprintf(w, "| replay / trivial EVALSHA ceiling | **%.2f** | |\n", res.Ratio)
+	fmt.Fprintf(w, "| noise floor: redis-benchmark -c 1 PING p99, same run | %s | |\n", ms(res.PingP99))
 	fmt.Fprintf(w, "| commit-to-apply at %.0f events/s (%d samples) | p50 %s, **p99 %s**, max %s | p99 < 20 ms |\n",
 		res.SteadyRate, res.SteadyEvents, ms(res.P50), ms(res.P99), ms(res.Max))
 	return nil
