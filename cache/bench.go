@@ -146,9 +146,12 @@ type benchRound struct {
 
 func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
 	randKey := "{" + tag + "/__rand_int__}"
+	// Like the InvalidateBatch runs, the ceilings write (almost) only new
+	// keys: __rand_int__ drawn from a keyspace far larger than -n.
+	const keyspace = "1000000000"
 	var err error
 	cpu0 := rb.serverCPU()
-	if r.trivial, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
+	if r.trivial, err = rb.run(ctx, true, "-r", keyspace, "EVALSHA", trivialSHA, "1", "bench:"+randKey, "7"); err != nil {
 		return err
 	}
 	cpu1 := rb.serverCPU()
@@ -165,7 +168,7 @@ func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, t
 	if r.invAgain, err = benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers); err != nil { // same keys, newer version
 		return err
 	}
-	if r.script, err = rb.run(ctx, true, "-r", strconv.Itoa(cfg.Keys), "EVALSHA", c.s.invalidate.Hash(), "1",
+	if r.script, err = rb.run(ctx, true, "-r", keyspace, "EVALSHA", c.s.invalidate.Hash(), "1",
 		benchNamespace+":v1:"+randKey, "7", strconv.FormatInt(c.cfg.FloorTTL.Milliseconds(), 10)); err != nil {
 		return err
 	}
