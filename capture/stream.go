@@ -77,17 +77,11 @@ func (s *streamer) run(ctx context.Context) error {
 		// so the server neither times us out nor loses confirmations.
 		if s.tr.Inflight() >= max {
 			t := time.NewTimer(time.Until(s.nextStatus))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case err := <-s.c.relay.Err():
-				t.Stop()
-				return err
-			case <-s.tr.Changed():
-			case <-t.C:
-			}
+			err := s.tr.WaitBelow(max, ctx.Done(), s.c.relay.Err(), t.C)
 			t.Stop()
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if !deadline.Equal(s.nextStatus) {
@@ -148,6 +142,9 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 
 // wal decodes one pgoutput message and hands its records to the relay.
 func (s *streamer) wal(ctx context.Context, data []byte) error {
+	if s.fastRow(data) {
+		return nil
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrDecode, err)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,10 +201,10 @@ func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, 
 // cancel, what was handed over.
 func (p *Producer) Produce(tr *Tracker, x *Txn, key string, partition int32, value []byte, commitTime time.Time) {
 	tr.Add(x)
-	p.m.inflight.Inc()
+	p.m.inflightN.Add(1)
 	r := &kgo.Record{Key: []byte(key), Value: value, Partition: partition}
 	p.client.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
-		p.m.inflight.Dec()
+		p.m.inflightN.Add(-1)
 		if err != nil {
 			// Not acked: the tracker keeps x pending, so its LSN is never
 			// confirmed; capture stops on the error.
@@ -242,23 +243,25 @@ func (p *Producer) Flush(ctx context.Context) error {
 func (p *Producer) Close() { p.client.Close() }
 
 type metrics struct {
-	produced prometheus.Counter
-	errors   prometheus.Counter
-	inflight prometheus.Gauge
-	latency  prometheus.Histogram
+	produced  prometheus.Counter
+	errors    prometheus.Counter
+	inflight  prometheus.GaugeFunc
+	inflightN atomic.Int64 // an atomic add per record is cheaper than a float gauge's CAS loop
+	latency   prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		produced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_records_produced_total", Help: "Records Kafka acknowledged."}),
 		errors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_produce_errors_total", Help: "Produce errors: failed records and failed produce requests (retried)."}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidemark_relay_inflight_records", Help: "Records handed to the producer and not yet acknowledged."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tidemark_capture_commit_to_produced_seconds",
 			Help:    "From a transaction's commit time to Kafka acknowledging its record.",
 			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 	}
+	m.inflight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidemark_relay_inflight_records", Help: "Records handed to the producer and not yet acknowledged."},
+		func() float64 { return float64(m.inflightN.Load()) })
 	for _, c := range []prometheus.Collector{m.produced, m.errors, m.inflight, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"tidemark/schema"
 )
@@ -20,6 +22,7 @@ type Tracker struct {
 	confirmed schema.LSN
 	inflight  int64
 	notify    chan struct{}
+	waiting   atomic.Bool // only a waiting reader needs a wake-up per ack
 }
 
 // Txn is one transaction (or one standalone marker batch) in the tracker.
@@ -58,7 +61,9 @@ func (t *Tracker) Ack(x *Txn) {
 	t.inflight--
 	t.advanceLocked()
 	t.mu.Unlock()
-	t.signal()
+	if t.waiting.Load() {
+		t.signal()
+	}
 }
 
 // Close seals x: end is the LSN that is safe to confirm once x and every
@@ -124,7 +129,28 @@ func (t *Tracker) Inflight() int64 {
 	return t.inflight
 }
 
-// Changed is signalled (coalesced) after every ack or close.
+// WaitBelow returns once fewer than max records are in flight, done
+// fires, timeout fires, or errc delivers (its error is returned).
+func (t *Tracker) WaitBelow(max int64, done <-chan struct{}, errc <-chan error, timeout <-chan time.Time) error {
+	// Set before the re-check: an ack after it sees the flag and wakes us.
+	t.waiting.Store(true)
+	defer t.waiting.Store(false)
+	for t.Inflight() >= max {
+		select {
+		case <-done:
+			return nil
+		case err := <-errc:
+			return err
+		case <-t.notify:
+		case <-timeout:
+			return nil
+		}
+	}
+	return nil
+}
+
+// Changed is signalled (coalesced) after a close, and after an ack while
+// someone waits.
 func (t *Tracker) Changed() <-chan struct{} { return t.notify }
 
 func (t *Tracker) signal() {
