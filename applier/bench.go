@@ -116,7 +116,7 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	}
 	defer closeKafka()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(200_000), kgo.ProducerLinger(5*time.Millisecond))
+		kgo.ProducerBatchMaxBytes(900<<10), kgo.MaxBufferedRecords(200_000), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return res, fmt.Errorf("applier: bench: kafka client: %w", err)
 	}
