@@ -60,9 +60,13 @@ func TestStampedeOneSourceRead(t *testing.T) {
 	var ins []*instance
 	for range 4 {
 		// Generous deadlines: on a loaded -race box one read can take a
-		// second; the property here is one read, not its speed.
+		// second, and a Lookup slower than --lookup-timeout counts as Redis
+		// down (a budgeted read without a lease); the property here is the
+		// lease protocol, not the box's speed.
 		ins = append(ins, e.instance(instOpts{
-			cfg:  func(c *Config) { c.RequestTimeout, c.SourceTimeout = 10*time.Second, 5*time.Second },
+			cfg: func(c *Config) {
+				c.RequestTimeout, c.SourceTimeout, c.LookupTimeout = 10*time.Second, 5*time.Second, 5*time.Second
+			},
 			ccfg: func(c *cache.Config) { c.Lease = 5 * time.Second },
 		}))
 	}
