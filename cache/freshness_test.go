@@ -91,6 +91,7 @@ func extensionConfig(ns string) cache.Config {
 	cfg := testConfig()
 	cfg.Namespace = ns
 	cfg.SoftMin, cfg.SoftMax = 800*time.Millisecond, 1000*time.Millisecond
+	cfg.FloorTTL = cfg.HardLifetime
 	cfg.MaxAge = cfg.HardLifetime + cfg.Lease
 	return cfg
 }
