@@ -142,6 +142,7 @@ func showProgress(ctx context.Context, w io.Writer, r *applier.Replay) {
 		select {
 		case <-ctx.Done():
 			if bar != nil {
+				done, _ = r.Progress()
 				bar.Set64(done)
 				fmt.Fprintln(w)
 			}
