@@ -18,17 +18,17 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 	topicT := time.NewTicker(a.cfg.TopicInterval)
 	defer topicT.Stop()
 	a.checkIdentity(ctx)
-	a.syncPartitions(ctx, false)
+	a.syncPartitions(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-idT.C:
 			if a.checkIdentity(ctx) {
-				a.syncPartitions(ctx, true)
+				a.syncPartitions(ctx) // the hash may be gone
 			}
 		case <-topicT.C:
-			a.syncPartitions(ctx, false)
+			a.syncPartitions(ctx)
 		}
 	}
 }
@@ -65,9 +65,8 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 	return true
 }
 
-// syncPartitions writes the topic's partition count to the watermark hash
-// (always after a failover: the hash may be gone).
-func (a *Applier) syncPartitions(ctx context.Context, force bool) {
+// syncPartitions writes the topic's partition count to the watermark hash.
+func (a *Applier) syncPartitions(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tds, err := a.adm.ListTopics(rctx, a.cfg.Topic)
@@ -77,12 +76,13 @@ func (a *Applier) syncPartitions(ctx context.Context, force bool) {
 		}
 		return
 	}
-	n := int64(len(tds[a.cfg.Topic].Partitions))
-	if old := a.partitions.Swap(n); old == n && !force {
-		return
+	// Written every time (one HSET per interval), so a hash lost to a flush
+	// nobody noticed is repaired within TopicInterval.
+	n := len(tds[a.cfg.Topic].Partitions)
+	if old := a.partitions.Swap(int64(n)); old != int64(n) && old != 0 {
+		a.log.Info("topic partition count changed", "from", old, "to", n)
 	}
-	if err := a.cache.SetPartitions(rctx, int(n)); err != nil {
-		a.partitions.Store(0) // try again next tick
+	if err := a.cache.SetPartitions(rctx, n); err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("set partitions failed", "err", err)
 		}
