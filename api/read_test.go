@@ -19,7 +19,7 @@ import (
 // the API key decides the tenant.
 func TestReadPathAndAuth(t *testing.T) {
 	e := newEnv(t)
-	in := e.instance(instOpts{})
+	in := e.instance(instOpts{ccfg: longSoft})
 	key := e.apiKey("acme")
 
 	if r := e.do("GET", in.item("x"), "", ""); r.code != 401 {
@@ -213,7 +213,9 @@ func TestBudgetBoundsSourceReads(t *testing.T) {
 // min_version above the source's version is a fast 412, one read, no loop.
 func TestMinVersionReadYourWrites(t *testing.T) {
 	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size = 0 }})
+	// No soft expiry during the test: a background refresh would be a
+	// second source read.
+	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size = 0 }, ccfg: longSoft})
 	key := e.apiKey("acme")
 	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"m","display":"one"}`)
 	if r := e.do("GET", in.item("m"), key, ""); r.version() != 1 {
@@ -416,3 +418,6 @@ func TestStaleServedAndRefreshedInBackground(t *testing.T) {
 		t.Fatalf("background source reads = %v (%v)", m.GetCounter().GetValue(), err)
 	}
 }
+
+// longSoft keeps values fresh for the whole test.
+func longSoft(c *cache.Config) { c.SoftMin, c.SoftMax = 25*time.Second, 25*time.Second }
