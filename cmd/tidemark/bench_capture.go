@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ type benchCaptureCmd struct {
 	Duration    time.Duration `name:"duration" default:"10s" help:"Length of the steady latency phase."`
 	Partitions  int           `name:"partitions" default:"12" help:"Partitions of the bench topic."`
 	Rounds      int           `name:"rounds" default:"3" help:"Drains of each kind, alternating; the median is reported."`
+	MaxProcs    int           `name:"max-procs" default:"1" help:"GOMAXPROCS while benchmarking, as tidemark capture's --max-procs (0 = one per core)."`
 	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
 }
 
@@ -36,6 +38,9 @@ func (c *benchCaptureCmd) Validate() error {
 	if c.Rounds < 1 {
 		errs = append(errs, fmt.Errorf("--rounds %d must be at least 1", c.Rounds))
 	}
+	if c.MaxProcs < 0 {
+		errs = append(errs, fmt.Errorf("--max-procs %d must not be negative", c.MaxProcs))
+	}
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
 	}
@@ -43,6 +48,9 @@ func (c *benchCaptureCmd) Validate() error {
 }
 
 func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
+	if c.MaxProcs > 0 {
+		runtime.GOMAXPROCS(c.MaxProcs)
+	}
 	cfg := capture.DefaultBenchConfig()
 	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
 	cfg.Rounds = c.Rounds
@@ -69,7 +77,7 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "| drain of %d row changes (pgoutput, same publication) | rounds | median | changes/s |\n|---|---|---|---|\n", res.Rows)
 	fmt.Fprintf(w, "| pg_recvlogical (ceiling) | %s | %s | %.0f |\n", rounds(res.RecvlogicalRounds), res.RecvlogicalElapsed.Round(time.Millisecond), res.RecvlogicalRate())
 	fmt.Fprintf(w, "| tidemark capture -> kfake (acked) | %s | %s | %.0f |\n", rounds(res.CaptureRounds), res.CaptureElapsed.Round(time.Millisecond), res.CaptureRate())
-	fmt.Fprintf(w, "\nratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", res.CaptureRate()/res.RecvlogicalRate())
+	fmt.Fprintf(w, "\nGOMAXPROCS %d; ratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", runtime.GOMAXPROCS(0), res.CaptureRate()/res.RecvlogicalRate())
 	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
 		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
 	return nil

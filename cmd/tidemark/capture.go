@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +36,7 @@ type captureCmd struct {
 	MaxInflight     int           `name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"20000" help:"Records in flight to Kafka before WAL reading pauses."`
 	SlotPoll        time.Duration `name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"5s" help:"How often slot health is polled."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"30s" help:"Bound on the final flush to Kafka at shutdown."`
+	MaxProcs        int           `name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (see bench/capture.md)."`
 	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
 }
 
@@ -54,9 +57,18 @@ func (c *captureCmd) config() capture.Config {
 	return cfg
 }
 
-func (c *captureCmd) Validate() error { return c.config().Validate() }
+func (c *captureCmd) Validate() error {
+	err := c.config().Validate()
+	if c.MaxProcs < 0 {
+		err = errors.Join(err, fmt.Errorf("--max-procs %d must not be negative", c.MaxProcs))
+	}
+	return err
+}
 
 func (c *captureCmd) Run(ctx context.Context, e *env) error {
+	if c.MaxProcs > 0 {
+		runtime.GOMAXPROCS(c.MaxProcs)
+	}
 	reg := telemetry.NewRegistry()
 	capt, err := capture.New(c.config(), capture.Deps{Log: e.log, Registerer: reg})
 	if err != nil {
