@@ -135,6 +135,26 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: st}
 			}
 		case cache.StatusStale:
+			if e.Stale {
+				// Invalidated: a newer version is committed and applied. The old
+				// value is a fallback for when the source cannot answer, never
+				// the normal answer: the lease holder reads the source now, the
+				// others wait for its fill while the request has time left.
+				if !lr.Token.IsZero() {
+					if rr := s.fetch(ctx, tenant, id, minVersion, lr.Token, "detail=invalidated"); rr.kind != readUnavailable {
+						return rr
+					}
+				} else if dl, ok := ctx.Deadline(); ok && time.Until(dl) > staleFallbackReserve {
+					waited = true
+					if !sleepJitter(ctx) {
+						continue
+					}
+				}
+				if e.Version >= minVersion {
+					return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: "tidemark; hit; detail=stale-invalidated"}
+				}
+				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=source-unavailable", retryAfter: time.Second}
+			}
 			if !lr.Token.IsZero() {
 				s.refreshInBackground(tenant, id, lr.Token)
 			}
@@ -152,16 +172,10 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 			return s.fetch(ctx, tenant, id, minVersion, lr.Token, "")
 		case cache.StatusWait:
 			waited = true
-			// Jittered polling spreads the waiters' lookups.
-			d := 5*time.Millisecond + rand.N(20*time.Millisecond)
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
+			if sleepJitter(ctx) {
 				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=lease-wait", retryAfter: time.Second}
 			}
+			continue
 		}
 		// A value below min_version that the cache still answered with: read
 		// the source without a lease (nothing is filled).
@@ -288,4 +302,21 @@ func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
 func isTimeout(err error) bool {
 	var pe *pgconn.PgError
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &pe) && pe.Code == "57014")
+}
+
+// staleFallbackReserve is the part of a request's deadline kept for
+// answering with an invalidated value when its refresh has not landed.
+const staleFallbackReserve = 100 * time.Millisecond
+
+// sleepJitter waits 5-25 ms (jitter spreads the waiters' lookups) and
+// reports whether ctx ended first.
+func sleepJitter(ctx context.Context) (done bool) {
+	t := time.NewTimer(5*time.Millisecond + rand.N(20*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return true
+	}
 }
