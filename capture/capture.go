@@ -38,6 +38,8 @@ type Capture struct {
 	mu       sync.Mutex
 	readyErr error // nil while streaming
 
+	streamed bool // the last session reached streaming (Run's goroutine only)
+
 	// crashed makes the next shutdown skip the flush and the final status,
 	// as if the process died (tests only).
 	crashed atomic.Bool
@@ -116,6 +118,10 @@ func (c *Capture) Run(ctx context.Context) error {
 		if fatal(err) {
 			return err
 		}
+		if c.streamed {
+			// A healthy session ended: start the backoff and the log over.
+			c.streamed, backoff, lastWarn = false, c.cfg.RetryMin, ""
+		}
 		if err.Error() != lastWarn { // log a repeating failure once
 			c.log.Warn("capture interrupted; retrying", "err", err, "backoff", backoff)
 			lastWarn = err.Error()
@@ -131,7 +137,7 @@ func (c *Capture) Run(ctx context.Context) error {
 
 // session is one connection's life: preflight, gap check, acquire the
 // slot, stream, and shut down in order.
-func (c *Capture) session(ctx context.Context) (retErr error) {
+func (c *Capture) session(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, c.cfg.PG)
 	if err != nil {
 		return fmt.Errorf("capture: connect: %w", err)
@@ -167,12 +173,13 @@ func (c *Capture) session(ctx context.Context) (retErr error) {
 	}
 	c.log.Info("streaming", "from", start, "partitions", partitions, "topic", c.cfg.Relay.Topic)
 	c.setReady(nil)
+	c.streamed = true
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); c.heartbeats(sctx, cancel) }()
+	go func() { defer wg.Done(); c.heartbeats(sctx) }()
 	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
 
 	st := newStreamer(c, repl, partitions, start)

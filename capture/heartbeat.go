@@ -17,7 +17,7 @@ const heartbeatPrefix = "tidemark"
 // cfg.Heartbeat. Reading it back from the stream proves every commit before
 // it in WAL was read, which is what a resolved marker promises. Failures are
 // logged and retried: a missing heartbeat only holds the watermark back.
-func (c *Capture) heartbeats(ctx context.Context, _ context.CancelCauseFunc) {
+func (c *Capture) heartbeats(ctx context.Context) {
 	mode := c.cfg.HeartbeatMode
 	if mode == HeartbeatAuto {
 		mode = HeartbeatMessage
