@@ -340,3 +340,31 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 		t.Fatalf("confirmed_flush_lsn %s after SIGTERM, want >= %s (the last transaction's end)", got, end)
 	}
 }
+
+// Shutdown while Kafka refuses records: the flush is bounded by
+// ShutdownTimeout, Run reports the records it could not deliver (exit
+// non-zero, not a clean stop), and nothing past Kafka's data is confirmed.
+func TestShutdownWithKafkaDownIsNotClean(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	cfg.ShutdownTimeout = 2 * time.Second
+	conn := connect(t, dsn)
+	r := start(t, cfg)
+	r.waitReady(t)
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition, Count: -1})
+	var s string
+	conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s)
+	held, _ := schema.ParseLSN(s)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'stuck', 1)")
+	time.Sleep(1500 * time.Millisecond)
+	err := r.wait(t)
+	if err == nil || !strings.Contains(err.Error(), "did not ack") {
+		t.Fatalf("Run = %v, want an error saying Kafka did not ack", err)
+	}
+	if got := slotLSN(t, conn, cfg.Slot); got > held {
+		t.Fatalf("confirmed_flush_lsn %s passed %s with the records after it unacked", got, held)
+	}
+}
