@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
 )
@@ -143,7 +144,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	}
 	if cfg.PG == "" {
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
-		srv, err := startBenchServers(ctx)
+		srv, err := startBenchServers()
 		if err != nil {
 			return BenchReport{}, fmt.Errorf("api: bench: %w", err)
 		}
@@ -184,11 +185,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	}()
 	defer rdb.Del(context.WithoutCancel(ctx), schema.WatermarkKey(ns))
 
-	apiPort, err := freeLocalPort()
+	apiPort, err := localserver.FreePort()
 	if err != nil {
 		return BenchReport{}, err
 	}
-	metricsPort, err := freeLocalPort()
+	metricsPort, err := localserver.FreePort()
 	if err != nil {
 		return BenchReport{}, err
 	}

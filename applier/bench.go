@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -376,51 +374,4 @@ func pingP99(ctx context.Context, addr string) (time.Duration, error) {
 		return 0, fmt.Errorf("applier: bench: redis-benchmark p99 %q: %w", recs[len(recs)-1][6], err)
 	}
 	return time.Duration(ms * float64(time.Millisecond)), nil
-}
-
-// PrivateRedis is a redis-server started for a benchmark: memory only,
-// removed on Close.
-type PrivateRedis struct {
-	Addr string
-	cmd  *exec.Cmd
-	dir  string
-}
-
-// StartPrivateRedis starts redis-server on a free loopback port.
-func StartPrivateRedis(ctx context.Context) (*PrivateRedis, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--protected-mode", "no")
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("applier: bench: start redis-server (apt-get install -y redis-server): %w", err)
-	}
-	p := &PrivateRedis{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
-	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if rdb.Ping(ctx).Err() == nil {
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.Close()
-			return nil, errors.New("applier: bench: private redis-server did not answer PING within 10s")
-		}
-	}
-}
-
-// Close stops the server and removes its directory.
-func (p *PrivateRedis) Close() {
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
-	os.RemoveAll(p.dir)
 }

@@ -1,12 +1,12 @@
 package applier
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tidemark/cache"
+	"tidemark/internal/telemetry"
 )
 
 // Record results, the label of tidemark_applier_records_total.
@@ -67,14 +67,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var err error
-	m.records = register(reg, m.records, &err)
-	m.commitToApply = register(reg, m.commitToApply, &err)
-	m.partitionWMAge = register(reg, m.partitionWMAge, &err)
-	m.watermarkAge = register(reg, m.watermarkAge, &err)
-	m.oldestPendingAge = register(reg, m.oldestPendingAge, &err)
-	m.lag = register(reg, m.lag, &err)
-	m.failoverRewinds = register(reg, m.failoverRewinds, &err)
-	m.batchSize = register(reg, m.batchSize, &err)
+	m.records = telemetry.Register(reg, m.records, &err)
+	m.commitToApply = telemetry.Register(reg, m.commitToApply, &err)
+	m.partitionWMAge = telemetry.Register(reg, m.partitionWMAge, &err)
+	m.watermarkAge = telemetry.Register(reg, m.watermarkAge, &err)
+	m.oldestPendingAge = telemetry.Register(reg, m.oldestPendingAge, &err)
+	m.lag = telemetry.Register(reg, m.lag, &err)
+	m.failoverRewinds = telemetry.Register(reg, m.failoverRewinds, &err)
+	m.batchSize = telemetry.Register(reg, m.batchSize, &err)
 	if err != nil {
 		return nil, err
 	}
@@ -82,23 +82,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.records.WithLabelValues(r) // export zeros so rates work from the start
 	}
 	return m, nil
-}
-
-// register registers c, or reuses the collector already registered under
-// the same name (a replay and an applier may share one registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, err)
-	return c
 }
 
 func partLabel(p int32) string { return strconv.FormatInt(int64(p), 10) }

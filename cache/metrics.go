@@ -1,9 +1,9 @@
 package cache
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/internal/telemetry"
 )
 
 // metrics are the cache tier's Prometheus series. Registering on a registry
@@ -36,10 +36,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		var err error
-		m.lookups = register(reg, m.lookups, &err)
-		m.fillRejected = register(reg, m.fillRejected, &err)
-		m.invalidations = register(reg, m.invalidations, &err)
-		m.watermarkAge = register(reg, m.watermarkAge, &err)
+		m.lookups = telemetry.Register(reg, m.lookups, &err)
+		m.fillRejected = telemetry.Register(reg, m.fillRejected, &err)
+		m.invalidations = telemetry.Register(reg, m.invalidations, &err)
+		m.watermarkAge = telemetry.Register(reg, m.watermarkAge, &err)
 		if err != nil {
 			return nil, err
 		}
@@ -55,21 +55,4 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.invalidations.WithLabelValues(string(r))
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same name.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, err)
-	return c
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"tidemark/applier"
@@ -75,18 +74,5 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := telemetry.NewServer(c.MetricsAddr, reg, e.log, app.Ready)
-	if err != nil {
-		return err
-	}
-	// The metrics server lives until the applier has shut down in order.
-	sctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var srvErr error
-	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
-	err = app.Run(ctx)
-	stop()
-	wg.Wait()
-	return errors.Join(err, srvErr)
+	return runStage(ctx, e, c.MetricsAddr, reg, app)
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/applier"
 	"tidemark/cache"
+	"tidemark/internal/localserver"
 )
 
 // benchApplyCmd wires flags into applier.BenchConfig, provides the servers
@@ -38,12 +40,17 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
 	redisURL := c.Redis
 	if redisURL == "" {
-		pr, err := applier.StartPrivateRedis(ctx)
+		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
 		if err != nil {
 			return err
 		}
-		defer pr.Close()
-		redisURL = "redis://" + pr.Addr + "/0"
+		pr, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
+		if err != nil {
+			os.RemoveAll(dir)
+			return fmt.Errorf("bench apply: start redis-server: %w", err)
+		}
+		defer pr.Remove()
+		redisURL = pr.URL()
 	}
 	u, err := url.Parse(redisURL)
 	if err != nil {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/internal/telemetry"
+)
+
+// stage is a pipeline process's main loop (capture, applier) that reports
+// its readiness on /readyz.
+type stage interface {
+	Run(ctx context.Context) error
+	Ready(ctx context.Context) error
+}
+
+// runStage runs s with the telemetry endpoint on metricsAddr (empty: off)
+// serving reg. The endpoint starts first and lives until s has shut down in
+// order; the errors of both are returned.
+func runStage(ctx context.Context, e *env, metricsAddr string, reg prometheus.Gatherer, s stage) error {
+	srv, err := telemetry.NewServer(metricsAddr, reg, e.log, s.Ready)
+	if err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var srvErr error
+	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
+	err = s.Run(ctx)
+	stop()
+	wg.Wait()
+	return errors.Join(err, srvErr)
+}
