@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"tidemark/applier"
@@ -27,19 +26,9 @@ type applyCmd struct {
 	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
 }
 
-func applierSplit(s string) []string {
-	var out []string
-	for _, b := range strings.Split(s, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 func (c *applyCmd) config() applier.Config {
 	cfg := applier.DefaultConfig()
-	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Brokers = splitList(c.Kafka)
 	cfg.Topic, cfg.Group, cfg.SessionTimeout = c.Topic, c.Group, c.SessionTimeout
 	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.HardLifetime
 	return cfg

@@ -29,7 +29,7 @@ type benchApplyCmd struct {
 
 func (c *benchApplyCmd) config() applier.BenchConfig {
 	cfg := applier.DefaultBenchConfig()
-	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Brokers = splitList(c.Kafka)
 	cfg.Events, cfg.Keys, cfg.Partitions, cfg.Rate, cfg.Duration = c.Events, c.Keys, c.Partitions, c.Rate, c.Duration
 	return cfg
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
-	"sync"
 	"time"
 
 	"tidemark/capture"
@@ -43,11 +41,7 @@ type captureCmd struct {
 func (c *captureCmd) config() capture.Config {
 	cfg := capture.DefaultConfig()
 	cfg.PG = c.PG
-	for _, b := range strings.Split(c.Kafka, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			cfg.Relay.Brokers = append(cfg.Relay.Brokers, b)
-		}
-	}
+	cfg.Relay.Brokers = splitList(c.Kafka)
 	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
 	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
 	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = c.Table, c.TenantColumn, c.ItemColumn, c.VersionColumn
@@ -74,18 +68,5 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := telemetry.NewServer(c.MetricsAddr, reg, e.log, capt.Ready)
-	if err != nil {
-		return err
-	}
-	// The metrics server lives until capture has shut down in order.
-	sctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var srvErr error
-	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
-	err = capt.Run(ctx)
-	stop()
-	wg.Wait()
-	return errors.Join(err, srvErr)
+	return runStage(ctx, e, c.MetricsAddr, reg, capt)
 }

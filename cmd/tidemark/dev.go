@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"strings"
 
 	"golang.org/x/term"
 
@@ -40,15 +39,4 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	return d.Run(ctx)
-}
-
-// splitList splits a comma-separated flag value, dropping empty parts.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -56,7 +56,7 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 		c.now = time.Now()
 	}
 	cfg := applier.DefaultReplayConfig()
-	cfg.Brokers = applierSplit(c.Kafka)
+	cfg.Brokers = splitList(c.Kafka)
 	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
 	var err error
 	cfg.Since, err = parseSince(c.Since, c.now)

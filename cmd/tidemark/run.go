@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,4 +35,15 @@ func runStage(ctx context.Context, e *env, metricsAddr string, reg prometheus.Ga
 	stop()
 	wg.Wait()
 	return errors.Join(err, srvErr)
+}
+
+// splitList splits a comma-separated flag value (--kafka), dropping empty parts.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,9 +79,9 @@ func TestRedisClusterRoutes(t *testing.T) {
 			t.Fatalf("set %s: %v", k, err)
 		}
 	}
-	masters := 0
-	c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { masters++; return nil })
-	if masters != 3 {
+	var masters atomic.Int32 // ForEachMaster calls back concurrently
+	c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { masters.Add(1); return nil })
+	if masters := masters.Load(); masters != 3 {
 		t.Fatalf("masters = %d", masters)
 	}
 }
