@@ -95,6 +95,9 @@ func (s *statusLine) run(ctx context.Context) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	prev := s.p.stats.snapshot()
+	// Latency percentiles over the last 10 s: one second holds too few
+	// samples at demo rates for a p99 to mean anything.
+	window := []snapshot{prev}
 	var pr, pu, ph int64
 	for {
 		select {
@@ -114,9 +117,12 @@ func (s *statusLine) run(ctx context.Context) {
 			line += fmt.Sprintf("updates/s %5.0f | reads/s %6.0f | hit %5.1f%% | ", float64(u-pu)/secs, float64(r-pr)/secs, hit)
 			pr, pu, ph = r, u, h
 		}
-		line += fmt.Sprintf("p99 commit->apply %s | watermark age %s | source reads/s %5.1f",
-			fmtSeconds(p99(prev, cur)), watermarkAge(s.p.stats.cache.Watermark()), (cur.sourceReads-prev.sourceReads)/secs)
+		line += fmt.Sprintf("p99 commit->apply (10s) %s | watermark age %s | source reads/s %5.1f",
+			fmtSeconds(p99(window[0], cur)), watermarkAge(s.p.stats.cache.Watermark()), (cur.sourceReads-prev.sourceReads)/secs)
 		prev = cur
+		if window = append(window, cur); cur.at.Sub(window[0].at) > 10*time.Second {
+			window = window[1:]
+		}
 		if s.term {
 			fmt.Fprintf(s.out, "\r\033[K%s", line)
 		} else {
