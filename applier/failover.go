@@ -70,10 +70,15 @@ func (a *Applier) syncPartitions(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tds, err := a.adm.ListTopics(rctx, a.cfg.Topic)
-	if err != nil || !tds.Has(a.cfg.Topic) {
+	switch {
+	case err != nil:
 		if ctx.Err() == nil {
 			a.log.Warn("cannot read the topic's partition count", "topic", a.cfg.Topic, "err", err)
 		}
+		return
+	case !tds.Has(a.cfg.Topic):
+		// Normal until capture has created it; retried every TopicInterval.
+		a.log.Info("topic does not exist yet", "topic", a.cfg.Topic)
 		return
 	}
 	// Written every time (one HSET per interval), so a hash lost to a flush
