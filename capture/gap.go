@@ -98,7 +98,7 @@ func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("capture: create slot %s: %w", c.cfg.Slot, err)
 	}
-	c.log.Info("created replication slot", "slot", c.cfg.Slot, "lsn", lsn)
+	c.log.Info("created replication slot", "lsn", lsn)
 	return nil
 }
 
