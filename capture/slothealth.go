@@ -44,7 +44,7 @@ func (c *Capture) slotHealth(ctx context.Context, conn *pgx.Conn) error {
 		FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&lag, &walStatus, &safe)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.m.setWALStatus("missing")
-		c.log.Warn("replication slot disappeared", "slot", c.cfg.Slot)
+		c.log.Warn("replication slot disappeared")
 		return errSlotGone
 	}
 	if err != nil {
@@ -64,7 +64,7 @@ func (c *Capture) slotHealth(ctx context.Context, conn *pgx.Conn) error {
 		c.m.safeWAL.Set(-1)
 	}
 	if status == "lost" {
-		c.log.Warn("replication slot lost required WAL", "slot", c.cfg.Slot)
+		c.log.Warn("replication slot lost required WAL")
 		return errSlotGone
 	}
 	return nil
