@@ -117,7 +117,15 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("applier: kafka client: %w", err)
 	}
-	a.cl, a.adm = cl, kadm.NewClient(cl)
+	// The group starts joining inside NewClient, so a rebalance callback can
+	// run before this line; whichever comes first publishes the client,
+	// under a.mu, before any worker starts.
+	a.mu.Lock()
+	if a.cl == nil {
+		a.cl = cl
+	}
+	a.adm = kadm.NewClient(cl)
+	a.mu.Unlock()
 	a.log.Info("applier starting", "topic", a.cfg.Topic, "group", a.cfg.Group, "session_timeout", sess)
 
 	if err := a.ensureDLQ(ctx); err != nil {
@@ -241,9 +249,12 @@ func (a *Applier) pollLoop(ctx context.Context) {
 	}
 }
 
-func (a *Applier) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (a *Applier) assigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.cl == nil { // before Run got to publish it
+		a.cl = cl
+	}
 	for _, p := range m[a.cfg.Topic] {
 		if a.workers[p] != nil {
 			continue
@@ -254,7 +265,7 @@ func (a *Applier) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 	}
 	// A partition paused for a long queue in an earlier assignment must not
 	// stay paused now.
-	a.cl.ResumeFetchPartitions(map[string][]int32{a.cfg.Topic: m[a.cfg.Topic]})
+	cl.ResumeFetchPartitions(map[string][]int32{a.cfg.Topic: m[a.cfg.Topic]})
 	a.log.Info("partitions assigned", "partitions", m[a.cfg.Topic])
 }
 
