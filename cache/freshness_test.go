@@ -115,7 +115,9 @@ func expectExpiry(t *testing.T, c *cache.Client, tn string, hard time.Time) {
 		if served && !before.Before(hard) {
 			t.Fatalf("served %s at %v, hard deadline %v", r.Status, before.Format(time.StampMilli), hard.Format(time.StampMilli))
 		}
-		if !served && !before.Before(hard) {
+		// The script judges with Redis's clock when the request arrives, a
+		// moment after before: a miss that close to the deadline is expiry.
+		if !served && hard.Sub(before) < 50*time.Millisecond {
 			return
 		}
 		if !served {
