@@ -16,8 +16,14 @@ func (r Report) WriteJSON(w io.Writer) error {
 
 // WriteText writes the summary and one line per finding.
 func (r Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "checked %d cached entries: %d consistent, %d expired (behind but never served again), %d behind and servable, %d ahead; %d would be served while older than the %gs SLO\n",
-		r.Checked, r.Consistent, r.Expired, r.Behind, r.Ahead, r.Violations, r.SLOSeconds)
+	pending := 0 // behind and not yet invalidated: the pipeline has not caught up
+	for _, f := range r.Findings {
+		if !f.Invalidated && f.SourceVersion > f.CachedVersion {
+			pending++
+		}
+	}
+	fmt.Fprintf(w, "checked %d cached entries: %d consistent, %d expired (behind, never served again), %d behind and within their hard deadline (%d invalidated: served only while the source cannot answer; %d not yet invalidated), %d ahead; %d would be served while older than the %gs SLO\n",
+		r.Checked, r.Consistent, r.Expired, r.Behind, r.Behind-pending, pending, r.Ahead, r.Violations, r.SLOSeconds)
 	if len(r.Findings) == 0 {
 		return nil
 	}
