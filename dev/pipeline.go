@@ -59,7 +59,7 @@ type Stages struct {
 	log *slog.Logger
 }
 
-// NewStages checks the endpoints and remembers the wiring.
+// NewStages remembers the wiring; nothing connects until a stage is built.
 func NewStages(cfg PipelineConfig, ep Endpoints, log *slog.Logger) *Stages {
 	cfg.Cache.Namespace = cfg.Namespace
 	return &Stages{cfg: cfg, ep: ep, log: log}

@@ -22,20 +22,18 @@ import (
 
 // Config of one inspection.
 type Config struct {
-	Redis        string        // --redis
-	PG           string        // --pg
-	Namespace    string        // --namespace
-	Sample       int           // --sample: entries to check
-	Tenant       string        // --tenant: only this tenant's entries
-	SLO          time.Duration // --slo
-	HardLifetime time.Duration // --cache-hard-lifetime: for the watermark-extended deadline
-	Table        string        // --table: the catalog table (tenant_id, item_id, version, state, updated_at)
+	Redis     string        // --redis
+	PG        string        // --pg
+	Namespace string        // --namespace
+	Sample    int           // --sample: entries to check
+	Tenant    string        // --tenant: only this tenant's entries
+	SLO       time.Duration // --slo
+	Table     string        // --table: the catalog table (tenant_id, item_id, version, state, updated_at)
 }
 
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", Sample: 1000, SLO: 30 * time.Second,
-		HardLifetime: cache.DefaultConfig().HardLifetime, Table: "catalog.items"}
+	return Config{Namespace: "catalog", Sample: 1000, SLO: 30 * time.Second, Table: "catalog.items"}
 }
 
 // Validate reports every problem at once, naming the flag.
@@ -52,9 +50,6 @@ func (c Config) Validate() error {
 	}
 	if c.SLO <= 0 {
 		errs = append(errs, fmt.Errorf("--slo %s must be positive", c.SLO))
-	}
-	if c.HardLifetime <= 0 {
-		errs = append(errs, fmt.Errorf("--cache-hard-lifetime %s must be positive", c.HardLifetime))
 	}
 	if _, err := pgx.ParseConfig(c.PG); c.PG != "" && err != nil {
 		errs = append(errs, fmt.Errorf("--pg: %v", err))
@@ -91,10 +86,10 @@ type Report struct {
 
 // entry is the part of an item hash the inspector reads.
 type entry struct {
-	tenant, item      string
-	v, floor          int64
-	obs, hard         int64 // unix ms
-	nf, stale, filled bool
+	tenant, item string
+	v, floor     int64
+	obs, hard    int64 // unix ms
+	nf, stale    bool
 }
 
 // Run samples up to cfg.Sample entries and checks them.
@@ -248,7 +243,7 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry
 		if err != nil || len(vals) != len(fields) || vals[0] == nil {
 			continue // floor-only entry (no value cached) or gone meanwhile
 		}
-		e := entry{tenant: tenant, item: item, filled: true,
+		e := entry{tenant: tenant, item: item,
 			v: num(vals[0]), floor: num(vals[1]), obs: num(vals[2]), hard: num(vals[3]),
 			nf: vals[4] == "1", stale: vals[5] == "1"}
 		out = append(out, e)

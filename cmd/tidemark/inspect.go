@@ -8,20 +8,19 @@ import (
 )
 
 type inspectCmd struct {
-	PG           string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
-	Redis        string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	Namespace    string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	Sample       int           `name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"1000" help:"Cached entries to check."`
-	Tenant       string        `name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
-	SLO          time.Duration `name:"slo" env:"TIDEMARK_SLO" default:"30s" help:"Freshness SLO."`
-	HardLifetime time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"The cache tier's hard lifetime."`
-	Table        string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
-	JSON         bool          `name:"json" help:"Print the report as JSON."`
+	PG        string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
+	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
+	Sample    int           `name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"1000" help:"Cached entries to check."`
+	Tenant    string        `name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
+	SLO       time.Duration `name:"slo" env:"TIDEMARK_SLO" default:"30s" help:"Freshness SLO."`
+	Table     string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
+	JSON      bool          `name:"json" help:"Print the report as JSON."`
 }
 
 func (c *inspectCmd) config() inspect.Config {
 	return inspect.Config{Redis: c.Redis, PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
-		SLO: c.SLO, HardLifetime: c.HardLifetime, Table: c.Table}
+		SLO: c.SLO, Table: c.Table}
 }
 
 func (c *inspectCmd) Validate() error { return c.config().Validate() }
