@@ -137,7 +137,7 @@ func fmtDur(d time.Duration) string {
 // runs `tidemark serve` and measures it. A simulated healthy pipeline keeps
 // the freshness watermark current (as the applier would), so unchanged hot
 // items stay valid without re-reading the source: the steady state of
-// DESIGN.md. Progress goes to progress.
+// docs/design.md. Progress goes to progress.
 func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress io.Writer) (BenchReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return BenchReport{}, err

@@ -34,7 +34,8 @@ type Config struct {
 	AuthStale    time.Duration // --auth-stale: how long a known key keeps working while Postgres cannot be asked
 }
 
-// DefaultConfig returns the DESIGN.md figures.
+// DefaultConfig returns the production figures: 12,000 + 8,000 source
+// reads/s shared by every serve process, 1 s request deadline, 0.5 s L1.
 func DefaultConfig() Config {
 	return Config{
 		Addr:           "127.0.0.1:8080",

@@ -1,7 +1,8 @@
 // Package api is the reference catalog service (`tidemark serve`): GET,
 // POST, PATCH and DELETE of items on top of the cache tier, with min_version
 // reads, a source budget shared by every serve process, per-key singleflight
-// and a hot-key L1. See DESIGN.md, "Reference API", and seeds 000/002/003.
+// and a hot-key L1. docs/design.md, "Reference API" and "Failure model",
+// is the contract.
 package api
 
 import (

@@ -3,7 +3,8 @@
 // commits offsets only for records whose effect is in Redis, publishes the
 // partition watermark at resolved markers, sends bad records to the DLQ,
 // survives Redis outages and failovers, and re-applies history on demand
-// (Replay). See DESIGN.md, "Freshness watermark" and "Replay and recovery".
+// (Replay). docs/design.md, "Freshness watermark" and "Failure model", is
+// the contract.
 package applier
 
 import (

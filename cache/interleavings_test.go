@@ -11,8 +11,8 @@ import (
 	"tidemark/schema"
 )
 
-// The seed's ten interleavings (seed 000), each against standalone Redis and
-// a 3-master Cluster.
+// The ten interleavings of the cache-tier contract (docs/design.md, "Cache
+// tier"), each against standalone Redis and a 3-master Cluster.
 
 // (1) A reader gets a token and reads v41; the v42 invalidation lands; the
 // reader's fill of v41 is rejected, and so is v41 with any later token.

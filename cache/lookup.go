@@ -19,7 +19,7 @@ func newToken() (Token, error) {
 
 // Lookup answers a read of (tenant, item) that needs at least minVersion
 // (0: any). It passes the latest polled watermark to the LOOKUP script, which
-// extends the effective observation of unchanged entries (see DESIGN.md).
+// extends the effective observation of unchanged entries (docs/design.md).
 func (c *Client) Lookup(ctx context.Context, tenant, item string, minVersion int64) (LookupResult, error) {
 	res, err := c.lookup(ctx, tenant, item, minVersion)
 	if err != nil {

@@ -1,6 +1,17 @@
 // Package cache is the cache-tier protocol: Lua scripts run atomically in
 // Redis (standalone or Cluster) and the Go client the applier and the API
-// share. See DESIGN.md, "cache tier" and "Freshness watermark".
+// share.
+//
+// Each item is one hash holding its value, version, observation time and
+// deadlines, plus a version floor and at most one fill lease. A reader that
+// misses gets a 128-bit lease token bound to the server's run_id, reads the
+// source and fills; the fill lands only with that still-current token, at or
+// above the floor, before the value's hard deadline. The applier's INVALIDATE
+// raises the floor and revokes the lease, so a fill of an older read can
+// never land after the change that superseded it. Lookups also take the
+// pipeline's freshness watermark: an entry not invalidated since it was
+// observed is as fresh as the watermark. docs/design.md, "Cache tier" and
+// "Freshness watermark", is the full contract and its proof sketch.
 package cache
 
 import (
@@ -30,7 +41,8 @@ func (t Token) IsZero() bool { return t == Token{} }
 func (t Token) String() string { return hex.EncodeToString(t[:]) }
 
 // Entry is a cached value with its deadlines as the lookup computed them from
-// the effective observation time max(obs, W) (see DESIGN.md).
+// the effective observation time max(obs, W) (docs/design.md, "Freshness
+// watermark").
 type Entry struct {
 	Version int64
 	Payload []byte

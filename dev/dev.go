@@ -92,7 +92,8 @@ func New(cfg Config, deps Deps) (*Dev, error) {
 }
 
 // Run starts what is missing, migrates, seeds, runs the pipeline until ctx
-// ends, then shuts everything down in order (see stopOrder).
+// ends, then shuts everything down in order (docs/design.md, "Lifecycle
+// and shutdown order").
 func (d *Dev) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("dev: --data-dir: %w", err)

@@ -1,6 +1,6 @@
 // Package dev runs the whole tidemark pipeline in one process: capture +
 // relay, the applier, the cache tier client and the API, on servers it is
-// given or starts itself (see Stack). `tidemark dev` is this package.
+// given or starts itself (Dev.servers). `tidemark dev` is this package.
 package dev
 
 import (

@@ -172,7 +172,7 @@ func judge(e entry, s sourceRow, wm cache.Watermark, cfg Config, now time.Time) 
 		f.BehindForS = max(0, now.Sub(s.updated).Seconds())
 	}
 	f.Invalidated = e.stale || (s.found && e.floor >= s.version)
-	// The deadline a lookup would compute (see DESIGN.md): the watermark
+	// The deadline a lookup would compute (docs/design.md): the watermark
 	// extends an entry that was not invalidated and is not older than a gap.
 	eff := e.obs
 	w := wm.W.UnixMilli()

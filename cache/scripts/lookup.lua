@@ -1,6 +1,6 @@
 -- LOOKUP(key; min_version, watermark_ms, reset_at_ms, new_token, lease_ms, max_age_ms)
 -- Returns {status, v, p, obs, eff, soft, hard, stale, issued}: soft and hard
--- are computed from the effective observation eff (see DESIGN.md), issued is
+-- are computed from the effective observation eff (docs/design.md), issued is
 -- 1 when new_token became the key's lease.
 local key = KEYS[1]
 local minv = tonumber(ARGV[1])

@@ -1,7 +1,7 @@
 package main
 
-// benchCmd groups the benchmarks; each stage's issue adds its subcommand in
-// its own file (bench_<stage>.go).
+// benchCmd groups the benchmarks; each stage's subcommand is wired in its own
+// file (bench_<stage>.go).
 type benchCmd struct {
 	Capture benchCaptureCmd `cmd:"" help:"Capture-to-Kafka rate vs pg_recvlogical on the same WAL; commit-to-produced latency."`
 	Cache   benchCacheCmd   `cmd:"" help:"Batched invalidate and lookup latency vs redis-benchmark ceilings."`

@@ -34,7 +34,7 @@ type captureCmd struct {
 	MaxInflight     int           `name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"20000" help:"Records in flight to Kafka before WAL reading pauses."`
 	SlotPoll        time.Duration `name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"5s" help:"How often slot health is polled."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"30s" help:"Bound on the final flush to Kafka at shutdown."`
-	MaxProcs        int           `name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (see bench/capture.md)."`
+	MaxProcs        int           `name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
 	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
 }
 
