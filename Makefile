@@ -3,10 +3,11 @@ GO        ?= go
 BIN       := bin/tidemark
 PKGS      := ./...
 # The local run and the tests need redis-server (and kcat for manual checks);
-# PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin).
+# PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin);
+# the real-Kafka tests need Java 17+ and Maven (which fetches the broker).
 DEPS_APT  := redis-server kcat
 
-.PHONY: build run test test-go lint bench deps fuzz clean
+.PHONY: build run test test-go test-kafka lint bench deps fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
@@ -22,6 +23,8 @@ deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
@@ -29,15 +32,26 @@ deps:
 	fi
 
 # The tests: lint, then every package with the race detector against real
-# Postgres, Redis and kfake started by the tests themselves.
-test: deps lint test-go
+# Postgres, Redis and kfake started by the tests themselves, then the
+# real-Kafka suite.
+test: deps lint test-go test-kafka
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 
+# The Kafka-facing tests again, against a real 3-node Apache Kafka KRaft
+# cluster (TIDEMARK_TEST_KAFKA=real), plus the fault tests only a real broker
+# can run (build tag realkafka). Needs Java 17+ and Maven; Maven fetches the
+# broker once into ~/.cache/tidemark. One package at a time: each starts its
+# own three JVMs.
+KAFKA_PKGS := ./internal/localserver ./internal/testenv ./internal/broker
+test-kafka:
+	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 1 -tags realkafka -timeout 30m $(KAFKA_PKGS)
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags realkafka $(PKGS)
 
 bench: build
 	./$(BIN) bench capture

@@ -41,7 +41,8 @@ type rig struct {
 func newRig(t *testing.T, partitions int32) *rig {
 	t.Helper()
 	topic := testenv.Unique(t, "topic")
-	k := testenv.StartKafka(t, kfake.SeedTopics(partitions, topic), kfake.AllowAutoTopicCreation())
+	k := testenv.StartKafka(t, kfake.AllowAutoTopicCreation())
+	k.CreateTopic(t, topic, partitions, nil)
 	rs := testenv.StartRedis(t)
 	rdb := rs.Client(t)
 	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)

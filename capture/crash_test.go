@@ -134,7 +134,7 @@ func TestKafkaFailureHoldsConfirm(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
+	k := testenv.StartKfake(t) // injects produce faults
 	cfg := testConfig(t, dsn, k)
 	conn := connect(t, dsn)
 	r := start(t, cfg)
@@ -353,7 +353,7 @@ func TestShutdownWithKafkaDownIsNotClean(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
+	k := testenv.StartKfake(t) // injects produce faults
 	cfg := testConfig(t, dsn, k)
 	cfg.ShutdownTimeout = 2 * time.Second
 	conn := connect(t, dsn)

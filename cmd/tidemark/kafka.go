@@ -11,10 +11,11 @@ type kafkaCmd struct {
 	Port       int    `name:"port" env:"TIDEMARK_KAFKA_PORT" default:"9092" help:"Port of the first broker; broker i listens on port+i."`
 	Brokers    int    `name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"1" help:"Number of brokers."`
 	Partitions int    `name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"12" help:"Partitions of auto-created topics."`
+	Real       bool   `name:"real" env:"TIDEMARK_KAFKA_REAL" help:"Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i."`
 }
 
 func (c *kafkaCmd) config() broker.Config {
-	return broker.Config{DataDir: c.DataDir, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions}
+	return broker.Config{DataDir: c.DataDir, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions, Real: c.Real}
 }
 
 func (c *kafkaCmd) Validate() error { return c.config().Validate() }

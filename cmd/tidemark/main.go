@@ -32,7 +32,7 @@ type cli struct {
 
 	Version versionCmd `cmd:"" help:"Print the version and exit."`
 	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
-	Kafka   kafkaCmd   `cmd:"" help:"Run an embedded Kafka broker (kfake) for local runs and manual testing. Production uses a real Kafka."`
+	Kafka   kafkaCmd   `cmd:"" help:"Run an embedded Kafka broker (kfake), or with --real an Apache Kafka cluster, for local runs and manual testing. Production uses its own Kafka."`
 	Capture captureCmd `cmd:"" help:"Stream committed catalog changes from Postgres logical replication to Kafka."`
 	Apply   applyCmd   `cmd:"" help:"Consume the topic and apply invalidations and the freshness watermark to the Redis cache tier."`
 	Replay  replayCmd  `cmd:"" help:"Re-apply the topic from a point in time to the cache tier (outside the consumer group)."`

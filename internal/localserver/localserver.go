@@ -6,6 +6,7 @@ package localserver
 import (
 	"fmt"
 	"net"
+	"time"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -16,4 +17,8 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func dialTCP(addr string) (net.Conn, error) {
+	return net.DialTimeout("tcp", addr, time.Second)
 }

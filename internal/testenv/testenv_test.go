@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -87,8 +86,10 @@ func TestRedisClusterRoutes(t *testing.T) {
 }
 
 func TestKafka(t *testing.T) {
-	k := StartKafka(t, kfake.SeedTopics(1, "t"))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("t"))
+	k := StartKafka(t)
+	topic := Unique(t, "t")
+	k.CreateTopic(t, topic, 3, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
