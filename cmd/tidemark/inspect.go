@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
 	"time"
 
+	"tidemark/cache"
+	"tidemark/hotset"
 	"tidemark/inspect"
 )
 
@@ -16,6 +21,8 @@ type inspectCmd struct {
 	SLO       time.Duration `name:"slo" env:"TIDEMARK_SLO" default:"30s" help:"Freshness SLO."`
 	Table     string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
+	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates and tenants (only --redis needed)."`
+	Top       int           `name:"top" default:"20" help:"With --hot: how many keys to print."`
 }
 
 func (c *inspectCmd) config() inspect.Config {
@@ -23,11 +30,29 @@ func (c *inspectCmd) config() inspect.Config {
 		SLO: c.SLO, Table: c.Table}
 }
 
-func (c *inspectCmd) Validate() error { return c.config().Validate() }
+func (c *inspectCmd) Validate() error {
+	if c.Hot {
+		var p []string
+		if c.Redis == "" {
+			p = append(p, "--redis (TIDEMARK_REDIS) is required")
+		}
+		if c.Top < 1 {
+			p = append(p, fmt.Sprintf("--top %d must be at least 1", c.Top))
+		}
+		if len(p) > 0 {
+			return joinProblems(p)
+		}
+		return nil
+	}
+	return c.config().Validate()
+}
 
 // Run exits 1 when an entry would be served while older than the SLO, 2 when
 // it could not read.
 func (c *inspectCmd) Run(ctx context.Context, e *env) error {
+	if c.Hot {
+		return c.runHot(ctx, e)
+	}
 	rep, err := inspect.Run(ctx, c.config(), e.log)
 	if err != nil {
 		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
@@ -44,4 +69,35 @@ func (c *inspectCmd) Run(ctx context.Context, e *env) error {
 		return &exitError{code: exitFailure, msg: "inspect: entries would be served while older than the SLO"}
 	}
 	return nil
+}
+
+// runHot prints the namespace's hot set as merged by the serve processes.
+func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
+	rdb, err := cache.ParseRedisURL(c.Redis)
+	if err != nil {
+		return usageError(err)
+	}
+	defer rdb.Close()
+	top, err := hotset.ReadTop(ctx, rdb, c.Namespace, c.Top, c.Tenant)
+	if err != nil {
+		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+	}
+	if c.JSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if top == nil {
+			top = []hotset.Hot{}
+		}
+		return enc.Encode(top)
+	}
+	if len(top) == 0 {
+		_, err := fmt.Fprintln(e.stdout, "hot set is empty: no serve process has merged its read counts yet")
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "rank\ttenant\titem\treads/s")
+	for i, h := range top {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\n", i+1, h.Tenant, h.Item, h.Rate)
+	}
+	return tw.Flush()
 }

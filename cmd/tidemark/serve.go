@@ -11,11 +11,13 @@ import (
 
 	"tidemark/api"
 	"tidemark/cache"
+	"tidemark/hotset"
 	"tidemark/internal/telemetry"
 )
 
 // serveCmd wires flags into api.Config and cache.Config and runs the API,
-// the cache client's watermark poller and the metrics endpoint.
+// the cache client's watermark poller, the hot-set tracker (which counts the
+// API's cache lookups) and the metrics endpoint.
 type serveCmd struct {
 	pgFlag
 	Redis       string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
@@ -110,7 +112,13 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: log, Registerer: reg})
+	hcfg := hotset.DefaultConfig()
+	hcfg.Namespace = c.Namespace
+	hot, err := hotset.New(hcfg, rdb, log, reg)
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: cc, T: hot}, Redis: rdb, Log: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -120,6 +128,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.Run(ctx) })
+	g.Go(func() error { return hot.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
 	return g.Wait()

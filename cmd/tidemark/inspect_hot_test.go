@@ -1,0 +1,44 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/hotset"
+	"tidemark/internal/testenv"
+)
+
+// `tidemark inspect --hot` prints the merged hot set, hottest first, with
+// tenants and rates, and filters by --tenant.
+func TestInspectHot(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr, err := hotset.New(hotset.DefaultConfig(), r.Client(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		tr.Observe("acme", "sku-1")
+	}
+	for range 20 {
+		tr.Observe("globex", "sku-2")
+	}
+	if err := tr.Merge(testenv.Context(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "inspect", "--hot", "--redis", r.URL(), "--top", "5")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "acme") || !strings.Contains(lines[1], "sku-1") || !strings.Contains(lines[2], "globex") {
+		t.Fatalf("inspect --hot printed:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "inspect", "--hot", "--redis", r.URL(), "--tenant", "globex", "--json")
+	if code != 0 || !strings.Contains(out, `"item": "sku-2"`) || strings.Contains(out, "acme") {
+		t.Fatalf("inspect --hot --tenant globex --json (exit %d):\n%s", code, out)
+	}
+	if code, _, errs := runCLI(t, "inspect", "--hot", "--top", "0"); code != 2 || !strings.Contains(errs, "--redis") || !strings.Contains(errs, "--top") {
+		t.Fatalf("inspect --hot --top 0 without --redis: exit %d, %s", code, errs)
+	}
+}

@@ -1,0 +1,23 @@
+package hotset
+
+import (
+	"context"
+
+	"tidemark/api"
+	"tidemark/cache"
+)
+
+// Counted is the API's cache-tier client with every lookup counted by T.
+// Reads answered by the API's in-process L1 do not reach it: a key that hot
+// is still counted at least once per L1 lifetime per process, enough to rank
+// among the hottest.
+type Counted struct {
+	api.Cache
+	T *Tracker
+}
+
+// Lookup counts the read, then looks it up.
+func (c Counted) Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error) {
+	c.T.Observe(tenant, item)
+	return c.Cache.Lookup(ctx, tenant, item, minVersion)
+}

@@ -1,0 +1,216 @@
+// Package hotset knows which keys are hot. Every serve process counts the
+// keys it looks up in a fixed-size heavy-hitters sketch per tenant (bounded
+// memory whatever the key space, so a scan of random ids cannot grow it) and
+// merges the counts every few seconds into one bounded, decayed Redis sorted
+// set per namespace. The warmer fills the cache from that set after the cache
+// tier loses data, and `tidemark inspect --hot` prints it.
+package hotset
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/schema"
+)
+
+//go:embed merge.lua
+var mergeLua string
+
+var mergeScript = redis.NewScript(mergeLua)
+
+// Config sizes the sketch and the shared set.
+type Config struct {
+	Namespace     string        // cache namespace: names the sorted set
+	PerTenant     int           // counters per tenant
+	MaxTenants    int           // tenants tracked at once; the least read gives way
+	TimeConstant  time.Duration // decay time constant: a read's weight is exp(-age/TimeConstant)
+	MergeInterval time.Duration // how often counts go to Redis
+	MaxKeys       int           // members kept in the shared set
+}
+
+// DefaultConfig keeps 1024 keys for each of 64 tenants (about 100 KiB),
+// forgets with a 10-minute time constant and merges every 5 s into a set of
+// at most 50,000 keys.
+func DefaultConfig() Config {
+	return Config{Namespace: "catalog", PerTenant: 1024, MaxTenants: 64, TimeConstant: 10 * time.Minute,
+		MergeInterval: 5 * time.Second, MaxKeys: 50_000}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("hotset: Namespace must not be empty"))
+	}
+	for name, n := range map[string]int{"PerTenant": c.PerTenant, "MaxTenants": c.MaxTenants, "MaxKeys": c.MaxKeys} {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("hotset: %s must be at least 1, got %d", name, n))
+		}
+	}
+	if c.TimeConstant < time.Second {
+		errs = append(errs, fmt.Errorf("hotset: TimeConstant must be at least 1s, got %s", c.TimeConstant))
+	}
+	if c.MergeInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("hotset: MergeInterval must be at least 10ms, got %s", c.MergeInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Key is the namespace's hot-set sorted set; members are schema.Key(tenant,
+// item). EpochKey holds its decay landmark and time constant. The shared hash
+// tag keeps both on one Cluster slot.
+func Key(ns string) string      { return ns + ":v1:_hot:{hot}" }
+func EpochKey(ns string) string { return ns + ":v1:_hot:{hot}:epoch" }
+
+// Tracker counts reads and merges them into Redis. Observe is safe for
+// concurrent use.
+type Tracker struct {
+	cfg Config
+	rdb redis.UniversalClient
+	log *slog.Logger
+	m   *metrics
+
+	mu        sync.Mutex
+	tenants   map[string]*spaceSaving
+	lastDecay time.Time
+}
+
+// New checks cfg and builds a Tracker. reg may be nil.
+func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rdb == nil {
+		return nil, errors.New("hotset: nil redis client")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("hotset: metrics: %w", err)
+	}
+	return &Tracker{cfg: cfg, rdb: rdb, log: log.With("component", "hotset"), m: m,
+		tenants: map[string]*spaceSaving{}, lastDecay: time.Now()}, nil
+}
+
+// Observe counts one read of (tenant, item).
+func (t *Tracker) Observe(tenant, item string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.tenants[tenant]
+	if !ok {
+		if len(t.tenants) >= t.cfg.MaxTenants {
+			t.dropQuietestLocked()
+		}
+		s = newSpaceSaving(t.cfg.PerTenant)
+		t.tenants[tenant] = s
+	}
+	s.observe(item)
+}
+
+// dropQuietestLocked forgets the tenant with the fewest decayed reads.
+func (t *Tracker) dropQuietestLocked() {
+	var (
+		victim string
+		least  = math.Inf(1)
+	)
+	for name, s := range t.tenants {
+		if s.total < least {
+			victim, least = name, s.total
+		}
+	}
+	delete(t.tenants, victim)
+	t.m.tenantsDropped.Inc()
+}
+
+// Top is this process's view: the n hottest keys of tenant ("" for all),
+// by decayed count.
+func (t *Tracker) Top(tenant string, n int) []Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Entry
+	for name, s := range t.tenants {
+		if tenant == "" || tenant == name {
+			out = append(out, s.top(name, n)...)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Count > out[j].Count })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// Run merges every MergeInterval until ctx ends, and once more on the way
+// out so a stopping process hands over what it counted.
+func (t *Tracker) Run(ctx context.Context) error {
+	tick := time.NewTicker(t.cfg.MergeInterval)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = t.Merge(fctx)
+			cancel()
+			return nil
+		case <-tick.C:
+		}
+		err := t.Merge(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && !failing:
+			t.log.Warn("hot-set merge failed; counts of this interval are dropped", "err", err)
+			failing = true
+		case err == nil && failing:
+			t.log.Info("hot-set merge recovered")
+			failing = false
+		}
+	}
+}
+
+// mergeChunk bounds one script call (ARGV pairs), so a merge never blocks
+// Redis for long.
+const mergeChunk = 500
+
+// Merge sends the reads counted since the last merge to the shared set and
+// decays the local counts. A failed merge loses only that interval's counts.
+func (t *Tracker) Merge(ctx context.Context) error {
+	var args []any
+	t.mu.Lock()
+	now := time.Now()
+	f := decayFactor(now.Sub(t.lastDecay).Seconds(), t.cfg.TimeConstant.Seconds())
+	t.lastDecay = now
+	tracked := 0
+	for tenant, s := range t.tenants {
+		s.takePending(func(item string, n float64) { args = append(args, schema.Key(tenant, item), n) })
+		s.decay(f)
+		tracked += len(s.h)
+	}
+	t.mu.Unlock()
+	t.m.trackedKeys.Set(float64(tracked))
+	for lo := 0; lo < len(args); lo += 2 * mergeChunk {
+		chunk := args[lo:min(len(args), lo+2*mergeChunk)]
+		argv := append([]any{t.cfg.TimeConstant.Milliseconds(), t.cfg.MaxKeys}, chunk...)
+		n, err := mergeScript.Run(ctx, t.rdb, []string{Key(t.cfg.Namespace), EpochKey(t.cfg.Namespace)}, argv...).Int64()
+		if err != nil {
+			t.m.merges.WithLabelValues("error").Inc()
+			return fmt.Errorf("hotset: merge %d keys: %w", len(chunk)/2, err)
+		}
+		t.m.sharedKeys.Set(float64(n))
+	}
+	t.m.merges.WithLabelValues("ok").Inc()
+	return nil
+}
