@@ -167,6 +167,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	if err != nil {
 		return BenchReport{}, fmt.Errorf("api: bench: --redis: %w", err)
 	}
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	wctx, stopWM := context.WithCancel(ctx)

@@ -30,6 +30,7 @@ type readResult struct {
 	version     int64
 	payload     []byte
 	effObs      time.Time // for Age
+	hard        time.Time // effective hard deadline: never answered at or after it
 	cacheStatus string    // RFC 9211 Cache-Status value
 	fwd         bool      // went to the source (shared results then say "collapsed")
 	retryAfter  time.Duration
@@ -51,16 +52,14 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		minVersion = n
 	}
 	key := tenant + "\x00" + id
-	now := time.Now()
-	if e, ok := s.l1.get(key, minVersion, now); ok {
-		s.m.l1Hits.Inc()
-		s.respondRead(w, id, readResult{kind: readItem, version: e.version, payload: e.payload, effObs: e.effObs,
-			cacheStatus: "tidemark; hit; detail=l1"})
-		return
-	}
-
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	if e, ok := s.l1.get(key, minVersion, s.clock.Wall()); ok && s.clock.Trusted() {
+		s.m.l1Hits.Inc()
+		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, readResult{kind: readItem, version: e.version,
+			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
+		return
+	}
 	// One resolution per key and min_version in this process; the others share
 	// it. It runs on its own deadline so one caller leaving cannot fail the rest.
 	ch := s.reads.DoChan(key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
@@ -74,20 +73,47 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		if res.Shared && rr.fwd {
 			rr.cacheStatus += "; collapsed"
 		}
-		s.respondRead(w, id, rr)
+		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
 	case <-ctx.Done():
 		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
 	}
 }
 
+// lastCheck is the deadline check right before a body is written, on every
+// path (L1, cache hit, stale fallback, singleflight joiners, source reads):
+// the answer's hard deadline must still be ahead by the Redis-synchronised
+// clock. Otherwise it is answered as a hard-expired entry is: one fresh read
+// under the budget, or 503.
+func (s *Server) lastCheck(ctx context.Context, tenant, id string, minVersion int64, rr readResult) readResult {
+	if rr.hard.IsZero() || s.clock.Now().Before(rr.hard) {
+		return rr
+	}
+	s.m.deadlineRefusals.Inc()
+	if ctx.Err() == nil {
+		fresh := s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=hard-expired")
+		if fresh.hard.IsZero() || s.clock.Now().Before(fresh.hard) {
+			return fresh
+		}
+	}
+	return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=hard-expired", retryAfter: time.Second}
+}
+
 func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
 	h := w.Header()
-	h.Set("Cache-Status", rr.cacheStatus)
 	switch rr.kind {
 	case readItem:
-		age := max(0, time.Since(rr.effObs)/time.Second)
+		// Age counts from the effective source observation; ttl (RFC 9211)
+		// is what is left of the hard deadline, so a client can check that
+		// Age + ttl never exceeds the promise.
+		now := s.clock.Now()
+		age := max(0, now.Sub(rr.effObs)/time.Second)
 		h.Set("Age", strconv.FormatInt(int64(age), 10))
+		h.Set("Cache-Status", rr.cacheStatus+"; ttl="+strconv.FormatInt(int64(max(0, rr.hard.Sub(now)/time.Second)), 10))
 		writeItem(w, id, rr.version, rr.payload)
+		return
+	}
+	h.Set("Cache-Status", rr.cacheStatus)
+	switch rr.kind {
 	case readNotFound:
 		writeError(w, http.StatusNotFound, "not_found", "no such item")
 	case readBelowMin:
@@ -103,6 +129,12 @@ func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
 // resolve runs the read path: cache Lookup, then by its answer serve, wait,
 // or read the source under the foreground budget and fill the lease.
 func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int64) readResult {
+	if !s.clock.Trusted() {
+		// This host's clock is out of bounds (or not measured): its view of
+		// deadlines cannot be trusted, so nothing is answered from or filled
+		// into the cache.
+		return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=clock")
+	}
 	key := tenant + "\x00" + id
 	waited := false
 	for {
@@ -119,7 +151,7 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=cache-unavailable")
 		}
 		e := lr.Entry
-		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !time.Now().Before(e.Hard) {
+		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !s.clock.Now().Before(e.Hard) {
 			// Redis's clock still said yes; ours says the hard deadline has
 			// passed. The deadline wins: read the source, fill nothing.
 			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=hard-expired")
@@ -127,12 +159,12 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 		switch lr.Status {
 		case cache.StatusHit:
 			if e.Version >= minVersion {
-				s.l1.offer(key, e.Version, e.Payload, e.EffObs, e.Hard, time.Now())
+				s.l1.offer(key, e.Version, e.Payload, e.EffObs, e.Hard, s.clock.Wall())
 				st := "tidemark; hit"
 				if waited {
 					st += "; detail=waited"
 				}
-				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: st}
+				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, hard: e.Hard, cacheStatus: st}
 			}
 		case cache.StatusStale:
 			if e.Stale {
@@ -151,7 +183,7 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 					}
 				}
 				if e.Version >= minVersion {
-					return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: "tidemark; hit; detail=stale-invalidated"}
+					return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, hard: e.Hard, cacheStatus: "tidemark; hit; detail=stale-invalidated"}
 				}
 				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=source-unavailable", retryAfter: time.Second}
 			}
@@ -159,11 +191,11 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 				s.refreshInBackground(tenant, id, lr.Token)
 			}
 			if e.Version >= minVersion {
-				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, cacheStatus: "tidemark; hit; detail=stale"}
+				return readResult{kind: readItem, version: e.Version, payload: e.Payload, effObs: e.EffObs, hard: e.Hard, cacheStatus: "tidemark; hit; detail=stale"}
 			}
 		case cache.StatusNotFound:
 			if minVersion == 0 {
-				return readResult{kind: readNotFound, cacheStatus: "tidemark; hit; detail=not-found"}
+				return readResult{kind: readNotFound, hard: e.Hard, cacheStatus: "tidemark; hit; detail=not-found"}
 			}
 			// A writer asking for its own write must not be told "absent" by
 			// a negative entry older than the write: ask the source.
@@ -209,13 +241,14 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 	if !tok.IsZero() {
 		stored = s.fill(ctx, tenant, id, tok, it, obs)
 	}
+	hard := obs.Add(s.hardLifetime)
 	switch {
 	case it.Found && it.Version < minVersion:
-		return readResult{kind: readBelowMin, version: it.Version, cacheStatus: status(stored), fwd: true}
+		return readResult{kind: readBelowMin, version: it.Version, hard: hard, cacheStatus: status(stored), fwd: true}
 	case !it.Found || it.Deleted:
-		return readResult{kind: readNotFound, cacheStatus: status(stored), fwd: true}
+		return readResult{kind: readNotFound, hard: hard, cacheStatus: status(stored), fwd: true}
 	}
-	return readResult{kind: readItem, version: it.Version, payload: it.Display, effObs: obs, cacheStatus: status(stored), fwd: true}
+	return readResult{kind: readItem, version: it.Version, payload: it.Display, effObs: obs, hard: hard, cacheStatus: status(stored), fwd: true}
 }
 
 // sourceRead is one budgeted read of the source. obs is when it started:
@@ -231,7 +264,7 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 		}
 		return sourceItem{}, time.Time{}, err
 	}
-	obs := time.Now()
+	obs := s.clock.Wall()
 	// Admitted reads run to their own statement timeout even if the caller
 	// gives up: the budget is spent, and the fill still helps the next reader.
 	it, err := s.src.read(context.WithoutCancel(ctx), tenant, id)

@@ -23,6 +23,7 @@ type l1Entry struct {
 	version int64
 	payload []byte
 	effObs  time.Time
+	hard    time.Time
 	expires time.Time // min(admission + ttl, hard)
 }
 
@@ -73,7 +74,7 @@ func (c *l1) offer(key string, version int64, payload []byte, effObs, hard, now 
 	if len(c.entries) >= c.size {
 		c.evict(now)
 	}
-	c.entries[key] = l1Entry{version: version, payload: payload, effObs: effObs, expires: expires}
+	c.entries[key] = l1Entry{version: version, payload: payload, effObs: effObs, hard: hard, expires: expires}
 }
 
 // evict drops expired entries, or a few arbitrary ones when none expired

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/internal/clockguard"
 	"tidemark/internal/testenv"
 )
 
@@ -82,6 +84,9 @@ type instOpts struct {
 	cfg   func(*Config)
 	ccfg  func(*cache.Config)
 	hooks func(*Server) // before it serves
+	// clockOffset shifts this instance's wall clock, as
+	// TIDEMARK_TEST_CLOCK_OFFSET does for a process.
+	clockOffset time.Duration
 }
 
 func (e *tenv) instance(o instOpts) *instance {
@@ -103,7 +108,8 @@ func (e *tenv) instance(o instOpts) *instance {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { rdb.Close() })
-	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t)})
+	clock := e.clock(rdb, o.clockOffset)
+	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t), Clock: clock})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -117,6 +123,23 @@ func (e *tenv) instance(o instOpts) *instance {
 		srv.bg.Wait()
 	})
 	return &instance{srv: srv, url: hs.URL}
+}
+
+// clock is a running clock guard, measured once before it is returned.
+func (e *tenv) clock(rdb redis.UniversalClient, offset time.Duration) *clockguard.Guard {
+	e.t.Helper()
+	ccfg := clockguard.DefaultConfig()
+	ccfg.Interval, ccfg.TestOffset = 200*time.Millisecond, offset
+	g, err := clockguard.New(ccfg, clockguard.Deps{Redis: rdb, Postgres: e.pool, Log: testenv.Logger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	g.Check(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx); close(done) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return g
 }
 
 // apiKey creates a key for tenant.
@@ -139,6 +162,17 @@ type resp struct {
 func (r resp) version() int64 {
 	v, _ := r.body["version"].(float64)
 	return int64(v)
+}
+
+// cacheStatus is the Cache-Status header without its ttl parameter (which
+// depends on timing); a 200 must carry one.
+func (r resp) cacheStatus() string {
+	cs := r.header.Get("Cache-Status")
+	base, ttl, found := strings.Cut(cs, "; ttl=")
+	if r.code == 200 && (!found || strings.Contains(ttl, ";")) {
+		return "no ttl at the end: " + cs
+	}
+	return base
 }
 
 func (r resp) current() int64 {

@@ -12,6 +12,7 @@ type metrics struct {
 	sourceReads      *prometheus.CounterVec   // class, result
 	budgetRejections *prometheus.CounterVec   // class
 	l1Hits           prometheus.Counter
+	deadlineRefusals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,8 +38,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tidemark_api_l1_hits_total",
 			Help: "GETs answered from the in-process hot-key L1.",
 		}),
+		deadlineRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_api_deadline_refusals_total",
+			Help: "Answers found past their hard deadline by the check right before the body is written (then read fresh or 503).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits} {
+	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits, m.deadlineRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

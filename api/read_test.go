@@ -32,20 +32,20 @@ func TestReadPathAndAuth(t *testing.T) {
 		t.Fatalf("create: %d %s", r.code, r.raw)
 	}
 	r := e.do("GET", in.item("x"), key, "")
-	if r.code != 200 || r.version() != 1 || r.body["item_id"] != "x" || r.header.Get("Cache-Status") != "tidemark; fwd=miss; stored" {
+	if r.code != 200 || r.version() != 1 || r.body["item_id"] != "x" || r.cacheStatus() != "tidemark; fwd=miss; stored" {
 		t.Fatalf("cold GET: %d %v %s", r.code, r.header, r.raw)
 	}
 	if d, _ := r.body["display"].(map[string]any); d["name"] != "X" {
 		t.Fatalf("display: %s", r.raw)
 	}
 	r = e.do("GET", in.item("x"), key, "")
-	if r.code != 200 || r.header.Get("Cache-Status") != "tidemark; hit" || r.header.Get("Age") == "" {
+	if r.code != 200 || r.cacheStatus() != "tidemark; hit" || r.header.Get("Age") == "" {
 		t.Fatalf("warm GET: %d %v %s", r.code, r.header, r.raw)
 	}
 	// Hot: the second hit admits it to L1.
 	e.do("GET", in.item("x"), key, "")
 	r = e.do("GET", in.item("x"), key, "")
-	if r.code != 200 || r.header.Get("Cache-Status") != "tidemark; hit; detail=l1" {
+	if r.code != 200 || r.cacheStatus() != "tidemark; hit; detail=l1" {
 		t.Fatalf("L1 GET: %d %v %s", r.code, r.header, r.raw)
 	}
 	if got := e.sourceReads(); got != 1 {
@@ -261,7 +261,7 @@ func TestNotFoundNegativeCache(t *testing.T) {
 		t.Fatalf("GET: %d %s", r.code, r.raw)
 	}
 	r := e.do("GET", in.item("ghost"), key, "")
-	if r.code != 404 || r.header.Get("Cache-Status") != "tidemark; hit; detail=not-found" {
+	if r.code != 404 || r.cacheStatus() != "tidemark; hit; detail=not-found" {
 		t.Fatalf("repeat: %d %v", r.code, r.header)
 	}
 	if got := e.sourceReads() - before; got != 1 {
@@ -404,7 +404,7 @@ func TestStaleServedAndRefreshedInBackground(t *testing.T) {
 	e.exec(`UPDATE catalog.items SET version = 2, display = '"two"' WHERE item_id = 's'`)
 	time.Sleep(400 * time.Millisecond)
 	r := e.do("GET", in.item("s"), key, "")
-	if r.code != 200 || r.version() != 1 || r.header.Get("Cache-Status") != "tidemark; hit; detail=stale" {
+	if r.code != 200 || r.version() != 1 || r.cacheStatus() != "tidemark; hit; detail=stale" {
 		t.Fatalf("soft-expired GET: %d %v %s", r.code, r.header, r.raw)
 	}
 	testenv.Eventually(t, 5*time.Second, "the background refresh lands", func() error {

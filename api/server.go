@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"tidemark/cache"
+	"tidemark/internal/clockguard"
 )
 
 // Cache is the part of the cache-tier client (*cache.Client) the API uses.
@@ -30,6 +31,7 @@ type Cache interface {
 	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
 	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
+	Config() cache.Config
 }
 
 // Deps are the connections the server uses; the caller owns them (and runs
@@ -40,6 +42,9 @@ type Deps struct {
 	Redis      redis.UniversalClient // for the shared source budget
 	Log        *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics are kept but not exposed
+	// Clock is the process's guarded clock; the caller runs it (Guard.Run).
+	// nil: New builds one on Redis and Pool, and Serve runs it.
+	Clock *clockguard.Guard
 }
 
 // Server is the API. Build it with New and serve Handler, or call Run.
@@ -54,6 +59,10 @@ type Server struct {
 	l1     *l1
 	m      *metrics
 	log    *slog.Logger
+	clock  *clockguard.Guard
+	// ownClock: the server built clock itself and runs it while serving.
+	ownClock     bool
+	hardLifetime time.Duration // of values read from the source now
 
 	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
 	refreshes singleflight.Group // per key: one background refresh at a time
@@ -100,17 +109,27 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: metrics: %w", err)
 	}
+	clock, ownClock := deps.Clock, false
+	if clock == nil {
+		if clock, err = clockguard.New(clockguard.DefaultConfig(), clockguard.Deps{Redis: deps.Redis, Postgres: deps.Pool, Log: log, Registerer: reg}); err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+		ownClock = true
+	}
 	s := &Server{
-		cfg:    cfg,
-		pool:   deps.Pool,
-		rdb:    deps.Redis,
-		cache:  deps.Cache,
-		budget: newBudget(cfg, deps.Redis, log),
-		src:    &source{db: deps.Pool, timeout: cfg.SourceTimeout},
-		auth:   newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
-		l1:     newL1(cfg.L1TTL, cfg.L1Size),
-		m:      m,
-		log:    log,
+		cfg:          cfg,
+		pool:         deps.Pool,
+		rdb:          deps.Redis,
+		cache:        deps.Cache,
+		budget:       newBudget(cfg, deps.Redis, log),
+		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout},
+		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
+		l1:           newL1(cfg.L1TTL, cfg.L1Size),
+		m:            m,
+		log:          log,
+		clock:        clock,
+		ownClock:     ownClock,
+		hardLifetime: deps.Cache.Config().HardLifetime,
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
@@ -152,6 +171,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
+	if s.ownClock {
+		s.clock.Check(ctx) // before the first request: an unmeasured clock is not trusted
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.clock.Run(s.base) }()
+	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -169,8 +193,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Ready reports whether Postgres and Redis answer (for /readyz).
+// Ready reports whether Postgres and Redis answer and the clock is trusted
+// (for /readyz).
 func (s *Server) Ready(ctx context.Context) error {
+	if err := s.clock.Ready(ctx); err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("api: postgres: %w", err)
 	}

@@ -325,7 +325,7 @@ func evalshaCeiling(ctx context.Context, addr, script string, keys, keyspace int
 	if err != nil {
 		return 0, fmt.Errorf("applier: bench: redis address %q: %w", addr, err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	sha, err := rdb.ScriptLoad(ctx, script).Result()
 	if err != nil {

@@ -36,6 +36,10 @@ func (c *Client) FillNotFound(ctx context.Context, tenant, item string, tok Toke
 	return nil
 }
 
+// MaxClockOffset is how far any host's clock may be from the cache tier's:
+// FILL refuses an observation time further than this in Redis's future.
+const MaxClockOffset = 100 * time.Millisecond
+
 func (c *Client) fill(ctx context.Context, tenant, item string, tok Token, version int64, payload []byte,
 	obs, soft, hard int64, ttl time.Duration, nf bool) error {
 	if tok.IsZero() {
@@ -47,14 +51,15 @@ func (c *Client) fill(ctx context.Context, tenant, item string, tok Token, versi
 		flag = "1"
 	}
 	reply, err := c.s.fill.Run(ctx, c.rdb, []string{c.key(tenant, item)},
-		tok.String(), version, payload, obs, soft, hard, ttl.Milliseconds(), flag).Text()
+		tok.String(), version, payload, obs, soft, hard, ttl.Milliseconds(), flag,
+		MaxClockOffset.Milliseconds(), c.cfg.HardLifetime.Milliseconds()).Text()
 	if err != nil {
 		return err
 	}
 	switch r := Reason(reply); r {
 	case "ok":
 		return nil
-	case ReasonToken, ReasonVersion, ReasonExpired:
+	case ReasonToken, ReasonVersion, ReasonExpired, ReasonClock, ReasonLifetime:
 		c.m.fillRejected.WithLabelValues(string(r)).Inc()
 		c.log.Debug("fill rejected", "tenant", tenant, "item", item, "version", version, "reason", r)
 		return &RejectedError{Reason: r}

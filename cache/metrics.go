@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		fillRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_cache_fill_rejected_total",
-			Help: "Fills the cache refused, by reason: token, version, expired.",
+			Help: "Fills the cache refused, by reason: token, version, expired, clock, lifetime.",
 		}, []string{"reason"}),
 		invalidations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_cache_invalidations_total",
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []Status{StatusHit, StatusStale, StatusMiss, StatusWait, StatusNotFound, "error"} {
 		m.lookups.WithLabelValues(string(s))
 	}
-	for _, r := range []Reason{ReasonToken, ReasonVersion, ReasonExpired} {
+	for _, r := range []Reason{ReasonToken, ReasonVersion, ReasonExpired, ReasonClock, ReasonLifetime} {
 		m.fillRejected.WithLabelValues(string(r))
 	}
 	for _, r := range []InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder, "error"} {

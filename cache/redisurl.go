@@ -11,7 +11,9 @@ import (
 // ParseRedisURL turns --redis into a client: "redis://host:port/db" is a
 // standalone server; a comma-separated seed list "redis://h1:p1,h2:p2" is a
 // Redis Cluster (db must be 0 or absent). rediss:// and user:password@ work
-// for both.
+// for both. Every call's context deadline binds the socket reads and writes
+// (ContextTimeoutEnabled): without it a connected but silent Redis holds a
+// call for the 3 s default read timeout whatever the caller's deadline.
 func ParseRedisURL(s string) (redis.UniversalClient, error) {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -23,6 +25,7 @@ func ParseRedisURL(s string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--redis %q: %w", redact(s), err)
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), nil
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
@@ -41,6 +44,7 @@ func ParseRedisURL(s string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--redis %q: %w", redact(s), err)
 	}
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClusterClient(opt), nil
 }
 

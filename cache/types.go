@@ -65,9 +65,11 @@ type LookupResult struct {
 type Reason string
 
 const (
-	ReasonToken   Reason = "token"   // not the key's active, unexpired token (revoked, expired, already used, or never issued)
-	ReasonVersion Reason = "version" // below the key's floor or below the cached version
-	ReasonExpired Reason = "expired" // the value's hard deadline has already passed
+	ReasonToken    Reason = "token"    // not the key's active, unexpired token (revoked, expired, already used, or never issued)
+	ReasonVersion  Reason = "version"  // below the key's floor or below the cached version
+	ReasonExpired  Reason = "expired"  // the value's hard deadline has already passed
+	ReasonClock    Reason = "clock"    // the observation time is in the cache tier's future: the filler's clock is fast
+	ReasonLifetime Reason = "lifetime" // the hard deadline is later than observation + hard lifetime (at most 30 s)
 )
 
 // ErrRejected is matched (errors.Is) by every *RejectedError.

@@ -207,7 +207,7 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry
 	case *redis.ClusterClient:
 		// Sequential on purpose: keys is shared.
 		for _, addr := range clusterMasters(ctx, c) {
-			node := redis.NewClient(&redis.Options{Addr: addr})
+			node := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			err = scan(ctx, node)
 			node.Close()
 			if err != nil {

@@ -1,5 +1,9 @@
--- FILL(key; token, version, payload, obs_ms, soft_ms, hard_ms, ttl_ms, nf)
--- Returns 'ok' or the rejection reason: 'token', 'version' or 'expired'.
+-- FILL(key; token, version, payload, obs_ms, soft_ms, hard_ms, ttl_ms, nf,
+--       clock_bound_ms, hard_lifetime_ms)
+-- Returns 'ok' or the rejection reason: 'token', 'version', 'expired',
+-- 'clock' (obs is ahead of this server's clock by more than clock_bound_ms:
+-- the filler's clock runs fast) or 'lifetime' (hard is later than obs plus
+-- hard_lifetime_ms, itself at most 30 s).
 -- A rejection changes nothing. nf='1' installs a not-found entry whose
 -- version is the key's floor (the read saw every version up to it).
 local key = KEYS[1]
@@ -29,6 +33,13 @@ else
 end
 if now >= tonumber(ARGV[6]) then
   return 'expired'
+end
+local obs = tonumber(ARGV[4])
+if obs > now + tonumber(ARGV[9]) then
+  return 'clock'
+end
+if tonumber(ARGV[6]) > obs + math.min(tonumber(ARGV[10]), 30000) then
+  return 'lifetime'
 end
 
 -- Filling raises the floor: a later older fill can never win.

@@ -63,5 +63,9 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runStage(ctx, e, c.MetricsAddr, reg, app)
+	clock, err := newClockGuard(rdb, nil, e.log, reg)
+	if err != nil {
+		return err
+	}
+	return runStage(ctx, e, c.MetricsAddr, reg, guardedStage{app, clock})
 }

@@ -61,7 +61,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return usageError(fmt.Errorf("--redis: %w (bench apply needs a standalone server)", err))
 	}
-	opt.PoolSize = 64
+	opt.PoolSize, opt.ContextTimeoutEnabled = 64, true
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	cc, err := cache.New(cache.DefaultConfig(), rdb, e.log, nil)

@@ -118,7 +118,12 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: cc, T: hot}, Redis: rdb, Log: log, Registerer: reg})
+	clock, err := newClockGuard(rdb, pool, log, reg)
+	if err != nil {
+		return err
+	}
+	clock.Check(ctx) // an unmeasured clock is not trusted: measure before serving
+	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: cc, T: hot}, Redis: rdb, Log: log, Registerer: reg, Clock: clock})
 	if err != nil {
 		return err
 	}
@@ -129,6 +134,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
+	g.Go(func() error { return clock.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
 	return g.Wait()

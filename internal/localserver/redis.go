@@ -97,7 +97,7 @@ func (r *Redis) Start() error {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	r.cmd, r.done = cmd, done
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

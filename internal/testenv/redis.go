@@ -55,7 +55,7 @@ func (r *Redis) Restart(t testing.TB) {
 
 // Client returns a go-redis client for the server, closed when the test ends.
 func (r *Redis) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -103,7 +103,7 @@ func (rc *RedisCluster) form() error {
 	defer cancel()
 	per := 16384 / len(rc.Nodes)
 	for i, r := range rc.Nodes {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr})
+		c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
 		lo, hi := i*per, (i+1)*per-1
 		if i == len(rc.Nodes)-1 {
 			hi = 16383
@@ -123,7 +123,7 @@ func (rc *RedisCluster) form() error {
 // WaitReady waits until every node reports cluster_state:ok and knows all nodes.
 func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 	for _, r := range rc.Nodes {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr})
+		c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
 		for {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") &&
@@ -144,7 +144,7 @@ func (rc *RedisCluster) WaitReady(ctx context.Context) error {
 
 // Client returns a cluster client, closed when the test ends.
 func (rc *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs()})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

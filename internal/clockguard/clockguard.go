@@ -1,0 +1,297 @@
+// Package clockguard keeps a process's clock honest. Cached values carry an
+// absolute hard deadline computed from the filling host's clock, and Redis
+// judges them by its own; the 30 s promise holds only while every host is
+// within Bound (100 ms) of the others. A Guard measures this process's offset
+// to Redis TIME (every master of a Cluster) and to Postgres clock_timestamp()
+// every Interval, correcting for the round trip, and reports whether the
+// clock can be trusted. A process whose clock is out of bounds must not answer
+// from the cache; its /readyz fails until the offset is back within bounds.
+//
+// Test-only: the environment variable TIDEMARK_TEST_CLOCK_OFFSET (a Go
+// duration such as "2s" or "-500ms") shifts the process's wall clock by that
+// much, so tests and the chaos tool can run one process with a skewed clock.
+// Never set it in production.
+package clockguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/internal/telemetry"
+)
+
+// EnvTestOffset is the test-only wall-clock shift (a Go duration).
+const EnvTestOffset = "TIDEMARK_TEST_CLOCK_OFFSET"
+
+// TestOffsetFromEnv reads EnvTestOffset; unset or empty is 0.
+func TestOffsetFromEnv() (time.Duration, error) {
+	v := os.Getenv(EnvTestOffset)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", EnvTestOffset, v, err)
+	}
+	return d, nil
+}
+
+// Config says how the clock is checked.
+type Config struct {
+	Bound      time.Duration // largest tolerated offset to Redis or Postgres
+	Interval   time.Duration // how often the offset is measured
+	TestOffset time.Duration // test only: shift of this process's wall clock
+}
+
+// DefaultConfig: 100 ms bound, measured every 2 s.
+func DefaultConfig() Config {
+	return Config{Bound: 100 * time.Millisecond, Interval: 2 * time.Second}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Bound <= 0 {
+		errs = append(errs, fmt.Errorf("clock bound must be positive (got %s)", c.Bound))
+	}
+	if c.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("clock check interval must be positive (got %s)", c.Interval))
+	}
+	return errors.Join(errs...)
+}
+
+// Querier is the part of a pgx pool the Postgres measurement needs.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Deps are the servers the clock is compared with.
+type Deps struct {
+	Redis      redis.UniversalClient // required: the cache tier judges deadlines by its clock
+	Postgres   Querier               // optional
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Guard measures and reports the clock's offset. Wall and Now are safe for
+// concurrent use.
+type Guard struct {
+	cfg   Config
+	rdb   redis.UniversalClient
+	pg    Querier
+	log   *slog.Logger
+	gauge *prometheus.GaugeVec
+
+	offset  atomic.Int64 // wall - Redis, nanoseconds, of the last good measurement
+	trusted atomic.Bool
+
+	mu        sync.Mutex
+	measured  time.Time // wall time of the last good Redis measurement
+	lastErr   error
+	inEpisode bool // out of bounds, already logged
+}
+
+// New builds a Guard; it distrusts the clock until the first measurement.
+func New(cfg Config, deps Deps) (*Guard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("clockguard: %w", err)
+	}
+	if deps.Redis == nil {
+		return nil, errors.New("clockguard: missing dependency Redis")
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Guard{cfg: cfg, rdb: deps.Redis, pg: deps.Postgres, log: log.With("component", "clockguard"),
+		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidemark_clock_offset_seconds",
+			Help: "This process's clock minus the reference's (redis: the largest over masters; postgres), round-trip corrected.",
+		}, []string{"reference"})}
+	if deps.Registerer != nil {
+		var err error
+		g.gauge = telemetry.Register(deps.Registerer, g.gauge, &err)
+		if err != nil {
+			return nil, fmt.Errorf("clockguard: metrics: %w", err)
+		}
+	}
+	if cfg.TestOffset != 0 {
+		g.log.Warn("test-only clock offset in effect", "env", EnvTestOffset, "offset", cfg.TestOffset)
+	}
+	return g, nil
+}
+
+// Wall is this process's wall clock (shifted by the test-only offset).
+func (g *Guard) Wall() time.Time { return time.Now().Add(g.cfg.TestOffset) }
+
+// Now is the best estimate of the cache tier's clock: the wall clock minus
+// the measured offset.
+func (g *Guard) Now() time.Time { return g.Wall().Add(-time.Duration(g.offset.Load())) }
+
+// Trusted reports whether a recent measurement found the clock within Bound
+// of Redis and Postgres.
+func (g *Guard) Trusted() bool {
+	if !g.trusted.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Since(g.measured) <= g.maxAge()
+}
+
+// maxAge is how long a measurement counts: a few missed rounds.
+func (g *Guard) maxAge() time.Duration { return max(3*g.cfg.Interval, 10*time.Second) }
+
+// Ready fails while the clock is not trusted (for /readyz).
+func (g *Guard) Ready(context.Context) error {
+	if g.Trusted() {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lastErr != nil {
+		return fmt.Errorf("clockguard: %w", g.lastErr)
+	}
+	return errors.New("clockguard: clock offset not measured yet")
+}
+
+// Run measures at once, then every Interval until ctx ends.
+func (g *Guard) Run(ctx context.Context) error {
+	t := time.NewTicker(g.cfg.Interval)
+	defer t.Stop()
+	for {
+		g.Check(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Check measures once and updates Trusted; the error says why the clock is
+// not trusted (nil: trusted).
+func (g *Guard) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(g.cfg.Interval, time.Second))
+	defer cancel()
+	redisOff, err := g.redisOffset(ctx)
+	if err != nil {
+		// Redis cannot be asked: the last measurement stands until it ages out.
+		g.mu.Lock()
+		g.lastErr = err
+		g.mu.Unlock()
+		return err
+	}
+	g.gauge.WithLabelValues("redis").Set(redisOff.Seconds())
+	worst, ref := redisOff, "redis"
+	if g.pg != nil {
+		if pgOff, err := measure(ctx, 3, g.Wall, g.pgTime); err == nil {
+			g.gauge.WithLabelValues("postgres").Set(pgOff.Seconds())
+			if abs(pgOff) > abs(worst) {
+				worst, ref = pgOff, "postgres"
+			}
+		}
+	}
+	ok := abs(worst) <= g.cfg.Bound
+	g.offset.Store(int64(redisOff))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.measured = time.Now()
+	g.trusted.Store(ok)
+	if ok {
+		g.lastErr = nil
+		if g.inEpisode {
+			g.inEpisode = false
+			g.log.Info("clock back within bounds; answering from the cache again", "offset", worst, "reference", ref)
+		}
+		return nil
+	}
+	g.lastErr = fmt.Errorf("clock offset %s to %s exceeds %s", worst, ref, g.cfg.Bound)
+	if !g.inEpisode {
+		g.inEpisode = true
+		g.log.Error("clock out of bounds; not answering from the cache", "offset", worst, "reference", ref, "bound", g.cfg.Bound)
+	}
+	return g.lastErr
+}
+
+// redisOffset is the largest offset (by magnitude) to any master.
+func (g *Guard) redisOffset(ctx context.Context) (time.Duration, error) {
+	one := func(ctx context.Context, c redis.Cmdable) (time.Duration, error) {
+		return measure(ctx, 3, g.Wall, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() })
+	}
+	cc, ok := g.rdb.(*redis.ClusterClient)
+	if !ok {
+		d, err := one(ctx, g.rdb)
+		if err != nil {
+			return 0, fmt.Errorf("redis TIME: %w", err)
+		}
+		return d, nil
+	}
+	var mu sync.Mutex
+	var worst time.Duration
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		d, err := one(ctx, node)
+		if err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, err)
+		}
+		mu.Lock()
+		if abs(d) > abs(worst) {
+			worst = d
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redis TIME: %w", err)
+	}
+	return worst, nil
+}
+
+func (g *Guard) pgTime(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	err := g.pg.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
+	return t, err
+}
+
+// measure asks the reference n times and keeps the sample with the shortest
+// round trip: offset = midpoint of the local send and receive times minus the
+// reference's reading, so an asymmetric delay costs at most half the trip.
+func measure(ctx context.Context, n int, wall func() time.Time, ref func(context.Context) (time.Time, error)) (time.Duration, error) {
+	best, bestRTT := time.Duration(0), time.Duration(math.MaxInt64)
+	var lastErr error
+	for range n {
+		t0 := wall()
+		r, err := ref(ctx)
+		t1 := wall()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if rtt := t1.Sub(t0); rtt < bestRTT {
+			bestRTT = rtt
+			best = t0.Add(rtt / 2).Sub(r)
+		}
+	}
+	if bestRTT == time.Duration(math.MaxInt64) {
+		return 0, lastErr
+	}
+	return best, nil
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
