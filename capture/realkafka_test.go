@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark/internal/testenv"
 	"tidemark/schema"
@@ -168,8 +170,8 @@ func leaders(t *testing.T, brokers []string, topic string) map[int32]int32 {
 // verdict compares the topic with what was committed: lost versions, and
 // records out of version order per key (a lower version after a higher one).
 type verdict struct {
-	produced, lost, reordered, duplicates int
-	lostList                              []string
+	produced, lost, reordered, duplicates, confirmedLost int
+	lostList                                             []string
 }
 
 func judge(recs []record, committed []streamTxn) verdict {
@@ -202,15 +204,15 @@ func judge(recs []record, committed []streamTxn) verdict {
 	return v
 }
 
-// Kill -9 the leader of a partition while updates stream in: with acks=all
-// and the idempotent producer, nothing acknowledged is lost when a follower
-// takes over, no key's versions are reordered, and the slot is never
-// confirmed past what the surviving brokers hold (the topic is read with the
-// killed broker still down).
-func TestRealLeaderKillDuringUpdates(t *testing.T) {
+// killDuringStream runs capture against k with a steady update stream,
+// kills -9 the node pick chooses (given the data topic's partition
+// leaders), keeps streaming with it down, and judges the topic as the
+// survivors serve it: nothing lost, no key reordered, and the slot never
+// confirmed past what they hold. It returns the victim and the figures.
+func killDuringStream(t *testing.T, k *testenv.Kafka, pick func(leaders map[int32]int32) int32) (int32, verdict, time.Duration) {
+	t.Helper()
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartRealKafka(t, 3, nil)
 	cfg := testConfig(t, dsn, k)
 	r := start(t, cfg)
 	r.waitReady(t)
@@ -226,7 +228,7 @@ func TestRealLeaderKillDuringUpdates(t *testing.T) {
 	})
 
 	lead := leaders(t, k.Brokers, cfg.Relay.Topic)
-	victim := lead[0]
+	victim := pick(lead)
 	var victimParts []int32
 	for p, l := range lead {
 		if l == victim {
@@ -260,7 +262,6 @@ func TestRealLeaderKillDuringUpdates(t *testing.T) {
 
 	// Confirmed but not held: a committed update whose commit is at or
 	// below a confirmed LSN must be in the topic the survivors serve.
-	confirmedLost := 0
 	present := map[kv]bool{}
 	for _, rc := range recs {
 		if c, ok := rc.ev.(*schema.Change); ok {
@@ -269,7 +270,7 @@ func TestRealLeaderKillDuringUpdates(t *testing.T) {
 	}
 	for _, c := range committed {
 		if c.upper <= maxConfirmed && !present[kv{c.key, c.version}] {
-			confirmedLost++
+			v.confirmedLost++
 		}
 	}
 
@@ -280,7 +281,7 @@ func TestRealLeaderKillDuringUpdates(t *testing.T) {
 	for _, c := range committed {
 		k := kv{c.key, c.version}
 		at, ok := tl.arrived[k]
-		if !ok || !c.at.After(killed) || !slices.Contains(victimParts, tl.part[k]) {
+		if !ok || !c.at.After(killed) || (len(victimParts) > 0 && !slices.Contains(victimParts, tl.part[k])) {
 			continue
 		}
 		if d := at.Sub(killed); resume == 0 || d < resume {
@@ -288,12 +289,166 @@ func TestRealLeaderKillDuringUpdates(t *testing.T) {
 		}
 	}
 	tl.mu.Unlock()
-	t.Logf("leader kill: records produced %d, lost %d, reordered %d, duplicates %d, confirmed-but-lost %d, time to resume %s",
-		v.produced, v.lost, v.reordered, v.duplicates, confirmedLost, resume.Round(time.Millisecond))
-	if v.lost != 0 || v.reordered != 0 || confirmedLost != 0 {
-		t.Fatalf("lost %d %v, reordered %d, confirmed but not in Kafka %d", v.lost, v.lostList, v.reordered, confirmedLost)
+	t.Logf("node %d killed: records produced %d, lost %d, reordered %d, duplicates %d, confirmed-but-lost %d, time to resume %s",
+		victim, v.produced, v.lost, v.reordered, v.duplicates, v.confirmedLost, resume.Round(time.Millisecond))
+	if v.lost != 0 || v.reordered != 0 || v.confirmedLost != 0 {
+		t.Fatalf("lost %d %v, reordered %d, confirmed but not in Kafka %d", v.lost, v.lostList, v.reordered, v.confirmedLost)
 	}
 	if resume == 0 {
-		t.Fatal("no update committed after the kill arrived on the killed leader's partitions")
+		t.Fatal("no update committed after the kill arrived on the killed node's partitions")
 	}
+	return victim, v, resume
+}
+
+// Kill -9 the leader of a partition while updates stream in: with acks=all
+// and the idempotent producer, nothing acknowledged is lost when a follower
+// takes over, no key's versions are reordered, and the slot is never
+// confirmed past what the surviving brokers hold (the topic is read with the
+// killed broker still down).
+func TestRealLeaderKillDuringUpdates(t *testing.T) {
+	k := testenv.StartRealKafka(t, 3, nil)
+	killDuringStream(t, k, func(lead map[int32]int32) int32 { return lead[0] })
+}
+
+// Kill -9 the active KRaft controller (each node is also a broker) during
+// the stream: another node takes over the quorum, the data flows on
+// unharmed, and the cluster accepts metadata changes (a new topic) again.
+func TestRealControllerFailover(t *testing.T) {
+	k := testenv.StartRealKafka(t, 3, nil)
+	ctx := testenv.Context(t, 3*time.Minute)
+	var before int32
+	victim, _, _ := killDuringStream(t, k, func(map[int32]int32) int32 {
+		id, err := k.Real.ActiveController(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = id
+		return id
+	})
+	if victim != before {
+		t.Fatalf("killed %d, controller was %d", victim, before)
+	}
+	testenv.Eventually(t, time.Minute, "a new active controller", func() error {
+		id, err := k.Real.ActiveController(ctx)
+		if err != nil {
+			return err
+		}
+		if id == before || k.Real.Node(id) == nil {
+			return fmt.Errorf("controller %d", id)
+		}
+		return nil
+	})
+	k.CreateTopic(t, testenv.Unique(t, "after_failover"), 3, nil)
+}
+
+// With min.insync.replicas=2 and one of the topic's two replicas down,
+// Kafka refuses acks=all writes: capture keeps retrying and holds the
+// slot's confirm below the refused transaction; when the broker returns,
+// the transaction arrives and the slot moves on.
+func TestRealMinInsyncHoldsConfirm(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartRealKafka(t, 3, nil)
+	cfg := testConfig(t, dsn, k)
+	createOnNodes(t, k, cfg.Relay.Topic, testPartitions, []int32{1, 2},
+		map[string]string{"min.insync.replicas": "2", "cleanup.policy": "compact,delete"})
+	conn := connect(t, dsn)
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'before', 1)")
+	waitItem(t, k, cfg.Relay.Topic, "t", "before", 1)
+
+	k.Real.Node(2).Kill()
+	testenv.Eventually(t, time.Minute, "ISR shrinks to node 1", func() error {
+		return isrIs(t, k, cfg.Relay.Topic, []int32{1})
+	})
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'during', 1)")
+	var maxSeen schema.LSN
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		maxSeen = max(maxSeen, slotLSN(t, conn, cfg.Slot))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(missing(readTopic(t, k.Brokers, cfg.Relay.Topic), []kv{{schema.Key("t", "during"), 1}})) == 0 {
+		t.Fatal("record acknowledged with one in-sync replica despite min.insync.replicas=2")
+	}
+	if err := k.Real.Node(2).Start(); err != nil {
+		t.Fatal(err)
+	}
+	var held schema.LSN
+	for _, r := range waitItem(t, k, cfg.Relay.Topic, "t", "during", 1) {
+		if c, ok := r.ev.(*schema.Change); ok && c.Item == "during" {
+			held = c.LSN
+		}
+	}
+	if maxSeen > held {
+		t.Fatalf("confirmed_flush_lsn reached %s, past the commit at %s, while Kafka lacked the in-sync replicas for it", maxSeen, held)
+	}
+	testenv.Eventually(t, time.Minute, "slot advances after the broker returns", func() error {
+		if got := slotLSN(t, conn, cfg.Slot); got <= held {
+			return errorf("confirmed_flush_lsn %s", got)
+		}
+		return nil
+	})
+}
+
+// createOnNodes creates topic with every partition's replicas on nodes.
+func createOnNodes(t *testing.T, k *testenv.Kafka, topic string, partitions int32, nodes []int32, configs map[string]string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
+	for p := range partitions {
+		ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+		ra.Partition = p
+		ra.Replicas = nodes
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	}
+	for name, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(testenv.Context(t, time.Minute), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+	testenv.Eventually(t, time.Minute, "topic has leaders", func() error {
+		for p, l := range leaders(t, k.Brokers, topic) {
+			if l < 0 {
+				return fmt.Errorf("partition %d has no leader", p)
+			}
+		}
+		return nil
+	})
+}
+
+// isrIs checks every partition's in-sync replica set.
+func isrIs(t *testing.T, k *testenv.Kafka, topic string, want []int32) error {
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	td, err := adm.ListTopics(testenv.Context(t, 30*time.Second), topic)
+	if err != nil {
+		return err
+	}
+	for _, p := range td[topic].Partitions {
+		isr := slices.Sorted(slices.Values(p.ISR))
+		if !slices.Equal(isr, want) {
+			return fmt.Errorf("partition %d ISR %v", p.Partition, isr)
+		}
+	}
+	return nil
 }

@@ -119,6 +119,10 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		// standby status while paused); the margin covers one marker fan-out.
 		kgo.MaxBufferedRecords(cfg.MaxInflight + 4096),
 		kgo.WithHooks(hookErrors{m}),
+		// After a broker dies its partitions get new leaders within the
+		// cluster's broker session timeout; kgo's default 5 s floor between
+		// metadata refreshes would add up to that much again to the stall.
+		kgo.MetadataMinAge(time.Second),
 	}
 	opts = append(opts, deps.Opts...)
 	if p.client, err = kgo.NewClient(opts...); err != nil {
