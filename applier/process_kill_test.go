@@ -38,12 +38,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startBinary runs `tidemark apply` for the rig's topic and group.
-func (r *rig) startBinary(group string) *proc {
+// startBinary runs `tidemark apply` for the rig's topic and group; extra
+// flags override the defaults.
+func (r *rig) startBinary(group string, extra ...string) *proc {
 	r.t.Helper()
 	bin := testenv.Binary(r.t)
-	cmd := exec.Command(bin, "apply", "--kafka", r.kafka.BrokerList(), "--redis", r.redis.URL(), "--topic", r.topic,
-		"--group", group, "--session-timeout", "1s", "--commit-interval", "100ms", "--metrics-addr=", "--log-level", "debug")
+	cmd := exec.Command(bin, append([]string{"apply", "--kafka", r.kafka.BrokerList(), "--redis", r.redis.URL(), "--topic", r.topic,
+		"--group", group, "--session-timeout", "1s", "--commit-interval", "100ms", "--metrics-addr=", "--log-level", "debug"}, extra...)...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -76,6 +76,20 @@ type ReplaySummary struct {
 	Records    int64              // records read (changes, markers and bad ones)
 	Partitions map[int32][2]int64 // partition -> [start, end) offsets replayed
 	Elapsed    time.Duration
+	// Gaps are the partitions whose records from Since on may have been
+	// deleted by the topic's retention before the replay could read them.
+	Gaps map[int32]RetentionGap
+	// ResetAt is the reset_at the replay set because of Gaps (zero if none):
+	// no cached entry observed before it is extended by the watermark.
+	ResetAt time.Time
+}
+
+// RetentionGap says what retention deleted from a partition: every record
+// before LogStart, and the oldest one kept is from FirstKept (the replay's
+// start; zero when nothing is kept).
+type RetentionGap struct {
+	LogStart  int64
+	FirstKept time.Time
 }
 
 // Replay re-applies a range of the topic outside the consumer group. It is
@@ -122,11 +136,16 @@ func (r *Replay) Run(ctx context.Context) (ReplaySummary, error) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ranges, err := r.plan(ctx, adm)
+	ranges, gaps, err := r.plan(ctx, adm)
 	if err != nil {
 		return ReplaySummary{}, err
 	}
-	sum := ReplaySummary{Partitions: ranges}
+	sum := ReplaySummary{Partitions: ranges, Gaps: gaps}
+	if len(gaps) > 0 {
+		if sum.ResetAt, err = r.resetForGaps(ctx, gaps); err != nil {
+			return sum, err
+		}
+	}
 	offsets := map[int32]kgo.Offset{}
 	var total int64
 	for p, rg := range ranges {
@@ -148,25 +167,61 @@ func (r *Replay) Run(ctx context.Context) (ReplaySummary, error) {
 	return sum, nil
 }
 
-// plan lists [start, end) per partition.
-func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64, error) {
+// resetForGaps tells what retention deleted and raises reset_at to the
+// newest first-kept time: an entry observed before it may have missed an
+// invalidation that no longer exists anywhere, so it must not be trusted
+// past its hard lifetime.
+func (r *Replay) resetForGaps(ctx context.Context, gaps map[int32]RetentionGap) (time.Time, error) {
+	at := time.Time{}
+	for p, g := range gaps {
+		first := g.FirstKept
+		if first.IsZero() {
+			first = time.Now() // nothing kept: any entry may be stale
+		}
+		if first.After(at) {
+			at = first
+		}
+		r.log.Warn("replay: records from --since on were deleted by the topic's retention and cannot be re-applied",
+			"partition", p, "log_start_offset", g.LogStart, "first_kept", g.FirstKept.UTC().Format(time.RFC3339Nano))
+	}
+	if err := r.cache.SetResetAt(ctx, at); err != nil {
+		return time.Time{}, fmt.Errorf("applier: replay: set reset_at for the retention gap: %w", err)
+	}
+	r.log.Warn("replay: reset_at raised over the retention gap: cached entries observed before it are no longer extended by the watermark and expire at their hard lifetime",
+		"reset_at", at.UTC().Format(time.RFC3339Nano), "partitions", len(gaps))
+	return at, nil
+}
+
+// plan lists [start, end) per partition, and the partitions where retention
+// deleted records that may be from Since or later: the log no longer starts
+// at offset 0 and the replay would start at its first kept record, which is
+// newer than Since.
+func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64, map[int32]RetentionGap, error) {
 	starts, err := adm.ListOffsetsAfterMilli(ctx, r.cfg.Since.UnixMilli(), r.cfg.Topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("applier: replay: list offsets at --since: %w", err)
+		return nil, nil, fmt.Errorf("applier: replay: list offsets at --since: %w", err)
+	}
+	logStarts, err := adm.ListStartOffsets(ctx, r.cfg.Topic)
+	if err == nil {
+		err = logStarts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("applier: replay: list log start offsets: %w", err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, r.cfg.Topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("applier: replay: list end offsets: %w", err)
+		return nil, nil, fmt.Errorf("applier: replay: list end offsets: %w", err)
 	}
 	if _, ok := ends[r.cfg.Topic]; !ok {
-		return nil, fmt.Errorf("applier: replay: topic %q does not exist (--topic)", r.cfg.Topic)
+		return nil, nil, fmt.Errorf("applier: replay: topic %q does not exist (--topic)", r.cfg.Topic)
 	}
+	gaps := map[int32]RetentionGap{}
 	out := map[int32][2]int64{}
 	var missing []int32
 	want := func(p int32) bool { return len(r.cfg.Partitions) == 0 || slices.Contains(r.cfg.Partitions, p) }
@@ -175,10 +230,19 @@ func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64
 			continue
 		}
 		s, ok := starts.Lookup(r.cfg.Topic, p)
-		if !ok || s.Offset < 0 {
+		found := ok && s.Offset >= 0
+		if !found {
 			s.Offset = e.Offset
 		}
 		out[p] = [2]int64{min(s.Offset, e.Offset), e.Offset}
+		if ls, ok := logStarts.Lookup(r.cfg.Topic, p); ok && ls.Offset > 0 {
+			switch {
+			case found && s.Offset <= ls.Offset && s.Timestamp > r.cfg.Since.UnixMilli():
+				gaps[p] = RetentionGap{LogStart: ls.Offset, FirstKept: time.UnixMilli(s.Timestamp)}
+			case !found && ls.Offset >= e.Offset: // everything deleted: its times are unknown
+				gaps[p] = RetentionGap{LogStart: ls.Offset}
+			}
+		}
 	}
 	for _, p := range r.cfg.Partitions {
 		if _, ok := out[p]; !ok {
@@ -186,9 +250,9 @@ func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("applier: replay: --partitions %v do not exist in %s", missing, r.cfg.Topic)
+		return nil, nil, fmt.Errorf("applier: replay: --partitions %v do not exist in %s", missing, r.cfg.Topic)
 	}
-	return out, nil
+	return out, gaps, nil
 }
 
 func (r *Replay) consume(ctx context.Context, cl *kgo.Client, offsets map[int32]kgo.Offset, ranges map[int32][2]int64) error {

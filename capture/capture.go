@@ -88,7 +88,7 @@ func (c *Capture) setReady(err error) {
 
 // fatal reports errors that retrying cannot fix.
 func fatal(err error) bool {
-	return errors.Is(err, ErrPreflight) || errors.Is(err, ErrDecode) || errors.Is(err, relay.ErrProduce)
+	return errors.Is(err, ErrPreflight) || errors.Is(err, ErrDecode) || errors.Is(err, relay.ErrProduce) || errors.Is(err, relay.ErrTopicConfig)
 }
 
 // Run streams until ctx ends (then it shuts down in order and returns nil)

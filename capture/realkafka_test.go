@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark/internal/testenv"
+	"tidemark/relay"
 	"tidemark/schema"
 )
 
@@ -350,6 +351,8 @@ func TestRealMinInsyncHoldsConfirm(t *testing.T) {
 	dsn := pg.MigratedDatabase(t)
 	k := testenv.StartRealKafka(t, 3, nil)
 	cfg := testConfig(t, dsn, k)
+	cfg.Relay.Require = relay.DefaultTopicRequirements()
+	cfg.Relay.Require.ReplicationFactor = 2 // two replicas, both required in sync
 	createOnNodes(t, k, cfg.Relay.Topic, testPartitions, []int32{1, 2},
 		map[string]string{"min.insync.replicas": "2", "cleanup.policy": "compact,delete"})
 	conn := connect(t, dsn)

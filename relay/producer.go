@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type Config struct {
 	MaxInflight int           // records handed to Kafka and not yet acked
 	Linger      time.Duration // producer linger; small keeps commit-to-produced latency low
 	ClientID    string
+	// Require is what an existing topic's configuration must provide
+	// (checked before streaming); zero means DefaultTopicRequirements.
+	Require TopicRequirements
 }
 
 // DefaultConfig matches tidemark capture's defaults.
@@ -65,6 +69,11 @@ func (c Config) Validate() error {
 	}
 	if c.Linger < 0 {
 		errs = append(errs, fmt.Errorf("--linger %s must not be negative", c.Linger))
+	}
+	if c.Require != (TopicRequirements{}) {
+		if err := c.Require.validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -146,6 +155,13 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+func (p *Producer) require() TopicRequirements {
+	if p.cfg.Require == (TopicRequirements{}) {
+		return DefaultTopicRequirements()
+	}
+	return p.cfg.Require
+}
+
 // Client is the underlying franz-go client (for admin requests).
 func (p *Producer) Client() *kgo.Client { return p.client }
 
@@ -153,10 +169,13 @@ func (p *Producer) Client() *kgo.Client { return p.client }
 func (p *Producer) Err() <-chan error { return p.errCh }
 
 // Topic describes the topic: partition count and whether it holds any
-// record. It creates the topic (cleanup.policy=compact,delete) when missing
-// and allowed.
+// record. It creates the topic when missing and allowed
+// (cleanup.policy=compact,delete, replicated as Require asks, as far as the
+// cluster's brokers allow), and checks an existing topic's configuration
+// (CheckTopic).
 func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, err error) {
 	adm := kadm.NewClient(p.client)
+	req := p.require()
 	td, err := adm.ListTopics(ctx, p.cfg.Topic)
 	if err != nil {
 		return 0, false, fmt.Errorf("relay: describe topic %s: %w", p.cfg.Topic, err)
@@ -166,20 +185,29 @@ func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, 
 		if !p.cfg.CreateTopic {
 			return 0, false, fmt.Errorf("relay: topic %s does not exist: create it (cleanup.policy=compact,delete) or allow capture to", p.cfg.Topic)
 		}
-		policy := "compact,delete"
-		resp, err := adm.CreateTopic(ctx, int32(p.cfg.Partitions), -1, map[string]*string{"cleanup.policy": &policy}, p.cfg.Topic)
+		brokers, err := adm.ListBrokers(ctx)
+		if err != nil {
+			return 0, false, fmt.Errorf("relay: list brokers: %w", err)
+		}
+		rf := max(1, min(req.ReplicationFactor, len(brokers)))
+		policy, insync := "compact,delete", strconv.Itoa(min(req.MinInsync, rf))
+		resp, err := adm.CreateTopic(ctx, int32(p.cfg.Partitions), int16(rf),
+			map[string]*string{"cleanup.policy": &policy, "min.insync.replicas": &insync}, p.cfg.Topic)
 		if err == nil {
 			err = resp.Err
 		}
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return 0, false, fmt.Errorf("relay: create topic %s: %w", p.cfg.Topic, err)
 		}
-		p.log.Info("created topic", "topic", p.cfg.Topic, "partitions", p.cfg.Partitions)
+		p.log.Info("created topic", "topic", p.cfg.Topic, "partitions", p.cfg.Partitions, "replication_factor", rf)
 		// New topic: no history. (Re-listing could hit cached metadata.)
 		return p.cfg.Partitions, false, nil
 	}
 	if t.Err != nil {
 		return 0, false, fmt.Errorf("relay: describe topic %s: %w", p.cfg.Topic, t.Err)
+	}
+	if err := p.CheckTopic(ctx, req); err != nil {
+		return 0, false, err
 	}
 	ends, err := adm.ListEndOffsets(ctx, p.cfg.Topic)
 	if err != nil {

@@ -112,6 +112,11 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(e.stdout, "replayed %d records from %s in %s (%.0f records/s): applied %d, duplicate %d, older %d, dlq %d\n",
 		sum.Records, cfg.Since.UTC().Format(time.RFC3339), sum.Elapsed.Round(time.Millisecond),
 		float64(sum.Records)/max(sum.Elapsed.Seconds(), 1e-9), sum.Applied, sum.Duplicate, sum.Older, sum.DLQ)
+	if len(sum.Gaps) > 0 {
+		fmt.Fprintf(e.stdout, "retention gap: %d partition(s) had records from %s on deleted by the topic's retention before this replay; "+
+			"reset_at raised to %s, so cached entries observed before it expire at their hard lifetime instead of being extended\n",
+			len(sum.Gaps), cfg.Since.UTC().Format(time.RFC3339), sum.ResetAt.UTC().Format(time.RFC3339Nano))
+	}
 	return nil
 }
 

@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"tidemark/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func checkProducer(t *testing.T, k *testenv.Kafka, topic string) *Producer {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Topic, cfg.CreateTopic = k.Brokers, topic, false
+	p, err := New(cfg, Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// The topic's real configuration is read from the cluster: a topic that
+// deletes segments sooner than the cache's hard lifetime plus an outage,
+// is not compacted, or (on a cluster big enough) is under-replicated fails
+// with each problem and its fix; once fixed, the check passes.
+func TestCheckTopicConfig(t *testing.T) {
+	k := testenv.StartKafka(t)
+	topic := testenv.Unique(t, "t")
+	s := func(v string) *string { return &v }
+	k.CreateTopic(t, topic, 3, map[string]*string{"cleanup.policy": s("delete"), "retention.ms": s("60000"), "min.insync.replicas": s("1")})
+	p := checkProducer(t, k, topic)
+	ctx := testenv.Context(t, time.Minute)
+
+	err := p.CheckTopic(ctx, DefaultTopicRequirements())
+	if !errors.Is(err, ErrTopicConfig) {
+		t.Fatalf("CheckTopic = %v, want ErrTopicConfig", err)
+	}
+	want := []string{`cleanup.policy is "delete"`, "cleanup.policy=[compact,delete]",
+		"retention.ms is 60000 but must be at least 86429800", "--add-config retention.ms=86429800"}
+	if k.Real != nil { // three brokers: two in sync are required
+		want = append(want, "min.insync.replicas is 1 but 2 is needed", "--add-config min.insync.replicas=2")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	// Topic() fails the same way (capture stops on it before streaming).
+	if _, _, err := p.Topic(ctx); !errors.Is(err, ErrTopicConfig) {
+		t.Fatalf("Topic = %v, want ErrTopicConfig", err)
+	}
+
+	adm := kadm.NewClient(p.Client())
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		{Name: "cleanup.policy", Value: s("compact,delete")},
+		{Name: "retention.ms", Value: s("604800000")},
+		{Name: "min.insync.replicas", Value: s("2")},
+	}, topic)
+	if err == nil {
+		err = resp[0].Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "fixed topic passes", func() error { return p.CheckTopic(ctx, DefaultTopicRequirements()) })
+}
