@@ -1,0 +1,32 @@
+package capture_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"tidemark/internal/testenv"
+	"tidemark/relay"
+)
+
+// An existing data topic whose configuration breaks the pipeline's
+// guarantees stops capture before streaming, with the fix in the error.
+func TestPreflightTopicConfig(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	k := testenv.StartKafka(t)
+	cfg := testConfig(t, dsn, k)
+	cfg.Relay.Topic = testenv.Unique(t, "topic")
+	policy := "delete"
+	k.CreateTopic(t, cfg.Relay.Topic, testPartitions, map[string]*string{"cleanup.policy": &policy})
+	err := runErr(t, cfg)
+	if !errors.Is(err, relay.ErrTopicConfig) {
+		t.Fatalf("Run = %v, want a topic configuration error", err)
+	}
+	for _, want := range []string{`cleanup.policy is "delete"`, "--add-config cleanup.policy=[compact,delete]", cfg.Relay.Topic} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
