@@ -187,7 +187,7 @@ type binary struct {
 func startBinary(t *testing.T, cfg capture.Config, extra ...string) *binary {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	args := append([]string{"capture", "--pg", cfg.PG, "--kafka", cfg.Relay.Brokers[0], "--slot", cfg.Slot,
+	args := append([]string{"capture", "--pg", cfg.PG, "--kafka", cfg.Relay.Brokers[0], "--topic", cfg.Relay.Topic, "--slot", cfg.Slot,
 		"--partitions", strconv.Itoa(cfg.Relay.Partitions), "--heartbeat", cfg.Heartbeat.String(), "--metrics-addr", addr}, extra...)
 	cmd := osexec.Command(testenv.Binary(t), args...)
 	cmd.Stderr = os.Stderr

@@ -23,12 +23,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const testPartitions = 6
 
-// testConfig is a capture config for one database and one kfake cluster.
+// testConfig is a capture config for one database and one Kafka cluster.
 func testConfig(t *testing.T, dsn string, k *testenv.Kafka) capture.Config {
 	cfg := capture.DefaultConfig()
 	cfg.PG = dsn
 	cfg.Slot = testenv.Unique(t, "slot") // slots are per server, not per database
 	cfg.Relay.Brokers = k.Brokers
+	cfg.Relay.Topic = testenv.Unique(t, "topic") // tests may share one real Kafka cluster
 	cfg.Relay.Partitions = testPartitions
 	cfg.Heartbeat = 200 * time.Millisecond
 	cfg.SlotPoll = 500 * time.Millisecond
