@@ -42,9 +42,11 @@ type Applier struct {
 	mu       sync.Mutex // guards workers
 	workers  map[int32]*worker
 
-	identity     string       // cache tier identity last seen (monitor goroutine only)
-	identityOKAt atomic.Int64 // unix nanos of the last successful identity read
-	partitions   atomic.Int64 // the topic's partition count, last read
+	identity     atomic.Pointer[string] // cache tier identity verified (stored with every watermark)
+	identityOKAt atomic.Int64           // unix nanos of the last successful identity read
+	partitions   atomic.Int64           // the topic's partition count, last read
+	wroteWM      atomic.Bool            // a watermark was written (so the hash must exist)
+	startRewind  time.Time              // set by preflight: rewind at the first assignment (a.mu)
 }
 
 // New checks cfg and deps and registers the metrics.
@@ -66,7 +68,8 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	}
 	a.proc = processor{
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
-		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true,
+		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
+		identity: a.verifiedIdentity,
 	}
 	return a, nil
 }
@@ -97,6 +100,21 @@ func (a *Applier) Run(ctx context.Context) error {
 	defer cancel(nil)
 	a.cancel = cancel
 
+	// A plain client for admin requests: the preflight runs before the group
+	// client exists, so that nothing is consumed until it has decided.
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(a.cfg.Brokers...))
+	if err != nil {
+		return fmt.Errorf("applier: kafka client: %w", err)
+	}
+	defer admCl.Close()
+	a.adm = kadm.NewClient(admCl)
+	if err := a.preflight(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
 	sess := a.cfg.SessionTimeout
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(a.cfg.Brokers...),
@@ -110,6 +128,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(a.assigned),
 		kgo.OnPartitionsRevoked(a.revoked),
 		kgo.OnPartitionsLost(a.lost),
+		kgo.AdjustFetchOffsetsFn(a.adjustOffsets),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group reads the whole (compacted) history
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.ProducerLinger(0),
@@ -124,7 +143,6 @@ func (a *Applier) Run(ctx context.Context) error {
 	if a.cl == nil {
 		a.cl = cl
 	}
-	a.adm = kadm.NewClient(cl)
 	a.mu.Unlock()
 	a.log.Info("applier starting", "topic", a.cfg.Topic, "group", a.cfg.Group, "session_timeout", sess)
 
@@ -204,8 +222,15 @@ func (a *Applier) pollLoop(ctx context.Context) {
 		if fetches.IsClientClosed() {
 			return
 		}
+		var lost []int32
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			var dl *kgo.ErrDataLoss
+			if errors.As(err, &dl) {
+				a.log.Warn("the broker lost records of a partition", "partition", p, "err", err)
+				lost = append(lost, p)
 				return
 			}
 			// Authorization does not fix itself; everything else (leader
@@ -239,6 +264,9 @@ func (a *Applier) pollLoop(ctx context.Context) {
 		})
 		if pause != nil {
 			a.cl.PauseFetchPartitions(pause)
+		}
+		if len(lost) > 0 {
+			a.dataLoss(ctx, lost)
 		}
 		select {
 		case at := <-a.rewindC:
@@ -305,6 +333,7 @@ func (a *Applier) remove(ps []int32) []*worker {
 			delete(a.workers, p)
 			a.met.partitionWMAge.DeleteLabelValues(partLabel(p))
 			a.met.lag.DeleteLabelValues(partLabel(p))
+			a.met.stalled.DeleteLabelValues(partLabel(p))
 		}
 	}
 	return ws
@@ -353,18 +382,38 @@ func (a *Applier) commitLoop(ctx context.Context) {
 	}
 }
 
-// commit stores the applied offsets of ws. Caller holds commitMu.
+// commit stores the applied offsets of ws, each with its stall note (see
+// Stall) as metadata. Caller holds commitMu.
 func (a *Applier) commit(ctx context.Context, ws []*worker) error {
+	type pending struct {
+		w  *worker
+		eo kgo.EpochOffset
+		md string
+	}
+	byP := map[int32]pending{}
 	offs := map[int32]kgo.EpochOffset{}
-	byP := map[int32]*worker{}
 	for _, w := range ws {
-		if eo, ok := w.toCommit(); ok {
-			offs[w.p], byP[w.p] = eo, w
+		if eo, md, ok := w.toCommit(); ok {
+			byP[w.p], offs[w.p] = pending{w, eo, md}, eo
 		}
 	}
 	if len(offs) == 0 {
 		return nil
 	}
+	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			if req.Topics[i].Topic != a.cfg.Topic {
+				continue
+			}
+			for j := range req.Topics[i].Partitions {
+				rp := &req.Topics[i].Partitions[j]
+				if pc, ok := byP[rp.Partition]; ok {
+					rp.Metadata = kmsg.StringPtr(pc.md)
+				}
+			}
+		}
+		return nil
+	})
 	var rerr error
 	a.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{a.cfg.Topic: offs},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
@@ -378,8 +427,8 @@ func (a *Applier) commit(ctx context.Context, ws []*worker) error {
 						rerr = errors.Join(rerr, fmt.Errorf("partition %d: %w", p.Partition, err))
 						continue
 					}
-					if w := byP[p.Partition]; w != nil {
-						w.markCommitted(offs[p.Partition].Offset)
+					if pc, ok := byP[p.Partition]; ok {
+						pc.w.markCommitted(pc.eo.Offset, pc.md)
 					}
 				}
 			}
@@ -419,7 +468,12 @@ func (a *Applier) metricsLoop(ctx context.Context) {
 			if !w.pendingSince.IsZero() {
 				oldest = max(oldest, now.Sub(w.pendingSince).Seconds())
 			}
+			stalled := 0.0
+			if w.stall != nil {
+				stalled = now.Sub(w.stall.Since).Seconds()
+			}
 			w.qmu.Unlock()
+			a.met.stalled.WithLabelValues(partLabel(w.p)).Set(stalled)
 			a.met.partitionWMAge.WithLabelValues(partLabel(w.p)).Set(wmAge)
 			a.met.lag.WithLabelValues(partLabel(w.p)).Set(float64(lag))
 		}

@@ -23,11 +23,12 @@ import (
 type Cache interface {
 	InvalidateBatch(ctx context.Context, batch []cache.Invalidation) ([]cache.InvalidateOutcome, error)
 	Purge(ctx context.Context, tenant, item string) error
-	SetWatermark(ctx context.Context, partition int32, ts time.Time) error
+	SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error
 	SetPartitions(ctx context.Context, n int) error
 	SetResetAt(ctx context.Context, ts time.Time) error
 	ReadWatermark(ctx context.Context) (cache.Watermark, error)
 	ServerIdentity(ctx context.Context) (string, error)
+	CheckEvictionPolicy(ctx context.Context) error
 }
 
 // Deps are the applier's collaborators.

@@ -2,11 +2,15 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/cache"
 )
 
 // monitorLoop watches the cache tier's identity (a restart or failover loses
@@ -33,36 +37,168 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 	}
 }
 
-// checkIdentity reports whether the cache tier changed under us. On a
-// change it sets reset_at = now (entries observed before it may no longer
-// be extended by the watermark) and asks the poll loop to rewind.
+// preflight runs before the applier joins its group: it refuses a cache
+// tier that may evict the watermark hash, and compares the tier's identity
+// with the one stored beside the watermark, so a restart or failover that
+// happened while no applier ran is not taken as the baseline.
+func (a *Applier) preflight(ctx context.Context) error {
+	bo := backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}
+	var policyErr error
+	err := retry(ctx, bo, a.log, "check maxmemory-policy", func(ctx context.Context) error {
+		err := a.cache.CheckEvictionPolicy(ctx)
+		if errors.Is(err, cache.ErrEvictionPolicy) {
+			policyErr = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if policyErr != nil {
+		return fmt.Errorf("applier: %w", policyErr)
+	}
+
+	var (
+		id string
+		wm cache.Watermark
+	)
+	err = retry(ctx, bo, a.log, "read cache tier identity", func(ctx context.Context) error {
+		var err error
+		if id, err = a.cache.ServerIdentity(ctx); err != nil {
+			return err
+		}
+		wm, err = a.cache.ReadWatermark(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	a.identityOKAt.Store(time.Now().UnixNano())
+	var reason string
+	switch {
+	case wm.Identity != "" && wm.Identity != id:
+		reason = "identity differs from the one stored with the watermark"
+	case !wm.Found:
+		applied, err := a.groupHasCommits(ctx)
+		if err != nil {
+			return err
+		}
+		if applied {
+			reason = "watermark hash missing although the group has applied records"
+		}
+	}
+	if reason == "" {
+		if wm.Identity == "" {
+			a.log.Info("no cache tier identity stored yet: taking the current one as the baseline", "identity", id)
+		}
+		a.identity.Store(&id)
+		return nil
+	}
+	at := time.Now()
+	a.log.Warn("cache tier restarted, failed over or lost the watermark hash while no applier watched: setting reset_at and rewinding partitions as they are assigned",
+		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", a.cfg.HardLifetime.String())
+	a.met.failoverRewinds.Inc()
+	err = retry(ctx, bo, a.log, "set reset_at after failover", func(ctx context.Context) error { return a.cache.SetResetAt(ctx, at) })
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.startRewind = at
+	a.mu.Unlock()
+	a.identity.Store(&id) // stored with the next watermark, once reset_at is in place
+	return nil
+}
+
+// groupHasCommits reports whether the group committed offsets on the topic:
+// an applier of it has run, so the watermark hash should exist.
+func (a *Applier) groupHasCommits(ctx context.Context) (bool, error) {
+	for _, off := range a.committedOffsets(ctx) {
+		if off > 0 {
+			return true, nil
+		}
+	}
+	return false, ctx.Err()
+}
+
+// verifiedIdentity is the identity workers store with each watermark.
+func (a *Applier) verifiedIdentity() string {
+	if id := a.identity.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+// checkIdentity reports whether the cache tier changed under us: its
+// identity differs from the verified one, or the watermark hash vanished
+// after we wrote to it (a flush or an eviction). On a change it sets
+// reset_at = now (entries observed before it may no longer be extended by
+// the watermark) and asks the poll loop to rewind.
 func (a *Applier) checkIdentity(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	id, err := a.cache.ServerIdentity(rctx)
+	var wm cache.Watermark
+	if err == nil {
+		wm, err = a.cache.ReadWatermark(rctx)
+	}
 	cancel()
 	if err != nil {
 		return false // unreachable: the workers retry; we look again next tick
 	}
 	a.identityOKAt.Store(time.Now().UnixNano())
-	if a.identity == "" || a.identity == id {
-		a.identity = id
+	old := a.verifiedIdentity()
+	if old == "" {
+		a.identity.Store(&id)
+		return false
+	}
+	var reason string
+	switch {
+	case old != id:
+		reason = "identity changed"
+	case !wm.Found && a.wroteWM.Load():
+		reason = "watermark hash missing"
+	default:
 		return false
 	}
 	at := time.Now()
-	a.log.Warn("cache tier restarted or failed over: setting reset_at and rewinding partitions",
-		"old_identity", a.identity, "new_identity", id, "rewind_span", a.cfg.HardLifetime.String()+" + lag")
-	a.identity = id
+	a.log.Warn("cache tier restarted, failed over or lost the watermark hash: setting reset_at and rewinding partitions",
+		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", a.cfg.HardLifetime.String()+" + lag")
 	a.met.failoverRewinds.Inc()
 	err = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "set reset_at after failover",
 		func(ctx context.Context) error { return a.cache.SetResetAt(ctx, at) })
-	if err != nil && ctx.Err() == nil {
-		a.log.Error("set reset_at after failover failed", "err", err)
+	if err != nil {
+		return false // stopping
 	}
+	// Only now may watermarks carry the new identity: a later applier that
+	// finds it stored knows reset_at already covers the change.
+	a.identity.Store(&id)
 	select {
 	case a.rewindC <- at:
 	default: // a rewind is already pending; the earlier time covers more
 	}
 	return true
+}
+
+// committedOffsets reads the group's committed offsets on the topic
+// (retrying; empty only when ctx ends).
+func (a *Applier) committedOffsets(ctx context.Context) map[int32]int64 {
+	out := map[int32]int64{}
+	_ = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "fetch committed offsets", func(ctx context.Context) error {
+		resp, err := a.adm.FetchOffsets(ctx, a.cfg.Group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return nil // a new group: nothing committed
+		}
+		if err != nil {
+			return err
+		}
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == a.cfg.Topic && o.Err == nil && o.At >= 0 {
+				out[o.Partition] = o.At
+			}
+		})
+		return nil
+	})
+	return out
 }
 
 // syncPartitions writes the topic's partition count to the watermark hash.
@@ -135,6 +271,9 @@ func (a *Applier) rewind(ctx context.Context, at time.Time) {
 		}
 		return
 	}
+	// A partition that fetched nothing since it was assigned sits at its
+	// committed offset, which may be past invalidations Redis just lost.
+	committed := a.committedOffsets(ctx)
 	set := map[int32]kgo.EpochOffset{}
 	for _, w := range ws {
 		off, ok := listed[w.p]
@@ -147,12 +286,17 @@ func (a *Applier) rewind(ctx context.Context, at time.Time) {
 		if pos < 0 {
 			pos = w.firstSeen
 		}
-		if pos >= 0 && off > pos {
-			off = pos
+		if pos < 0 {
+			if c, ok := committed[w.p]; ok {
+				pos = c
+			}
 		}
 		if pos < 0 {
 			w.qmu.Unlock()
-			continue // nothing fetched yet: consumption starts at the commit anyway
+			continue // nothing committed: consumption starts at the log start anyway
+		}
+		if off > pos {
+			off = pos
 		}
 		w.epoch++ // queued records from before the rewind are dropped
 		w.queue, w.queuedN = nil, 0

@@ -14,6 +14,7 @@ const (
 	resultApplied   = string(cache.InvalidateApplied)
 	resultDuplicate = string(cache.InvalidateDuplicate)
 	resultOlder     = string(cache.InvalidateOlder)
+	resultPurged    = "purged" // the key refused its invalidation and was deleted instead
 	resultDLQ       = "dlq"
 )
 
@@ -27,13 +28,16 @@ type metrics struct {
 	lag              *prometheus.GaugeVec
 	failoverRewinds  prometheus.Counter
 	batchSize        prometheus.Histogram
+	stalled          *prometheus.GaugeVec
+	stalls           prometheus.Counter
+	gaps             *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_applier_records_total",
-			Help: "Change records handled by the applier, by result (applied, duplicate, older, dlq).",
+			Help: "Change records handled by the applier, by result (applied, duplicate, older, purged, dlq).",
 		}, []string{"result"}),
 		commitToApply: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tidemark_applier_commit_to_apply_seconds",
@@ -65,6 +69,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Invalidations per batched cache-tier call (after dedupe).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
+		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidemark_applier_partition_stalled_seconds",
+			Help: "How long each partition has been held by a failing Redis call (0 when it is moving).",
+		}, []string{"partition"}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_applier_stalls_total",
+			Help: "Times a partition started holding because a Redis call kept failing.",
+		}),
+		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_applier_gaps_total",
+			Help: "Partitions found to have lost records in the topic (reset_at set, partition rewound), by reason.",
+		}, []string{"reason"}),
 	}
 	var err error
 	m.records = telemetry.Register(reg, m.records, &err)
@@ -75,10 +91,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.lag = telemetry.Register(reg, m.lag, &err)
 	m.failoverRewinds = telemetry.Register(reg, m.failoverRewinds, &err)
 	m.batchSize = telemetry.Register(reg, m.batchSize, &err)
+	m.stalled = telemetry.Register(reg, m.stalled, &err)
+	m.stalls = telemetry.Register(reg, m.stalls, &err)
+	m.gaps = telemetry.Register(reg, m.gaps, &err)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range []string{resultApplied, resultDuplicate, resultOlder, resultDLQ} {
+	for _, r := range []string{resultApplied, resultDuplicate, resultOlder, resultPurged, resultDLQ} {
 		m.records.WithLabelValues(r) // export zeros so rates work from the start
 	}
 	return m, nil

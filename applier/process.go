@@ -16,16 +16,17 @@ import (
 
 // Counts are record results, as in tidemark_applier_records_total.
 type Counts struct {
-	Applied, Duplicate, Older, DLQ int64
+	Applied, Duplicate, Older, Purged, DLQ int64
 }
 
 // Total is the number of change records counted.
-func (c Counts) Total() int64 { return c.Applied + c.Duplicate + c.Older + c.DLQ }
+func (c Counts) Total() int64 { return c.Applied + c.Duplicate + c.Older + c.Purged + c.DLQ }
 
-type counters struct{ applied, duplicate, older, dlq atomic.Int64 }
+type counters struct{ applied, duplicate, older, purged, dlq atomic.Int64 }
 
 func (c *counters) snapshot() Counts {
-	return Counts{Applied: c.applied.Load(), Duplicate: c.duplicate.Load(), Older: c.older.Load(), DLQ: c.dlq.Load()}
+	return Counts{Applied: c.applied.Load(), Duplicate: c.duplicate.Load(), Older: c.older.Load(),
+		Purged: c.purged.Load(), DLQ: c.dlq.Load()}
 }
 
 // deadLetter sends a bad record to the DLQ; nil drops it (replay: the live
@@ -44,6 +45,11 @@ type processor struct {
 	bo         backoff
 	dlq        deadLetter
 	watermarks bool // write partition watermarks at resolved markers
+	// stall hears every failed Redis attempt of a partition (err) and the
+	// recovery (nil); nil for replay.
+	stall func(partition int32, what string, err error)
+	// identity is the cache tier identity stored with each watermark.
+	identity func() string
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -148,7 +154,8 @@ func (p *processor) process(ctx context.Context, partition int32, recs []*kgo.Re
 }
 
 // applyBatch applies the gathered keys, callSize per InvalidateBatch, and
-// accounts each record.
+// accounts each record. It returns nil once every key's invalidation, or its
+// substitute, is in Redis, or ctx's cause.
 func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) error {
 	invs := make([]cache.Invalidation, len(b.keys))
 	for i := range b.keys {
@@ -161,29 +168,9 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 	outs := make([]cache.InvalidateOutcome, 0, len(invs))
 	for lo := 0; lo < len(invs); lo += size {
 		chunk := invs[lo:min(lo+size, len(invs))]
-		var got []cache.InvalidateOutcome
-		err := retry(ctx, p.bo, p.log, "invalidate batch", func(ctx context.Context) error {
-			var err error
-			got, err = p.cache.InvalidateBatch(ctx, chunk)
-			if err == nil && len(got) != len(chunk) {
-				err = fmt.Errorf("applier: invalidate batch: %d outcomes for %d keys", len(got), len(chunk))
-			}
-			for i := 0; err == nil && i < len(got); i++ {
-				if o := got[i].Err; o != nil && !isPermanent(o) {
-					// LOADING, READONLY, CLUSTERDOWN...: the server, not the
-					// key, is the problem; the whole call is retried.
-					err = o
-				}
-			}
-			return err
-		})
+		got, err := p.invalidate(ctx, partition, chunk)
 		if err != nil {
-			// A connection-level error is retried above, so this is a
-			// cancel or an error about the whole batch retrying cannot fix.
-			if ctx.Err() != nil {
-				return err
-			}
-			return fmt.Errorf("applier: invalidate batch: %w", err)
+			return err
 		}
 		p.met.batchSize.Observe(float64(len(chunk)))
 		outs = append(outs, got...)
@@ -191,15 +178,12 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 	now := time.Now()
 	for i, o := range outs {
 		pk := &b.keys[i]
+		result := string(o.Result)
 		if o.Err != nil {
-			// The key itself is bad (e.g. WRONGTYPE): drop it and dead-letter
-			// every record folded into it.
-			for _, pr := range pk.recs {
-				if err := p.deadLetter(ctx, partition, pr.rec, fmt.Errorf("invalidate %s: %w", schema.Key(pk.inv.Tenant, pk.inv.Item), o.Err)); err != nil {
-					return err
-				}
+			var err error
+			if result, err = p.substitute(ctx, partition, pk.inv, o.Err); err != nil {
+				return err
 			}
-			continue
 		}
 		kept := false
 		for _, pr := range pk.recs {
@@ -207,7 +191,7 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 			switch {
 			case pr.version == pk.inv.Version && !kept:
 				kept = true
-				p.count(string(o.Result))
+				p.count(result)
 			case pr.version == pk.inv.Version:
 				p.count(resultDuplicate) // the same version twice in one batch
 			default:
@@ -216,6 +200,59 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 		}
 	}
 	return nil
+}
+
+// invalidate runs one InvalidateBatch call until no outcome is a server
+// error (LOADING, READONLY, OOM, NOREPLICAS...: the server, not the key, is
+// the problem, so the whole call is retried; it is idempotent). Outcomes
+// left with an error are about their key's data (classKey).
+func (p *processor) invalidate(ctx context.Context, partition int32, chunk []cache.Invalidation) ([]cache.InvalidateOutcome, error) {
+	var got []cache.InvalidateOutcome
+	err := p.retry(ctx, partition, "invalidate batch", func(ctx context.Context) error {
+		var err error
+		got, err = p.cache.InvalidateBatch(ctx, chunk)
+		if err == nil && len(got) != len(chunk) {
+			err = fmt.Errorf("applier: invalidate batch: %d outcomes for %d keys", len(got), len(chunk))
+		}
+		for i := 0; err == nil && i < len(got); i++ {
+			if o := got[i].Err; o != nil && classify(o) == classRetry {
+				err = o
+			}
+		}
+		return err
+	})
+	return got, err
+}
+
+// substitute handles a key whose stored value cannot take an invalidation
+// (classKey): the key is purged, so the next reader misses and reads the
+// source, then the invalidation runs again on the empty key to set its
+// floor. If the key refuses even that, the purge stands in for it.
+func (p *processor) substitute(ctx context.Context, partition int32, inv cache.Invalidation, cause error) (string, error) {
+	key := schema.Key(inv.Tenant, inv.Item)
+	p.log.Warn("key cannot take its invalidation: purging it", "partition", partition, "key", strconv.Quote(key), "err", cause)
+	if err := p.retry(ctx, partition, "purge key", func(ctx context.Context) error { return p.cache.Purge(ctx, inv.Tenant, inv.Item) }); err != nil {
+		return "", err
+	}
+	got, err := p.invalidate(ctx, partition, []cache.Invalidation{inv})
+	if err != nil {
+		return "", err
+	}
+	if got[0].Err != nil {
+		p.log.Warn("key purged in place of its invalidation", "partition", partition, "key", strconv.Quote(key), "err", got[0].Err)
+		return resultPurged, nil
+	}
+	return string(got[0].Result), nil
+}
+
+// retry is retryNotify with the processor's backoff, reporting each failed
+// attempt and the recovery through stall (when set).
+func (p *processor) retry(ctx context.Context, partition int32, what string, fn func(context.Context) error) error {
+	var hook retryHook
+	if p.stall != nil {
+		hook = func(what string, err error) { p.stall(partition, what, err) }
+	}
+	return retryNotify(ctx, p.bo, p.log, what, hook, fn)
 }
 
 // applyOther applies a record that is not a plain invalidation and returns its
@@ -243,7 +280,13 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 			return t, nil
 		}
 		what = "set watermark"
-		fn = func(ctx context.Context) error { return p.cache.SetWatermark(ctx, partition, e.ResolvedTime) }
+		fn = func(ctx context.Context) error {
+			id := ""
+			if p.identity != nil {
+				id = p.identity()
+			}
+			return p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)
+		}
 	case *schema.Reset:
 		t = e.ResetTime
 		what = "set reset_at"
@@ -252,33 +295,27 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 	if fn == nil {
 		return t, nil
 	}
-	err := retry(ctx, p.bo, p.log, what, fn)
-	switch {
-	case err == nil:
-		if c, ok := ev.(*schema.Change); ok {
-			p.met.commitToApply.Observe(time.Since(c.CommitTime).Seconds())
-			p.count(resultApplied)
-		}
-		return t, nil
-	case ctx.Err() != nil:
+	// Every failure is retried: a reset or TRUNCATE that cannot be written
+	// holds the partition rather than be dropped.
+	if err := p.retry(ctx, partition, what, fn); err != nil {
 		return t, err
-	case isPermanent(err):
-		return time.Time{}, p.deadLetter(ctx, partition, rec, fmt.Errorf("%s: %w", what, err))
 	}
-	return t, fmt.Errorf("applier: %s: %w", what, err)
+	if c, ok := ev.(*schema.Change); ok {
+		p.met.commitToApply.Observe(time.Since(c.CommitTime).Seconds())
+		p.count(resultApplied)
+	}
+	return t, nil
 }
 
-// deadLetter purges the record's key when it is readable (when unsure, drop
-// the cached value rather than keep a possibly stale one), then hands the
-// record to the DLQ and counts it.
+// deadLetter handles a record no Redis state could ever accept (undecodable,
+// unknown schema version): it purges the record's key when the key is
+// readable (when unsure, drop the cached value rather than keep a possibly
+// stale one), then hands the record to the DLQ and counts it.
 func (p *processor) deadLetter(ctx context.Context, partition int32, rec *kgo.Record, cause error) error {
 	if tenant, item, err := schema.ParseKey(string(rec.Key)); err == nil {
-		err := retry(ctx, p.bo, p.log, "purge bad key", func(ctx context.Context) error { return p.cache.Purge(ctx, tenant, item) })
-		if err != nil && ctx.Err() != nil {
-			return err
-		}
+		err := p.retry(ctx, partition, "purge dead-lettered key", func(ctx context.Context) error { return p.cache.Purge(ctx, tenant, item) })
 		if err != nil {
-			p.log.Error("purge of a dead-lettered key failed", "key", string(rec.Key), "err", err)
+			return err
 		}
 	}
 	if p.dlq != nil {
@@ -300,6 +337,8 @@ func (p *processor) count(result string) {
 		p.counts.duplicate.Add(1)
 	case resultOlder:
 		p.counts.older.Add(1)
+	case resultPurged:
+		p.counts.purged.Add(1)
 	case resultDLQ:
 		p.counts.dlq.Add(1)
 	}

@@ -39,7 +39,8 @@ func (f *fakeCache) Purge(_ context.Context, _, item string) error {
 	f.log("purge " + item)
 	return nil
 }
-func (f *fakeCache) SetWatermark(_ context.Context, p int32, ts time.Time) error {
+func (f *fakeCache) CheckEvictionPolicy(context.Context) error { return nil }
+func (f *fakeCache) SetWatermarkIdentity(_ context.Context, p int32, ts time.Time, _ string) error {
 	f.log(fmt.Sprintf("wm p%d %d", p, ts.Unix()))
 	return nil
 }

@@ -26,23 +26,35 @@ func (b backoff) delay(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// retry runs fn until it succeeds, ctx ends (returning ctx's cause) or fn
-// fails with a permanent error (returned as is). Transient failures (Redis or
-// Kafka unavailable) are retried forever: losing nothing beats moving on.
+// retryHook hears every failed attempt (err) and the success after them
+// (nil): how a worker reports its partition stalled and recovered.
+type retryHook func(what string, err error)
+
+// retry runs fn until it succeeds or ctx ends (returning ctx's cause). Every
+// error is retried, forever: a record leaves its partition only when its
+// effect is in Redis. (Errors about one key's data come back inside a
+// successful InvalidateBatch, per key; see classify.)
 func retry(ctx context.Context, b backoff, log *slog.Logger, what string, fn func(context.Context) error) error {
+	return retryNotify(ctx, b, log, what, nil, fn)
+}
+
+func retryNotify(ctx context.Context, b backoff, log *slog.Logger, what string, hook retryHook, fn func(context.Context) error) error {
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
 			if attempt > 0 {
 				log.Info("recovered", "op", what, "attempts", attempt+1)
+				if hook != nil {
+					hook(what, nil)
+				}
 			}
 			return nil
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if isPermanent(err) {
-			return err
+		if hook != nil {
+			hook(what, err)
 		}
 		if attempt == 0 || attempt%20 == 0 {
 			log.Warn("retrying", "op", what, "attempt", attempt+1, "err", err)
@@ -57,31 +69,46 @@ func retry(ctx context.Context, b backoff, log *slog.Logger, what string, fn fun
 	}
 }
 
-// errPermanent marks an error retrying cannot fix.
-var errPermanent = errors.New("permanent")
+// errClass is what an error means for the record being applied.
+type errClass int
 
-type permanentError struct{ err error }
+const (
+	// classRetry: the server, the network or the cluster is the problem
+	// (down, loading, read-only, out of memory, refusing writes, resharding,
+	// or an error nobody here recognises). Retry the same call; the
+	// partition holds meanwhile.
+	classRetry errClass = iota
+	// classKey: the stored value of this one key cannot take the write
+	// (WRONGTYPE, or a script runtime error on its fields). Purging the key
+	// is a safe substitute: the next reader misses and reads the source.
+	classKey
+)
 
-func (e permanentError) Error() string        { return e.err.Error() }
-func (e permanentError) Unwrap() error        { return e.err }
-func (e permanentError) Is(target error) bool { return target == errPermanent }
-
-// isPermanent reports an error about the data rather than the connection: a
-// Redis error reply (WRONGTYPE, a script error) other than the ones a
-// restart, failover or resharding produces.
-func isPermanent(err error) bool {
-	if errors.Is(err, errPermanent) {
-		return true
+func (c errClass) String() string {
+	if c == classKey {
+		return "key"
 	}
+	return "retry"
+}
+
+// keyErrorPrefixes are the Redis error replies about the key's own data. A
+// script's runtime error ("attempt to compare nil with number" on a
+// corrupted field) comes back as "ERR user_script:..." (Redis 7) or "ERR
+// Error running script" (Redis 6).
+var keyErrorPrefixes = []string{"WRONGTYPE", "ERR user_script:", "ERR Error running script"}
+
+// classify says what err means. Only an error about one key's data is not
+// retried; an unknown error is retried, never skipped.
+func classify(err error) errClass {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
-		return false
+		return classRetry // connection, timeout, context, Kafka
 	}
 	msg := rerr.Error()
-	for _, transient := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "MOVED", "ASK", "NOSCRIPT"} {
-		if strings.HasPrefix(msg, transient) {
-			return false
+	for _, p := range keyErrorPrefixes {
+		if strings.HasPrefix(msg, p) {
+			return classKey
 		}
 	}
-	return true
+	return classRetry
 }

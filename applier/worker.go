@@ -33,6 +33,8 @@ type worker struct {
 	next         int64     // offset after the last applied record (-1 none)
 	leaderEpoch  int32
 	committed    int64     // what the last successful commit stored (-1 none)
+	committedMD  string    // the metadata it stored with it
+	stall        *Stall    // set while a Redis call for the next record keeps failing
 	appliedTime  time.Time // newest event time applied
 	resolvedAt   time.Time // newest watermark written
 }
@@ -142,8 +144,11 @@ func (w *worker) run() {
 func (w *worker) applied(epoch uint64, rec *kgo.Record, t time.Time, watermark bool) {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	if watermark && t.After(w.resolvedAt) {
-		w.resolvedAt = t
+	if watermark {
+		w.a.wroteWM.Store(true)
+		if t.After(w.resolvedAt) {
+			w.resolvedAt = t
+		}
 	}
 	if epoch != w.epoch {
 		return
@@ -160,18 +165,32 @@ func (w *worker) stop() {
 	<-w.done
 }
 
-// toCommit returns the offset to commit, if it moved since the last commit.
-func (w *worker) toCommit() (kgo.EpochOffset, bool) {
+// toCommit returns the offset to commit and its metadata (the stall note, or
+// empty), if either changed since the last commit. A partition stalled
+// before applying anything commits the position it started from, so the
+// note has an offset to ride on.
+func (w *worker) toCommit() (kgo.EpochOffset, string, bool) {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	if w.next < 0 || w.next == w.committed {
-		return kgo.EpochOffset{}, false
+	md := ""
+	if w.stall != nil {
+		md = w.stall.note()
 	}
-	return kgo.EpochOffset{Epoch: w.leaderEpoch, Offset: w.next}, true
+	eo := kgo.EpochOffset{Epoch: w.leaderEpoch, Offset: w.next}
+	if w.next < 0 {
+		if w.stall == nil || w.firstSeen < 0 {
+			return kgo.EpochOffset{}, "", false
+		}
+		eo = kgo.EpochOffset{Epoch: -1, Offset: w.firstSeen}
+	}
+	if eo.Offset == w.committed && md == w.committedMD {
+		return kgo.EpochOffset{}, "", false
+	}
+	return eo, md, true
 }
 
-func (w *worker) markCommitted(off int64) {
+func (w *worker) markCommitted(off int64, md string) {
 	w.qmu.Lock()
-	w.committed = off
+	w.committed, w.committedMD = off, md
 	w.qmu.Unlock()
 }

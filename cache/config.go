@@ -18,6 +18,9 @@ type Config struct {
 	FloorTTL      time.Duration // how long a floor is kept for a key without a value
 	MaxAge        time.Duration // physical key TTL bound; never shortens a valid entry
 	WatermarkPoll time.Duration // how often Run re-reads the watermark hash
+	// AllowAllKeysEviction lets CheckEvictionPolicy accept an allkeys-*
+	// maxmemory-policy (which may evict the watermark hash).
+	AllowAllKeysEviction bool
 }
 
 // DefaultConfig is the design's figures: 30 s freshness minus 2 x 100 ms

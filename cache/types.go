@@ -112,5 +112,7 @@ type Watermark struct {
 	ResetAt      time.Time           // newest gap; zero if none
 	Partitions   int                 // the topic's partition count
 	PerPartition map[int32]time.Time // p<N> fields
+	Identity     string              // cache tier identity stored with the last watermark (FieldIdentity); empty if none
+	Found        bool                // the hash exists
 	ReadAt       time.Time           // when it was read (local clock)
 }

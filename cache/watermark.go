@@ -71,10 +71,16 @@ func (c *Client) ReadWatermark(ctx context.Context) (Watermark, error) {
 	return wm, nil
 }
 
+// FieldIdentity is the watermark hash field holding the cache tier identity
+// (ServerIdentity) the applier verified when it last wrote a watermark.
+const FieldIdentity = "identity"
+
 func parseWatermark(h map[string]string) (Watermark, error) {
-	wm := Watermark{PerPartition: map[int32]time.Time{}, ReadAt: time.Now()}
+	wm := Watermark{PerPartition: map[int32]time.Time{}, ReadAt: time.Now(), Found: len(h) > 0}
 	for f, v := range h {
 		switch {
+		case f == FieldIdentity:
+			wm.Identity = v
 		case f == schema.FieldPartitions:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -119,10 +125,21 @@ func parseWatermark(h map[string]string) (Watermark, error) {
 
 // SetWatermark raises partition's watermark to ts (never lowers it).
 func (c *Client) SetWatermark(ctx context.Context, partition int32, ts time.Time) error {
+	return c.SetWatermarkIdentity(ctx, partition, ts, "")
+}
+
+// SetWatermarkIdentity is SetWatermark that also stores identity (when not
+// empty), the ServerIdentity the caller verified, in the same atomic write:
+// the stored identity always belongs to a writer that knew the tier's state.
+func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error {
 	if partition < 0 {
 		return fmt.Errorf("cache: set watermark: negative partition %d", partition)
 	}
-	if err := c.raise(ctx, schema.WatermarkField(partition), ts); err != nil {
+	args := []any{schema.WatermarkField(partition), ts.UnixMilli()}
+	if identity != "" {
+		args = append(args, identity)
+	}
+	if err := c.s.raise.Run(ctx, c.rdb, []string{c.wmKey}, args...).Err(); err != nil {
 		return fmt.Errorf("cache: set watermark p%d: %w", partition, err)
 	}
 	return nil

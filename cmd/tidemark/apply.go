@@ -24,6 +24,7 @@ type applyCmd struct {
 	CommitInterval time.Duration `name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"1s" help:"How often applied offsets are committed."`
 	HardLifetime   time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Cache hard lifetime: the span re-applied after a cache-tier failover (plus lag)."`
 	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+	AllowEviction  bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 }
 
 func (c *applyCmd) config() applier.Config {
@@ -37,6 +38,7 @@ func (c *applyCmd) config() applier.Config {
 func (c *applyCmd) cacheConfig() cache.Config {
 	cfg := cache.DefaultConfig()
 	cfg.Namespace, cfg.HardLifetime = c.Namespace, c.HardLifetime
+	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
 

@@ -46,6 +46,7 @@ type serveCmd struct {
 	CacheSoftMin      time.Duration `name:"cache-soft-min" env:"TIDEMARK_CACHE_SOFT_MIN" default:"3s" help:"Soft expiry lower bound (jittered up to --cache-soft-max)."`
 	CacheSoftMax      time.Duration `name:"cache-soft-max" env:"TIDEMARK_CACHE_SOFT_MAX" default:"5s" help:"Soft expiry upper bound."`
 	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
+	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 }
 
 func (c *serveCmd) apiConfig() api.Config {
@@ -65,6 +66,7 @@ func (c *serveCmd) cacheConfig() cache.Config {
 	cfg.Namespace = c.Namespace
 	cfg.Lease, cfg.HardLifetime = c.CacheLease, c.CacheHardLifetime
 	cfg.SoftMin, cfg.SoftMax, cfg.NegativeTTL = c.CacheSoftMin, c.CacheSoftMax, c.CacheNegativeTTL
+	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
 
@@ -110,6 +112,9 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	reg := telemetry.NewRegistry()
 	cc, err := cache.New(ccfg, rdb, log, reg)
 	if err != nil {
+		return err
+	}
+	if err := checkEvictionPolicy(ctx, cc, log); err != nil {
 		return err
 	}
 	hcfg := hotset.DefaultConfig()
