@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -27,6 +29,14 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "  consumer lag    %d records\n", r.TotalLag)
 	fmt.Fprintf(w, "  DLQ depth       %d records\n", r.DLQDepth)
+	if len(r.EvictionPolicy) > 0 {
+		var pols []string
+		for addr, p := range r.EvictionPolicy {
+			pols = append(pols, addr+" "+p)
+		}
+		sort.Strings(pols)
+		fmt.Fprintf(w, "  maxmemory-policy %s\n", strings.Join(pols, ", "))
+	}
 	if s := r.Slot; s != nil {
 		if !s.Exists {
 			fmt.Fprintf(w, "  slot %-10s missing\n", s.Name)
@@ -40,15 +50,27 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "partition\tend offset\tlast applied\tlag\twatermark age\t")
+	fmt.Fprintln(tw, "partition\tend offset\tlast applied\tlag\twatermark age\tstate\t")
+	var stalls []string
 	for _, p := range r.Partitions {
 		applied := "-"
 		if p.Committed >= 0 {
 			applied = fmt.Sprint(p.Committed)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t\n", p.Partition, p.EndOffset, applied, p.Lag, age(p.WatermarkAgeS))
+		state := "moving"
+		if st := p.Stalled; st != nil {
+			state = "STALLED " + r.CheckedAt.Sub(st.Since).Round(time.Second).String()
+			stalls = append(stalls, fmt.Sprintf("  partition %d stalled since %s on %s: %s", p.Partition, st.Since.UTC().Format(time.RFC3339), st.Op, st.Error))
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t\n", p.Partition, p.EndOffset, applied, p.Lag, age(p.WatermarkAgeS), state)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(stalls) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(stalls, "\n"))
+	}
+	return nil
 }
 
 func age(s *float64) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tidemark/applier"
 	"tidemark/cache"
 )
 
@@ -81,6 +82,10 @@ type Partition struct {
 	Lag           int64    `json:"lag_records"`
 	WatermarkAgeS *float64 `json:"watermark_age_seconds"` // nil: no watermark for this partition yet
 	LastWatermark string   `json:"last_watermark,omitempty"`
+	// Stalled is set while the applier holds the partition because a Redis
+	// write keeps failing (read from the stall note the applier commits
+	// with the partition's offset; see applier.Stall).
+	Stalled *applier.Stall `json:"stalled,omitempty"`
 }
 
 // Slot is the replication slot's health (with --pg).
@@ -104,7 +109,10 @@ type Report struct {
 	DLQDepth      int64       `json:"dlq_depth"`
 	Partitions    []Partition `json:"partitions"`
 	Slot          *Slot       `json:"slot,omitempty"`
-	SLOSeconds    float64     `json:"slo_seconds"`
+	// EvictionPolicy is each Redis master's maxmemory-policy; allkeys-*
+	// may evict the watermark hash (reset_at), see cache.CheckEvictionPolicy.
+	EvictionPolicy map[string]string `json:"maxmemory_policy,omitempty"`
+	SLOSeconds     float64           `json:"slo_seconds"`
 	WarnSeconds   float64     `json:"warn_seconds"`
 }
 
@@ -119,10 +127,11 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 	now := time.Now()
 	rep := Report{CheckedAt: now.UTC(), SLOSeconds: cfg.SLO.Seconds(), WarnSeconds: cfg.Warn.Seconds()}
 
-	wm, err := readWatermark(ctx, cfg)
+	wm, pols, err := readCache(ctx, cfg)
 	if err != nil {
 		return rep, err
 	}
+	rep.EvictionPolicy = pols
 	if err := readKafka(ctx, cfg, &rep, wm, now); err != nil {
 		return rep, err
 	}
@@ -138,7 +147,46 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 		rep.ResetAt = &t
 	}
 	rep.verdict(cfg, wm, now)
+	rep.stalled(now)
+	rep.evictable()
 	return rep, nil
+}
+
+// stalled makes a held partition part of the verdict: its watermark stops,
+// so the verdict is at least AT RISK, and the reason names the Redis error.
+func (rep *Report) stalled(now time.Time) {
+	var notes []string
+	for _, p := range rep.Partitions {
+		if st := p.Stalled; st != nil {
+			notes = append(notes, fmt.Sprintf("partition %d stalled for %s on %s: %s", p.Partition, round(now.Sub(st.Since)), st.Op, st.Error))
+		}
+	}
+	if len(notes) == 0 {
+		return
+	}
+	if rep.Verdict == OK {
+		rep.Verdict = AtRisk
+	}
+	rep.Reason += "; " + strings.Join(notes, "; ")
+}
+
+// evictable makes an allkeys-* maxmemory-policy part of the verdict: reset_at
+// may be evicted, so entries from before a gap could be extended again.
+func (rep *Report) evictable() {
+	var bad []string
+	for addr, p := range rep.EvictionPolicy {
+		if strings.HasPrefix(p, "allkeys-") {
+			bad = append(bad, addr+" "+p)
+		}
+	}
+	if len(bad) == 0 {
+		return
+	}
+	sort.Strings(bad)
+	if rep.Verdict == OK {
+		rep.Verdict = AtRisk
+	}
+	rep.Reason += "; maxmemory-policy may evict the watermark hash (" + strings.Join(bad, ", ") + "): use volatile-lru or volatile-ttl"
 }
 
 func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
@@ -173,23 +221,28 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 
 func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 
-func readWatermark(ctx context.Context, cfg Config) (cache.Watermark, error) {
+// readCache reads the watermark hash and every master's maxmemory-policy.
+func readCache(ctx context.Context, cfg Config) (cache.Watermark, map[string]string, error) {
 	rdb, err := cache.ParseRedisURL(cfg.Redis)
 	if err != nil {
-		return cache.Watermark{}, err
+		return cache.Watermark{}, nil, err
 	}
 	defer rdb.Close()
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = cfg.Namespace
 	cc, err := cache.New(ccfg, rdb, nil, nil)
 	if err != nil {
-		return cache.Watermark{}, fmt.Errorf("status: %w", err)
+		return cache.Watermark{}, nil, fmt.Errorf("status: %w", err)
 	}
 	wm, err := cc.ReadWatermark(ctx)
 	if err != nil {
-		return wm, fmt.Errorf("status: %w", err)
+		return wm, nil, fmt.Errorf("status: %w", err)
 	}
-	return wm, nil
+	pols, err := cc.EvictionPolicies(ctx)
+	if err != nil {
+		return wm, nil, fmt.Errorf("status: %w", err)
+	}
+	return wm, pols, nil
 }
 
 func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark, now time.Time) error {
@@ -223,6 +276,9 @@ func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark,
 		part := Partition{Partition: p, EndOffset: lo.Offset, Committed: -1}
 		if o, ok := committed.Lookup(cfg.Topic, p); ok && o.Err == nil {
 			part.Committed = o.At
+			if st, ok := applier.ParseStall(o.Metadata); ok {
+				part.Stalled = &st
+			}
 		}
 		start := int64(0)
 		if part.Committed >= 0 {
