@@ -113,7 +113,7 @@ type Report struct {
 	// may evict the watermark hash (reset_at), see cache.CheckEvictionPolicy.
 	EvictionPolicy map[string]string `json:"maxmemory_policy,omitempty"`
 	SLOSeconds     float64           `json:"slo_seconds"`
-	WarnSeconds   float64     `json:"warn_seconds"`
+	WarnSeconds    float64           `json:"warn_seconds"`
 }
 
 // Check reads everything once. An error means the state could not be read
