@@ -42,6 +42,7 @@ type cli struct {
 	Status  statusCmd  `cmd:"" help:"Freshness gate: per-partition lag and watermark age; exit 0 OK, 1 AT RISK/BREACHED, 2 unreadable."`
 	Inspect inspectCmd `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
 	Bench   benchCmd   `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
+	Chaos   chaosCmd   `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`
 }
 
 // env is what every command gets: the logger and the process streams.

@@ -148,3 +148,17 @@ func (r *Redis) Remove() {
 	r.Kill()
 	os.RemoveAll(r.cfg.Dir)
 }
+
+// Pid is the server's process id (0 when it is not running), for faults
+// such as SIGSTOP.
+func (r *Redis) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// Dir is the server's working directory (log, dump.rdb).
+func (r *Redis) Dir() string { return r.cfg.Dir }

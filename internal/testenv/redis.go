@@ -2,9 +2,7 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,45 +99,20 @@ func (rc *RedisCluster) URL() string {
 func (rc *RedisCluster) form() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	per := 16384 / len(rc.Nodes)
-	for i, r := range rc.Nodes {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-		lo, hi := i*per, (i+1)*per-1
-		if i == len(rc.Nodes)-1 {
-			hi = 16383
-		}
-		err := c.ClusterAddSlotsRange(ctx, lo, hi).Err()
-		if err == nil && i > 0 {
-			err = c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(rc.Nodes[0].Port)).Err()
-		}
-		c.Close()
-		if err != nil {
-			return err
-		}
+	return localserver.FormCluster(ctx, rc.servers())
+}
+
+func (rc *RedisCluster) servers() []*localserver.Redis {
+	var s []*localserver.Redis
+	for _, r := range rc.Nodes {
+		s = append(s, r.Redis)
 	}
-	return rc.WaitReady(ctx)
+	return s
 }
 
 // WaitReady waits until every node reports cluster_state:ok and knows all nodes.
 func (rc *RedisCluster) WaitReady(ctx context.Context) error {
-	for _, r := range rc.Nodes {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(rc.Nodes))) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				c.Close()
-				return fmt.Errorf("cluster not ready: %v %s", err, info)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		c.Close()
-	}
-	return nil
+	return localserver.WaitClusterReady(ctx, rc.servers())
 }
 
 // Client returns a cluster client, closed when the test ends.

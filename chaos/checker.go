@@ -1,0 +1,189 @@
+package chaos
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+)
+
+// Kind names a way an answer breaks the freshness promise.
+type Kind string
+
+// The kinds of violation the checker reports.
+const (
+	// KindStale: a 200 whose version was not current at any instant of the
+	// window [sent - bound, received].
+	KindStale Kind = "stale"
+	// KindUncommitted: a 200 with a version not yet committed when the answer
+	// arrived, or never committed at all.
+	KindUncommitted Kind = "uncommitted"
+	// KindDeletedServed: a 200 with the version that deleted the item.
+	KindDeletedServed Kind = "deleted-served"
+	// KindBelowMin: a 200 below the min_version asked for.
+	KindBelowMin Kind = "below-min-version"
+	// KindWrong404: a 404 while the item existed during the whole window.
+	KindWrong404 Kind = "wrong-404"
+	// KindWrong412: a 412 while the source was at or above min_version
+	// during the whole window.
+	KindWrong412 Kind = "wrong-412"
+	// KindWrongOwner: a payload seeded for another tenant or item.
+	KindWrongOwner Kind = "wrong-owner"
+	// KindPayload: a payload written for another version than the answer says.
+	KindPayload Kind = "payload-mismatch"
+)
+
+// Kinds lists every kind, in report order.
+var Kinds = []Kind{KindStale, KindUncommitted, KindDeletedServed, KindBelowMin, KindWrong404, KindWrong412, KindWrongOwner, KindPayload}
+
+// Violation is one answer the source history does not justify, with the
+// evidence: the answer and the item's commits around it.
+type Violation struct {
+	Kind    Kind     `json:"kind"`
+	Detail  string   `json:"detail"`
+	Answer  Answer   `json:"answer"`
+	History []Commit `json:"source_history"`
+}
+
+// Checker judges answers against the source history. It knows nothing of
+// how the answers were produced.
+type Checker struct {
+	// Bound is the promise: every answer was true of the source at some
+	// instant within Bound before it was sent.
+	Bound time.Duration
+}
+
+// Verdict is the checker's judgement of one answer.
+type Verdict struct {
+	Violations []Violation
+	// Age is, for a 200, how long before the request the served version had
+	// stopped being current (0 if it was current at some instant of the
+	// request): the least observation age the answer can have had.
+	Age time.Duration
+}
+
+// Check judges one answer. src must hold every commit made before
+// a.Received (the runner judges an answer only once the history is loaded
+// past it).
+func (c Checker) Check(a Answer, src *Source) Verdict {
+	h := src.History(a.Tenant, a.Item)
+	pruned := src.pruned[itemKey{a.Tenant, a.Item}]
+	from, to := a.Sent.Add(-c.Bound), a.Received
+	var out Verdict
+	bad := func(k Kind, format string, args ...any) {
+		out.Violations = append(out.Violations, Violation{Kind: k, Detail: fmt.Sprintf(format, args...), Answer: a, History: around(h, from, to)})
+	}
+	switch a.Status {
+	case http.StatusOK:
+		if a.PayloadTenant != a.Tenant || a.PayloadItem != a.Item {
+			bad(KindWrongOwner, "asked for %s/%s, payload is %s/%s", a.Tenant, a.Item, a.PayloadTenant, a.PayloadItem)
+		}
+		if a.PayloadVersion != a.Version {
+			bad(KindPayload, "answer says version %d, payload was written as version %d", a.Version, a.PayloadVersion)
+		}
+		if a.Version < a.MinVersion {
+			bad(KindBelowMin, "version %d served for min_version=%d", a.Version, a.MinVersion)
+		}
+		i := sort.Search(len(h), func(i int) bool { return h[i].Version >= a.Version })
+		switch {
+		case i < len(h) && h[i].Version == a.Version:
+			cur := h[i]
+			if cur.At.After(to) {
+				bad(KindUncommitted, "version %d committed at %s, %s after the answer arrived", a.Version, ts(cur.At), cur.At.Sub(to))
+			}
+			if cur.Deleted {
+				bad(KindDeletedServed, "version %d is the item's deletion", a.Version)
+			}
+			if i+1 < len(h) {
+				next := h[i+1]
+				if age := a.Sent.Sub(next.At); age > 0 {
+					out.Age = age
+				}
+				if !next.At.After(from) {
+					bad(KindStale, "version %d was replaced by %d at %s, %s before the request (bound %s)", a.Version, next.Version, ts(next.At), a.Sent.Sub(next.At), c.Bound)
+				}
+			}
+		case i == 0 && pruned:
+			// Older than every version kept: replaced long before the window.
+			out.Age = a.Sent.Sub(h[0].At)
+			bad(KindStale, "version %d was replaced before %s, more than %s before the request", a.Version, ts(h[0].At), a.Sent.Sub(h[0].At))
+		default:
+			bad(KindUncommitted, "version %d was never committed", a.Version)
+		}
+	case http.StatusNotFound:
+		if !absentDuring(h, pruned, from, to) {
+			bad(KindWrong404, "the item existed during the whole window [%s, %s]", ts(from), ts(to))
+		}
+	case http.StatusPreconditionFailed:
+		if !belowDuring(h, pruned, a.MinVersion, from, to) {
+			bad(KindWrong412, "the source was at or above min_version=%d during the whole window [%s, %s]", a.MinVersion, ts(from), ts(to))
+		}
+	}
+	return out
+}
+
+// current reports whether commit i of h was the item's state at some instant
+// of [from, to]: committed by to, and not replaced by from.
+func current(h []Commit, i int, from, to time.Time) bool {
+	if h[i].At.After(to) {
+		return false
+	}
+	return i+1 == len(h) || h[i+1].At.After(from)
+}
+
+// absentDuring: at some instant of [from, to] the item did not exist yet or
+// its current version was a deletion.
+func absentDuring(h []Commit, pruned bool, from, to time.Time) bool {
+	if len(h) == 0 || (!pruned && h[0].At.After(from)) {
+		return true
+	}
+	for i := range h {
+		if h[i].Deleted && current(h, i, from, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// belowDuring: at some instant of [from, to] the source held no version of
+// the item, or one below n.
+func belowDuring(h []Commit, pruned bool, n int64, from, to time.Time) bool {
+	if len(h) == 0 || (!pruned && h[0].At.After(from)) {
+		return true
+	}
+	for i := range h {
+		if h[i].Version < n && current(h, i, from, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// around is the evidence: the commits current at some instant of [from, to]
+// plus the one before and after that span, at most 12.
+func around(h []Commit, from, to time.Time) []Commit {
+	lo, hi := -1, -1
+	for i := range h {
+		if current(h, i, from, to) {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i
+		}
+	}
+	if lo < 0 {
+		// Nothing current in the window: show the newest commits before its end.
+		hi = sort.Search(len(h), func(i int) bool { return h[i].At.After(to) }) - 1
+		lo = hi
+		if hi < 0 {
+			return append([]Commit(nil), h[:min(len(h), 3)]...)
+		}
+	}
+	lo, hi = max(0, lo-1), min(len(h)-1, hi+1)
+	if hi-lo >= 12 {
+		lo = hi - 11
+	}
+	return append([]Commit(nil), h[lo:hi+1]...)
+}
+
+func ts(t time.Time) string { return t.UTC().Format("15:04:05.000000") }

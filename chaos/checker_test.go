@@ -1,0 +1,106 @@
+package chaos
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+// plantedSource is one item's history: v1 at t0, v2 at t0+10s, v3 at t0+50s,
+// v4 (a deletion) at t0+100s; and an item created at t0+40s.
+func plantedSource(t0 time.Time) *Source {
+	s := NewSource()
+	for _, c := range []Commit{
+		{Tenant: "acme", Item: "i1", Version: 1, At: t0},
+		{Tenant: "acme", Item: "i1", Version: 3, At: t0.Add(50 * time.Second)},
+		{Tenant: "acme", Item: "i1", Version: 2, At: t0.Add(10 * time.Second)},
+		{Tenant: "acme", Item: "i1", Version: 4, Deleted: true, At: t0.Add(100 * time.Second)},
+		{Tenant: "acme", Item: "new", Version: 1, At: t0.Add(40 * time.Second)},
+	} {
+		s.Add(c)
+	}
+	s.Add(Commit{Tenant: "acme", Item: "i1", Version: 2, At: t0.Add(10 * time.Second)}) // re-read: ignored
+	return s
+}
+
+func ok(tenant, item string, v int64, sent time.Time) Answer {
+	return Answer{Tenant: tenant, Item: item, Status: http.StatusOK, Version: v, Sent: sent, Received: sent.Add(5 * time.Millisecond),
+		PayloadTenant: tenant, PayloadItem: item, PayloadVersion: v}
+}
+
+func TestCheckerPlantedViolations(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	src := plantedSource(t0)
+	if src.Len() != 5 {
+		t.Fatalf("Len = %d, want 5 (duplicate re-read ignored)", src.Len())
+	}
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	with := func(a Answer, f func(*Answer)) Answer { f(&a); return a }
+	c := Checker{Bound: 30 * time.Second}
+	cases := []struct {
+		name string
+		a    Answer
+		want Kind // "" = no violation
+	}{
+		{"current value", ok("acme", "i1", 2, at(20)), ""},
+		{"replaced 29s ago: inside the bound", ok("acme", "i1", 2, at(79)), ""},
+		{"replaced 31s ago: stale", ok("acme", "i1", 2, at(81)), KindStale},
+		{"v1 replaced 40s before", ok("acme", "i1", 1, at(50)), KindStale},
+		{"served before its commit", ok("acme", "i1", 3, at(49)), KindUncommitted},
+		{"never committed", ok("acme", "i1", 7, at(60)), KindUncommitted},
+		{"rolled back version between known ones", ok("acme", "new", 0, at(60)), KindUncommitted},
+		{"the deletion served as a value", ok("acme", "i1", 4, at(120)), KindDeletedServed},
+		{"below min_version", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.MinVersion = 4 }), KindBelowMin},
+		{"other tenant's payload", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadTenant = "globex" }), KindWrongOwner},
+		{"other item's payload", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadItem = "i2" }), KindWrongOwner},
+		{"payload of another version", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadVersion = 2 }), KindPayload},
+		{"404 before creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(35), Received: at(35)}, ""},
+		{"404 within bound of creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(65), Received: at(65)}, ""},
+		{"404 long after creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(75), Received: at(75)}, KindWrong404},
+		{"404 after deletion", Answer{Tenant: "acme", Item: "i1", Status: 404, Sent: at(101), Received: at(101)}, ""},
+		{"404 while it existed", Answer{Tenant: "acme", Item: "i1", Status: 404, Sent: at(60), Received: at(60)}, KindWrong404},
+		{"404 of an item never created", Answer{Tenant: "acme", Item: "nope", Status: 404, Sent: at(60), Received: at(60)}, ""},
+		{"412 while below", Answer{Tenant: "acme", Item: "i1", MinVersion: 3, Status: 412, Sent: at(60), Received: at(60)}, ""},
+		{"412 at or above for the whole window", Answer{Tenant: "acme", Item: "i1", MinVersion: 3, Status: 412, Sent: at(90), Received: at(90)}, KindWrong412},
+		{"503 is never a violation", Answer{Tenant: "acme", Item: "i1", Status: 503, Sent: at(90), Received: at(90)}, ""},
+	}
+	seen := map[Kind]bool{}
+	for _, tc := range cases {
+		v := c.Check(tc.a, src)
+		switch {
+		case tc.want == "" && len(v.Violations) > 0:
+			t.Errorf("%s: unexpected %s: %s", tc.name, v.Violations[0].Kind, v.Violations[0].Detail)
+		case tc.want != "" && (len(v.Violations) == 0 || v.Violations[0].Kind != tc.want):
+			t.Errorf("%s: got %v, want %s", tc.name, v.Violations, tc.want)
+		case tc.want != "":
+			seen[tc.want] = true
+			if len(v.Violations[0].History) == 0 && tc.a.Item != "nope" {
+				t.Errorf("%s: no source history in the evidence", tc.name)
+			}
+		}
+	}
+	for _, k := range Kinds {
+		if !seen[k] {
+			t.Errorf("no planted violation of kind %s", k)
+		}
+	}
+	if v := c.Check(ok("acme", "i1", 2, at(81)), src); v.Age < 30*time.Second {
+		t.Errorf("age of a value replaced 31 s earlier = %s", v.Age)
+	}
+}
+
+func TestCheckerAfterPrune(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	src := plantedSource(t0)
+	src.Prune(t0.Add(60 * time.Second)) // forgets v1 (v2 is kept as the version before v3)
+	c := Checker{Bound: 30 * time.Second}
+	if v := c.Check(ok("acme", "i1", 1, t0.Add(95*time.Second)), src); len(v.Violations) == 0 || v.Violations[0].Kind != KindStale {
+		t.Fatalf("a pruned version served: %+v, want stale", v.Violations)
+	}
+	if v := c.Check(Answer{Tenant: "acme", Item: "i1", Status: 404, Sent: t0.Add(95 * time.Second), Received: t0.Add(95 * time.Second)}, src); len(v.Violations) == 0 {
+		t.Fatal("a 404 of an item that existed long before the pruned history passed")
+	}
+	if v := c.Check(ok("acme", "i1", 3, t0.Add(95*time.Second)), src); len(v.Violations) != 0 {
+		t.Fatalf("current value after prune: %+v", v.Violations)
+	}
+}

@@ -1,0 +1,140 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config of one chaos run.
+type Config struct {
+	Duration    time.Duration // load and faults; setup and the final drain come on top
+	Seed        int64         // drives the fault schedule and the load
+	Faults      []string      // fault kinds to inject; empty or "all" = every kind that applies
+	RateUpdates float64       // source row updates per second (SQL transactions and API PATCHes)
+	RateReads   float64       // API reads per second
+	FaultEvery  time.Duration // mean spacing of faults (shortened so every kind fits the run)
+	Bound       time.Duration // the freshness promise checked on every answer
+	Cluster     bool          // a 3-master Redis Cluster instead of one redis-server
+	Kafka       []string      // external brokers; empty = an embedded broker process the faults may kill
+	Binary      string        // the tidemark binary run as capture, apply, serve and kafka
+	Dir         string        // work directory (servers' data and process logs)
+	Keep        string        // write the histories here as JSON lines ("" = not kept)
+	Tenants     int
+	Items       int // per tenant
+	// SourceBudget is the shared foreground source-read budget (reads/s) the
+	// serve processes run with; the cold-read burst asks for more than it.
+	SourceBudget float64
+	// StageEnv is added to every stage's environment (tests use it for
+	// test-only switches).
+	StageEnv []string
+}
+
+// DefaultConfig is `tidemark chaos` with no flags.
+func DefaultConfig() Config {
+	return Config{Duration: 2 * time.Minute, Seed: 1, RateUpdates: 1000, RateReads: 3000, FaultEvery: 20 * time.Second,
+		Bound: 30 * time.Second, Tenants: 2, Items: 2000, SourceBudget: 400}
+}
+
+// Fault kinds.
+const (
+	FaultKillCapture   = "kill-capture"
+	FaultKillApply     = "kill-apply"
+	FaultKillServe     = "kill-serve"
+	FaultStopCapture   = "stop-capture"
+	FaultStopApply     = "stop-apply"
+	FaultStopServe     = "stop-serve"
+	FaultRedisRestart  = "redis-restart"
+	FaultRedisSnapshot = "redis-old-snapshot"
+	FaultRedisReadonly = "redis-refuse-writes"
+	FaultRedisHung     = "redis-hung"
+	FaultPGRestart     = "pg-restart"
+	FaultSourceStall   = "source-stall"
+	FaultSlotDrop      = "slot-drop"
+	FaultBrokerRestart = "broker-restart"
+	FaultClockOffset   = "clock-offset"
+	FaultColdBurst     = "cold-burst"
+	FaultReshard       = "cluster-reshard"
+	FaultKillMaster    = "cluster-kill-master"
+)
+
+// AllFaults lists every kind in a stable order.
+var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, FaultStopCapture, FaultStopApply, FaultStopServe,
+	FaultRedisRestart, FaultRedisSnapshot, FaultRedisReadonly, FaultRedisHung, FaultPGRestart, FaultSourceStall,
+	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster}
+
+// Applicable is the kinds this configuration can inject: broker faults need
+// the embedded broker, cluster faults a Redis Cluster.
+func (c Config) Applicable() []string {
+	var out []string
+	for _, k := range AllFaults {
+		switch {
+		case k == FaultBrokerRestart && len(c.Kafka) > 0:
+		case (k == FaultReshard || k == FaultKillMaster) && !c.Cluster:
+		default:
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Kinds resolves Faults: "all" (or nothing) is every applicable kind; "none"
+// is no faults.
+func (c Config) Kinds() []string {
+	if len(c.Faults) == 0 || slices.Contains(c.Faults, "all") {
+		return c.Applicable()
+	}
+	if slices.Contains(c.Faults, "none") {
+		return nil
+	}
+	var out []string
+	for _, k := range c.Applicable() {
+		if slices.Contains(c.Faults, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Duration < 10*time.Second {
+		errs = append(errs, fmt.Errorf("duration %s is too short (at least 10s)", c.Duration))
+	}
+	if c.RateUpdates <= 0 || c.RateReads <= 0 {
+		errs = append(errs, fmt.Errorf("update and read rates must be positive (got %g and %g)", c.RateUpdates, c.RateReads))
+	}
+	if c.FaultEvery <= 0 {
+		errs = append(errs, fmt.Errorf("fault spacing %s must be positive", c.FaultEvery))
+	}
+	if c.Bound <= 0 {
+		errs = append(errs, fmt.Errorf("freshness bound %s must be positive", c.Bound))
+	}
+	if c.Tenants < 2 || c.Items < 10 {
+		errs = append(errs, fmt.Errorf("need at least 2 tenants and 10 items each (got %d, %d): the tenant check needs two tenants sharing item ids", c.Tenants, c.Items))
+	}
+	if c.SourceBudget <= 0 {
+		errs = append(errs, fmt.Errorf("source budget %g must be positive", c.SourceBudget))
+	}
+	if c.Binary == "" {
+		errs = append(errs, errors.New("the tidemark binary to run the stages is not set"))
+	}
+	known := append(slices.Clone(AllFaults), "all", "none")
+	for _, f := range c.Faults {
+		if !slices.Contains(known, f) {
+			errs = append(errs, fmt.Errorf("unknown fault kind %q (known: %s)", f, strings.Join(known, ", ")))
+		}
+	}
+	for _, f := range c.Faults {
+		if slices.Contains(AllFaults, f) && !slices.Contains(c.Applicable(), f) {
+			errs = append(errs, fmt.Errorf("fault kind %q does not apply here (broker faults need the embedded broker, cluster faults a Redis Cluster)", f))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("chaos: invalid config:\n  %w", errors.Join(errs...))
+	}
+	return nil
+}

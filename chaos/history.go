@@ -1,0 +1,89 @@
+package chaos
+
+import (
+	"sort"
+	"time"
+)
+
+// Answer is one API response as the harness saw it: what was asked, when the
+// request left and when the whole response had arrived, and what came back.
+// The server sent it at some instant in [Sent, Received].
+type Answer struct {
+	Seq        int64     `json:"seq"`
+	Tenant     string    `json:"tenant"`
+	Item       string    `json:"item"`
+	MinVersion int64     `json:"min_version,omitempty"`
+	Serve      int       `json:"serve"` // which serve process answered
+	Sent       time.Time `json:"sent"`
+	Received   time.Time `json:"received"`
+	Status     int       `json:"status"` // 0: no HTTP answer (connection refused, timeout)
+	Version    int64     `json:"version,omitempty"`
+	// What the payload says about itself (seeded with tenant, item, version).
+	PayloadTenant  string `json:"payload_tenant,omitempty"`
+	PayloadItem    string `json:"payload_item,omitempty"`
+	PayloadVersion int64  `json:"payload_version,omitempty"`
+	CacheStatus    string `json:"cache_status,omitempty"`
+	Cold           bool   `json:"cold,omitempty"` // part of a cold-read burst
+}
+
+// Commit is one committed version of an item in the source, with the exact
+// commit time Postgres recorded (track_commit_timestamp).
+type Commit struct {
+	Tenant  string    `json:"tenant"`
+	Item    string    `json:"item"`
+	Version int64     `json:"version"`
+	Deleted bool      `json:"deleted,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+type itemKey struct{ tenant, item string }
+
+// Source is the commit history of every item, versions in order. For one row
+// commit order is version order: the row lock serialises its writers.
+type Source struct {
+	items  map[itemKey][]Commit
+	pruned map[itemKey]bool // older versions were forgotten by Prune
+	n      int
+}
+
+// NewSource returns an empty history.
+func NewSource() *Source { return &Source{items: map[itemKey][]Commit{}, pruned: map[itemKey]bool{}} }
+
+// Add records a commit; a version already known is ignored (the loader
+// re-reads recent transactions).
+func (s *Source) Add(c Commit) {
+	k := itemKey{c.Tenant, c.Item}
+	h := s.items[k]
+	i := sort.Search(len(h), func(i int) bool { return h[i].Version >= c.Version })
+	if i < len(h) && h[i].Version == c.Version {
+		return
+	}
+	h = append(h, Commit{})
+	copy(h[i+1:], h[i:])
+	h[i] = c
+	s.items[k] = h
+	s.n++
+}
+
+// Len is the number of commits recorded.
+func (s *Source) Len() int { return s.n }
+
+// History returns the commits of one item, oldest first (shared; do not modify).
+func (s *Source) History(tenant, item string) []Commit { return s.items[itemKey{tenant, item}] }
+
+// Prune forgets versions that stopped being current before cutoff, keeping
+// the newest of those (it may still be needed as "the version before").
+// Answers sent after cutoff + bound never need them.
+func (s *Source) Prune(cutoff time.Time) {
+	for k, h := range s.items {
+		drop := 0
+		for drop+1 < len(h) && h[drop+1].At.Before(cutoff) {
+			drop++
+		}
+		if drop > 0 {
+			s.items[k] = append([]Commit(nil), h[drop:]...)
+			s.pruned[k] = true
+			s.n -= drop
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// plannedFault is one entry of the seeded schedule.
+type plannedFault struct {
+	Kind string
+	At   time.Duration // from the start of the load
+	Hold time.Duration // how long the fault lasts (kinds that are instants ignore it)
+}
+
+// holdRange is how long each kind lasts, drawn uniformly.
+var holdRange = map[string][2]time.Duration{
+	FaultKillCapture:   {time.Second, 3 * time.Second},
+	FaultKillApply:     {time.Second, 3 * time.Second},
+	FaultKillServe:     {time.Second, 3 * time.Second},
+	FaultStopCapture:   {2 * time.Second, 6 * time.Second},
+	FaultStopApply:     {2 * time.Second, 6 * time.Second},
+	FaultStopServe:     {2 * time.Second, 6 * time.Second},
+	FaultRedisRestart:  {0, time.Second},
+	FaultRedisSnapshot: {3 * time.Second, 10 * time.Second}, // age of the snapshot restored
+	FaultRedisReadonly: {3 * time.Second, 8 * time.Second},
+	FaultRedisHung:     {2 * time.Second, 5 * time.Second},
+	FaultPGRestart:     {0, time.Second},
+	FaultSourceStall:   {2 * time.Second, 6 * time.Second},
+	FaultSlotDrop:      {2 * time.Second, 4 * time.Second},
+	FaultBrokerRestart: {time.Second, 3 * time.Second},
+	FaultClockOffset:   {5 * time.Second, 15 * time.Second},
+	FaultColdBurst:     {2 * time.Second, 4 * time.Second},
+	FaultReshard:       {0, 0},
+	FaultKillMaster:    {time.Second, 3 * time.Second},
+}
+
+// warmupAndTail are the quiet spans at the start (the pipeline settles) and
+// at the end (the last faults' recovery is observed) of a run.
+func warmupAndTail(d time.Duration) (time.Duration, time.Duration) {
+	return min(15*time.Second, d/10), min(30*time.Second, d/5)
+}
+
+// schedule lays the faults out over the run: every kind once in a seeded
+// random order, then seeded random kinds, evenly spaced (every, or closer
+// when that is needed to fit every kind), each with jitter.
+func schedule(kinds []string, d, every time.Duration, seed int64) []plannedFault {
+	if len(kinds) == 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0xfa17))
+	warm, tail := warmupAndTail(d)
+	span := d - warm - tail
+	n := max(len(kinds), int(span/every))
+	spacing := span / time.Duration(n)
+	order := append([]string(nil), kinds...)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for len(order) < n {
+		order = append(order, kinds[rng.IntN(len(kinds))])
+	}
+	out := make([]plannedFault, n)
+	for i, k := range order {
+		hr := holdRange[k]
+		hold := hr[0]
+		if hr[1] > hr[0] {
+			hold += time.Duration(rng.Int64N(int64(hr[1] - hr[0])))
+		}
+		jitter := time.Duration(rng.Int64N(int64(spacing/4) + 1))
+		out[i] = plannedFault{Kind: k, At: warm + time.Duration(i)*spacing + jitter, Hold: hold}
+	}
+	return out
+}

@@ -1,0 +1,41 @@
+package chaos
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Cluster = true
+	kinds := cfg.Kinds()
+	if len(kinds) != len(AllFaults) {
+		t.Fatalf("kinds with --cluster and the embedded broker = %v", kinds)
+	}
+	d := 90 * time.Second
+	s := schedule(kinds, d, 20*time.Second, 7)
+	warm, tail := warmupAndTail(d)
+	for _, k := range kinds {
+		if !slices.ContainsFunc(s, func(f plannedFault) bool { return f.Kind == k }) {
+			t.Errorf("kind %s not scheduled", k)
+		}
+	}
+	for _, f := range s {
+		if f.At < warm || f.At > d-tail {
+			t.Errorf("%s at %s outside [%s, %s]", f.Kind, f.At, warm, d-tail)
+		}
+	}
+	if !slices.Equal(s, schedule(kinds, d, 20*time.Second, 7)) {
+		t.Error("the same seed gave another schedule")
+	}
+	if long := schedule(kinds, time.Hour, 20*time.Second, 7); len(long) < 150 {
+		t.Errorf("an hour at one fault per 20 s has only %d faults", len(long))
+	}
+	cfg.Cluster, cfg.Kafka = false, []string{"k:9092"}
+	for _, k := range cfg.Kinds() {
+		if k == FaultBrokerRestart || k == FaultReshard || k == FaultKillMaster {
+			t.Errorf("%s applies without the embedded broker and the cluster", k)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"tidemark/chaos"
+)
+
+// chaosCmd wires flags into chaos.Config and prints the report; exit 0 only
+// with zero violations.
+type chaosCmd struct {
+	Duration    time.Duration `name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"2m" help:"How long load and faults run (setup and the final check come on top)."`
+	Seed        int64         `name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"1" help:"Seed of the fault schedule and the load."`
+	Faults      string        `name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master."`
+	FaultEvery  time.Duration `name:"fault-every" env:"TIDEMARK_CHAOS_FAULT_EVERY" default:"20s" help:"Mean spacing of faults (closer when needed to fit every kind in the run)."`
+	RateUpdates float64       `name:"rate-updates" env:"TIDEMARK_CHAOS_RATE_UPDATES" default:"1000" help:"Source row updates per second (SQL transactions and API PATCHes)."`
+	RateReads   float64       `name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"3000" help:"API reads per second."`
+	Cluster     bool          `name:"cluster" env:"TIDEMARK_CHAOS_CLUSTER" help:"Run a 3-master Redis Cluster (adds resharding and master kills)."`
+	Kafka       string        `name:"kafka" env:"TIDEMARK_CHAOS_KAFKA" help:"Use these Kafka brokers (comma-separated) instead of an embedded broker process (no broker faults then)."`
+	Keep        string        `name:"keep" env:"TIDEMARK_CHAOS_KEEP" help:"Write the histories (answers, commits, violations) as JSON lines and the process logs here."`
+	JSON        bool          `name:"json" help:"Print the report as JSON."`
+	Bound       time.Duration `name:"bound" env:"TIDEMARK_CHAOS_BOUND" default:"30s" help:"The freshness promise checked on every answer."`
+	Items       int           `name:"items" env:"TIDEMARK_CHAOS_ITEMS" default:"2000" help:"Items per tenant."`
+	Budget      float64       `name:"source-budget" env:"TIDEMARK_CHAOS_SOURCE_BUDGET" default:"400" help:"Foreground source reads/s given to the serve processes (background gets half); the cold-read burst asks for three times this."`
+	Binary      string        `name:"binary" env:"TIDEMARK_CHAOS_BINARY" help:"tidemark binary to run the stages with (default: this one)."`
+}
+
+func (c *chaosCmd) config() chaos.Config {
+	cfg := chaos.DefaultConfig()
+	cfg.Duration, cfg.Seed, cfg.FaultEvery = c.Duration, c.Seed, c.FaultEvery
+	cfg.Faults = splitList(c.Faults)
+	cfg.RateUpdates, cfg.RateReads = c.RateUpdates, c.RateReads
+	cfg.Cluster, cfg.Kafka, cfg.Keep = c.Cluster, splitList(c.Kafka), c.Keep
+	cfg.Bound, cfg.Items, cfg.SourceBudget = c.Bound, c.Items, c.Budget
+	cfg.Binary = c.Binary
+	if cfg.Binary == "" {
+		cfg.Binary, _ = os.Executable()
+	}
+	return cfg
+}
+
+func (c *chaosCmd) Validate() error { return c.config().Validate() }
+
+func (c *chaosCmd) Run(ctx context.Context, e *env) error {
+	r, err := chaos.New(c.config(), chaos.Deps{Log: e.log})
+	if err != nil {
+		return usageError(err)
+	}
+	rep, err := r.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		err = rep.WriteJSON(e.stdout)
+	} else {
+		err = rep.WriteText(e.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Pass() {
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("chaos: %d answers broke the freshness promise", rep.Violations)}
+	}
+	return nil
+}
