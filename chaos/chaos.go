@@ -70,8 +70,9 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		}
 		dir, removeDir = d, true
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("chaos: work dir: %w", err)
+	// Postgres runs as its own user when we are root: it must reach its dir.
+	if err := os.MkdirAll(dir, 0o755); err != nil || os.Chmod(dir, 0o755) != nil {
+		return nil, fmt.Errorf("chaos: work dir %s: not usable: %v", dir, err)
 	}
 	sys, err := startSystem(ctx, cfg, dir, r.log)
 	if err != nil {

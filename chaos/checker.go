@@ -70,8 +70,9 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 	pruned := src.pruned[itemKey{a.Tenant, a.Item}]
 	from, to := a.Sent.Add(-c.Bound), a.Received
 	var out Verdict
+	served := -1 // index of the served version in h, for the evidence
 	bad := func(k Kind, format string, args ...any) {
-		out.Violations = append(out.Violations, Violation{Kind: k, Detail: fmt.Sprintf(format, args...), Answer: a, History: around(h, from, to)})
+		out.Violations = append(out.Violations, Violation{Kind: k, Detail: fmt.Sprintf(format, args...), Answer: a, History: around(h, served, from, to)})
 	}
 	switch a.Status {
 	case http.StatusOK:
@@ -85,8 +86,11 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 			bad(KindBelowMin, "version %d served for min_version=%d", a.Version, a.MinVersion)
 		}
 		i := sort.Search(len(h), func(i int) bool { return h[i].Version >= a.Version })
+		if i < len(h) && h[i].Version == a.Version {
+			served = i
+		}
 		switch {
-		case i < len(h) && h[i].Version == a.Version:
+		case served >= 0:
 			cur := h[i]
 			if cur.At.After(to) {
 				bad(KindUncommitted, "version %d committed at %s, %s after the answer arrived", a.Version, ts(cur.At), cur.At.Sub(to))
@@ -159,31 +163,44 @@ func belowDuring(h []Commit, pruned bool, n int64, from, to time.Time) bool {
 	return false
 }
 
-// around is the evidence: the commits current at some instant of [from, to]
-// plus the one before and after that span, at most 12.
-func around(h []Commit, from, to time.Time) []Commit {
-	lo, hi := -1, -1
+// around is the evidence: the served version (served >= 0) with the one
+// before and after it, and the newest commits current at some instant of
+// [from, to] with the one before them; at most 12, oldest first.
+func around(h []Commit, served int, from, to time.Time) []Commit {
+	pick := map[int]bool{}
+	if served >= 0 {
+		for i := max(0, served-1); i <= min(len(h)-1, served+1); i++ {
+			pick[i] = true
+		}
+	}
+	var cur []int
 	for i := range h {
 		if current(h, i, from, to) {
-			if lo < 0 {
-				lo = i
-			}
-			hi = i
+			cur = append(cur, i)
 		}
 	}
-	if lo < 0 {
-		// Nothing current in the window: show the newest commits before its end.
-		hi = sort.Search(len(h), func(i int) bool { return h[i].At.After(to) }) - 1
-		lo = hi
-		if hi < 0 {
-			return append([]Commit(nil), h[:min(len(h), 3)]...)
+	if len(cur) == 0 {
+		// Nothing current in the window: the newest commits before its end.
+		if last := sort.Search(len(h), func(i int) bool { return h[i].At.After(to) }) - 1; last >= 0 {
+			cur = []int{last}
 		}
 	}
-	lo, hi = max(0, lo-1), min(len(h)-1, hi+1)
-	if hi-lo >= 12 {
-		lo = hi - 11
+	if len(cur) > 0 && cur[0] > 0 {
+		cur = append([]int{cur[0] - 1}, cur...)
 	}
-	return append([]Commit(nil), h[lo:hi+1]...)
+	for j := len(cur) - 1; j >= 0 && len(pick) < 12; j-- {
+		pick[cur[j]] = true
+	}
+	var out []Commit
+	for i := range h {
+		if pick[i] {
+			out = append(out, h[i])
+		}
+	}
+	if len(out) == 0 && len(h) > 0 {
+		out = append(out, h[:min(len(h), 3)]...)
+	}
+	return out
 }
 
 func ts(t time.Time) string { return t.UTC().Format("15:04:05.000000") }

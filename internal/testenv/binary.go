@@ -10,39 +10,67 @@ import (
 	"testing"
 )
 
-var builtBinary struct {
+type build struct {
 	once sync.Once
 	path string
 	err  error
 }
 
+var builds struct {
+	mu sync.Mutex
+	m  map[string]*build
+}
+
 // Binary builds cmd/tidemark once per test binary and returns its path, for tests that kill -9 a real process.
 func Binary(t testing.TB) string {
 	t.Helper()
-	builtBinary.once.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			builtBinary.err = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		dir, err := os.MkdirTemp("", "tidemark-bin-")
-		if err != nil {
-			builtBinary.err = err
-			return
-		}
-		shared.add(func() { os.RemoveAll(dir) })
-		builtBinary.path = filepath.Join(dir, "tidemark")
-		// Built without -race: the in-process tests cover races, and a race
-		// build of the whole binary would cost CI a minute per package.
-		cmd := exec.Command("go", "build", "-o", builtBinary.path, "./cmd/tidemark")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			builtBinary.err = fmt.Errorf("go build ./cmd/tidemark: %v\n%s", err, out)
-		}
-	})
-	if builtBinary.err != nil {
-		t.Fatalf("testenv: %v", builtBinary.err)
+	return BinaryWithTags(t)
+}
+
+// BinaryWithTags builds cmd/tidemark with build tags (test-only switches,
+// e.g. a deliberately broken component), once per test binary and tag set.
+func BinaryWithTags(t testing.TB, tags ...string) string {
+	t.Helper()
+	key := strings.Join(tags, ",")
+	builds.mu.Lock()
+	if builds.m == nil {
+		builds.m = map[string]*build{}
 	}
-	return builtBinary.path
+	b := builds.m[key]
+	if b == nil {
+		b = &build{}
+		builds.m[key] = b
+	}
+	builds.mu.Unlock()
+	b.once.Do(func() { b.path, b.err = buildBinary(tags) })
+	if b.err != nil {
+		t.Fatalf("testenv: %v", b.err)
+	}
+	return b.path
+}
+
+func buildBinary(tags []string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	dir, err := os.MkdirTemp("", "tidemark-bin-")
+	if err != nil {
+		return "", err
+	}
+	shared.add(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "tidemark")
+	// Built without -race: the in-process tests cover races, and a race
+	// build of the whole binary would cost CI a minute per package.
+	args := []string{"build", "-o", path}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/tidemark")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %v ./cmd/tidemark: %v\n%s", tags, err, out)
+	}
+	return path, nil
 }
