@@ -24,9 +24,9 @@ import (
 // off by the given duration (a test-only switch of those stages).
 const ClockOffsetEnv = "TIDEMARK_TEST_CLOCK_OFFSET"
 
-// clockOffset is beyond what the stages tolerate between their clock and
-// the cache tier's.
-const clockOffset = "2s"
+// clockOffsets are beyond what the stages tolerate between their clock and
+// the cache tier's, ahead and behind; each fault picks one.
+var clockOffsets = []string{"2s", "-2s"}
 
 // FaultRecord is one injected fault as the report shows it.
 type FaultRecord struct {
@@ -188,13 +188,14 @@ func (in *injector) pause(ctx context.Context, ps []*proc, hold time.Duration) (
 // stages tolerate, then restarts it with the true clock.
 func (in *injector) clockOffset(ctx context.Context, hold time.Duration) (string, error) {
 	p := in.sys.serves[in.intn(len(in.sys.serves))]
+	env := ClockOffsetEnv + "=" + clockOffsets[in.intn(len(clockOffsets))]
 	p.kill()
-	if err := p.start(ClockOffsetEnv + "=" + clockOffset); err != nil {
+	if err := p.start(env); err != nil {
 		return p.name, err
 	}
 	sleep(ctx, hold)
 	p.kill()
-	return p.name + " " + ClockOffsetEnv + "=" + clockOffset, p.start()
+	return p.name + " " + env, p.start()
 }
 
 // stall holds an exclusive lock on the catalog: writers and source reads

@@ -1,15 +1,12 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -388,29 +385,4 @@ func (s *system) close() {
 	if s.pg != nil {
 		s.pg.Stop()
 	}
-}
-
-// logTail is the end of a process log, for error messages.
-func logTail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return string(bytes.Join(func() [][]byte {
-		var b [][]byte
-		for _, l := range lines {
-			b = append(b, []byte(l))
-		}
-		return b
-	}(), []byte("\n")))
 }
