@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"bytes"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ func testConfig(t *testing.T, binary string) Config {
 	cfg := DefaultConfig()
 	cfg.Binary = binary
 	cfg.RateUpdates, cfg.RateReads = 150, 400
-	if os.Getenv("TIDEMARK_TEST_KAFKA") == "real" {
+	if testenv.RealKafka() { // TIDEMARK_TEST_KAFKA=real: the 3-broker Apache Kafka cluster
 		cfg.Kafka = testenv.StartKafka(t).Brokers
 	}
 	return cfg
