@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -57,6 +58,15 @@ func parseLookup(r []any, tok Token) (LookupResult, error) {
 	}
 	status, _ := r[0].(string)
 	var n [9]int64
+	// The version is a decimal string (exact beyond 2^53) when an entry is
+	// returned, the integer 0 otherwise.
+	if v, ok := r[1].(string); ok {
+		ver, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return LookupResult{}, fmt.Errorf("LOOKUP reply[1] = %q is not a version", v)
+		}
+		r[1] = ver
+	}
 	for _, i := range []int{1, 3, 4, 5, 6, 7, 8} {
 		v, ok := r[i].(int64)
 		if !ok {

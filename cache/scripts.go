@@ -17,6 +17,8 @@ var (
 	invalidateLua string
 	//go:embed scripts/raise.lua
 	raiseLua string
+	//go:embed scripts/version.lua
+	versionLua string // vcmp, prepended to the scripts that order versions
 )
 
 // scripts are the compiled scripts of one Client (go-redis computes each SHA1
@@ -27,9 +29,9 @@ type scripts struct {
 
 func newScripts() scripts {
 	return scripts{
-		lookup:     redis.NewScript(lookupLua),
-		fill:       redis.NewScript(fillLua),
-		invalidate: redis.NewScript(invalidateLua),
+		lookup:     redis.NewScript(versionLua + lookupLua),
+		fill:       redis.NewScript(versionLua + fillLua),
+		invalidate: redis.NewScript(versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
 	}
 }

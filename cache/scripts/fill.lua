@@ -20,16 +20,12 @@ if h[1] ~= ARGV[1] .. '@' .. id then
   return 'token'
 end
 
-local floor = tonumber(h[3]) or 0
 local nf = ARGV[8] == '1'
 local ver = ARGV[2]
 if nf then
   ver = h[3] or '0'
-else
-  local n = tonumber(ver)
-  if n < floor or (h[4] and n < tonumber(h[4])) then
-    return 'version'
-  end
+elseif vcmp(ver, h[3] or '0') < 0 or (h[4] and vcmp(ver, h[4]) < 0) then
+  return 'version'
 end
 if now >= tonumber(ARGV[6]) then
   return 'expired'

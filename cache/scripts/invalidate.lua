@@ -6,11 +6,11 @@
 local key = KEYS[1]
 local h = redis.call('HMGET', key, 'floor', 'v', 'gen', 'tok')
 if h[1] then
-  local ver, floor = tonumber(ARGV[1]), tonumber(h[1])
-  if ver < floor then return 2 end
-  if ver == floor then return 1 end
+  local c = vcmp(ARGV[1], h[1])
+  if c < 0 then return 2 end
+  if c == 0 then return 1 end
 end
-if h[2] and tonumber(ARGV[1]) <= tonumber(h[2]) then
+if h[2] and vcmp(ARGV[1], h[2]) <= 0 then
   -- Only reachable if the floor was lost (fill always raises it): restore
   -- it without touching a value that is not older, nor its TTL.
   redis.call('HSET', key, 'floor', ARGV[1])

@@ -1,9 +1,10 @@
 -- LOOKUP(key; min_version, watermark_ms, reset_at_ms, new_token, lease_ms, max_age_ms)
--- Returns {status, v, p, obs, eff, soft, hard, stale, issued}: soft and hard
+-- Returns {status, v, p, obs, eff, soft, hard, stale, issued} (v as a decimal
+-- string when an entry is returned, exact over the int64 range): soft and hard
 -- are computed from the effective observation eff (docs/design.md), issued is
 -- 1 when new_token became the key's lease.
 local key = KEYS[1]
-local minv = tonumber(ARGV[1])
+local minv = ARGV[1]             -- versions stay strings: see vcmp
 local w = tonumber(ARGV[2])      -- 0: watermark unknown
 local reset = tonumber(ARGV[3])  -- 0: no gap known
 local lease = tonumber(ARGV[5])
@@ -13,8 +14,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local h = redis.call('HMGET', key, 'v', 'p', 'obs', 'soft', 'hard', 'nf', 'floor', 'tok', 'texp', 'stale')
-local floor = tonumber(h[7]) or 0
-local need = math.max(floor, minv)
+local need = h[7] or '0'
+if vcmp(minv, need) > 0 then
+  need = minv
+end
 
 -- Tokens are bound to this server incarnation (run_id): a restart that
 -- reloads data, or a key moved to another node, never honours an old token.
@@ -37,7 +40,7 @@ local function issue()
 end
 
 if h[1] then
-  local v = tonumber(h[1])
+  local v = h[1]
   local obs = tonumber(h[3])
   local stale = h[10] == '1'
   local nf = h[6] == '1'
@@ -53,11 +56,11 @@ if h[1] then
   local hard = tonumber(h[5]) + shift
   if now < hard then
     if nf then
-      if not stale and v >= minv then
+      if not stale and vcmp(v, minv) >= 0 then
         return {'not_found', v, '', obs, eff, soft, hard, 0, 0}
       end
-    elseif v >= minv then
-      if v >= need and not stale and now < soft then
+    elseif vcmp(v, minv) >= 0 then
+      if vcmp(v, need) >= 0 and not stale and now < soft then
         if shift > 0 then
           -- An extended entry may outlive the TTL set at fill time.
           local ttl = redis.call('PTTL', key)
