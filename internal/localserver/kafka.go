@@ -360,13 +360,7 @@ func (n *KafkaNode) signal(sig syscall.Signal) {
 	if n.cmd == nil {
 		return
 	}
-	syscall.Kill(-n.cmd.Process.Pid, sig)
-	select {
-	case <-n.done:
-	case <-time.After(60 * time.Second):
-		syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-n.done
-	}
+	signalWait(n.cmd, n.done, sig, true, 60*time.Second)
 	n.cmd = nil
 }
 
