@@ -44,7 +44,7 @@ test-go:
 # can run (build tag realkafka). Needs Java 17+ and Maven; Maven fetches the
 # broker once into ~/.cache/tidemark. One package at a time: each starts its
 # own three JVMs.
-KAFKA_PKGS := ./internal/localserver ./internal/testenv ./internal/broker
+KAFKA_PKGS := ./internal/localserver ./internal/testenv ./internal/broker ./relay ./capture ./applier
 test-kafka:
 	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 1 -tags realkafka -timeout 30m $(KAFKA_PKGS)
 

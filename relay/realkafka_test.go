@@ -38,7 +38,8 @@ func TestRealCheckTopicReplication(t *testing.T) {
 		t.Fatalf("error %q does not name the replication factor and its fix", err)
 	}
 	good := testenv.Unique(t, "good")
-	k.CreateTopic(t, good, 3, nil)
+	policy := "compact,delete"
+	k.CreateTopic(t, good, 3, map[string]*string{"cleanup.policy": &policy})
 	if err := checkProducer(t, k, good).CheckTopic(ctx, DefaultTopicRequirements()); err != nil {
 		t.Fatalf("a 3-replica topic with min.insync.replicas=2: %v", err)
 	}

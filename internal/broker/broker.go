@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -97,8 +98,9 @@ func New(cfg Config, log *slog.Logger) (*Broker, error) {
 
 func newReal(cfg Config, log *slog.Logger) (*Broker, error) {
 	b := &Broker{log: log.With("component", "broker")}
-	dir := cfg.DataDir
-	if dir == "" {
+	// Apache Kafka's files live apart from kfake's in the same data dir.
+	dir := filepath.Join(cfg.DataDir, "apache-kafka-"+localserver.KafkaVersion)
+	if cfg.DataDir == "" {
 		var err error
 		if dir, err = os.MkdirTemp("", "tidemark-kafka-"); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)

@@ -124,7 +124,7 @@ func NewKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 		k.Kill()
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := k.WaitBrokers(wctx); err != nil {
 		k.Kill()
@@ -314,7 +314,7 @@ func (n *KafkaNode) Start() error {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); logFile.Close(); close(done) }()
 	n.cmd, n.done = cmd, done
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		if c, err := dialTCP(n.Addr); err == nil {
 			c.Close()
@@ -327,7 +327,7 @@ func (n *KafkaNode) Start() error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("localserver: kafka node %d did not listen on %s within 90s:\n%s", n.ID, n.Addr, n.LogTail())
+			return fmt.Errorf("localserver: kafka node %d did not listen on %s within 3m:\n%s", n.ID, n.Addr, n.LogTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -360,13 +360,7 @@ func (n *KafkaNode) signal(sig syscall.Signal) {
 	if n.cmd == nil {
 		return
 	}
-	syscall.Kill(-n.cmd.Process.Pid, sig)
-	select {
-	case <-n.done:
-	case <-time.After(60 * time.Second):
-		syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-n.done
-	}
+	signalWait(n.cmd, n.done, sig, true, 60*time.Second)
 	n.cmd = nil
 }
 

@@ -40,7 +40,7 @@ func TestKafkaClusterKillRestart(t *testing.T) {
 	}
 	victim := k.Node(2)
 	victim.Kill()
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer wcancel()
 	if err := k.WaitBrokers(wctx); err != nil {
 		t.Fatal(err)

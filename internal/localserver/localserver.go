@@ -6,6 +6,8 @@ package localserver
 import (
 	"fmt"
 	"net"
+	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -21,4 +23,21 @@ func FreePort() (int, error) {
 
 func dialTCP(addr string) (net.Conn, error) {
 	return net.DialTimeout("tcp", addr, time.Second)
+}
+
+// signalWait sends sig to cmd (to its whole process group when group) and
+// waits for it to exit (done closes then), killing the group with SIGKILL
+// after grace.
+func signalWait(cmd *exec.Cmd, done <-chan struct{}, sig syscall.Signal, group bool, grace time.Duration) {
+	if group {
+		syscall.Kill(-cmd.Process.Pid, sig)
+	} else {
+		cmd.Process.Signal(sig)
+	}
+	select {
+	case <-done:
+	case <-time.After(grace):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
 }

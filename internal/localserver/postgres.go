@@ -250,17 +250,9 @@ func (pg *Postgres) signal(sig syscall.Signal) {
 	if pg.cmd == nil {
 		return
 	}
-	if sig == syscall.SIGKILL {
-		syscall.Kill(-pg.cmd.Process.Pid, sig) // the whole process group
-	} else {
-		pg.cmd.Process.Signal(sig)
-	}
-	select {
-	case <-pg.done:
-	case <-time.After(30 * time.Second):
-		syscall.Kill(-pg.cmd.Process.Pid, syscall.SIGKILL)
-		<-pg.done
-	}
+	// SIGKILL goes to the whole process group (the backends too); a clean
+	// stop is the postmaster's to order.
+	signalWait(pg.cmd, pg.done, sig, sig == syscall.SIGKILL, 30*time.Second)
 	pg.cmd = nil
 }
 

@@ -133,13 +133,7 @@ func (r *Redis) signal(sig syscall.Signal) {
 	if r.cmd == nil {
 		return
 	}
-	r.cmd.Process.Signal(sig)
-	select {
-	case <-r.done:
-	case <-time.After(10 * time.Second):
-		r.cmd.Process.Kill()
-		<-r.done
-	}
+	signalWait(r.cmd, r.done, sig, false, 10*time.Second)
 	r.cmd = nil
 }
 

@@ -94,7 +94,7 @@ func newRealKafka(nodes int, conf map[string]string) (*localserver.Kafka, error)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	k, err := localserver.NewKafka(ctx, localserver.KafkaConfig{Dir: dir, Nodes: nodes, Conf: conf})
 	if err != nil {
