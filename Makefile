@@ -5,9 +5,11 @@ PKGS      := ./...
 # The local run and the tests need redis-server (and kcat for manual checks);
 # PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin);
 # the real-Kafka tests need Java 17+ and Maven (which fetches the broker).
-DEPS_APT  := redis-server kcat
+# The tests also need promtool (Debian's prometheus package) for the alert
+# rules and chromium for the status-page browser test.
+DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-kafka lint bench deps fuzz clean
+.PHONY: build run test test-go test-kafka test-rules lint bench deps fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
@@ -22,19 +24,27 @@ deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
 # The tests: lint, then every package with the race detector against real
 # Postgres, Redis and kfake started by the tests themselves, then the
 # real-Kafka suite.
-test: deps lint test-go test-kafka
+test: deps lint test-rules test-go test-kafka
+
+# The alert rules load, and each alert fires when it should and stays
+# silent when healthy (compose/prometheus/alerts_test.yml).
+test-rules:
+	promtool check rules compose/prometheus/alerts.yml
+	cd compose/prometheus && promtool test rules alerts_test.yml
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)
