@@ -9,7 +9,12 @@ PKGS      := ./...
 # rules and chromium for the status-page browser test.
 DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-kafka test-rules lint bench deps fuzz clean
+.PHONY: build run test test-go test-kafka test-rules schemathesis lint bench deps fuzz clean
+
+# schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
+# in ./api) lives in a venv outside the repository, at a pinned version.
+SCHEMATHESIS_VERSION := 4.32.5
+SCHEMATHESIS_VENV    := $(HOME)/.cache/tidemark-schemathesis
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
@@ -38,13 +43,20 @@ deps:
 # The tests: lint, then every package with the race detector against real
 # Postgres, Redis and kfake started by the tests themselves, then the
 # real-Kafka suite.
-test: deps lint test-rules test-go test-kafka
+test: deps lint test-rules schemathesis test-go test-kafka
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
 test-rules:
 	promtool check rules compose/prometheus/alerts.yml
 	cd compose/prometheus && promtool test rules alerts_test.yml
+
+schemathesis:
+	@if ! "$(SCHEMATHESIS_VENV)/bin/st" --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)"; then \
+		echo "installing schemathesis $(SCHEMATHESIS_VERSION) into $(SCHEMATHESIS_VENV)"; \
+		rm -rf "$(SCHEMATHESIS_VENV)" && python3 -m venv "$(SCHEMATHESIS_VENV)" && \
+		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
+	fi
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)

@@ -79,8 +79,9 @@ var errIfMatch = errors.New(`If-Match must be one strong ETag from an earlier re
 // be given only when they agree. byIfMatch reports that If-Match set it, so
 // a mismatch answers 412 Precondition Failed rather than 409.
 func expectedVersion(r *http.Request, fromRequest *int64) (v int64, byIfMatch bool, err error) {
+	_, present := r.Header["If-Match"] // present but empty is malformed, not absent
 	im := strings.TrimSpace(r.Header.Get("If-Match"))
-	if im == "" {
+	if !present {
 		if fromRequest == nil || *fromRequest < 1 {
 			return 0, false, errors.New("expected_version (or an If-Match header) is required and must be a positive integer")
 		}

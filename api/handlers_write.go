@@ -38,6 +38,9 @@ const maxIdempotencyKey = 255
 
 func idempotencyKey(r *http.Request, required bool) (string, error) {
 	k := r.Header.Get("Idempotency-Key")
+	if _, sent := r.Header["Idempotency-Key"]; sent && k == "" {
+		return "", errors.New("Idempotency-Key must not be empty")
+	}
 	if k == "" {
 		if required {
 			return "", errors.New("the Idempotency-Key header is required")

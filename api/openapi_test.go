@@ -161,6 +161,7 @@ func TestOpenAPIStatusCodesAreReal(t *testing.T) {
 	check(patch, "PATCH", "/v1/catalog/items/oa", key, `{"expected_version":1,"display":{"t":4}}`, 409, "Idempotency-Key", "oa-p3")
 	check(patch, "PATCH", "/v1/catalog/items/oa", key, `{"expected_version":1,"display":{"t":4}}`, 400, "Idempotency-Key", "oa-p4", "If-Match", `"2"`)
 	check(patch, "PATCH", "/v1/catalog/items/oa", key, `{"display":{"t":4}}`, 400, "Idempotency-Key", "oa-p5", "If-Match", `W/"2"`)
+	check(patch, "PATCH", "/v1/catalog/items/oa", key, `{"expected_version":2,"display":{"t":4}}`, 400, "Idempotency-Key", "oa-p7", "If-Match", "")
 	check(patch, "PATCH", "/v1/catalog/items/oa", key, `{"display":{"t":5}}`, 422, "Idempotency-Key", "oa-p2", "If-Match", `"2"`)
 	check(patch, "PATCH", "/v1/catalog/items/none", key, `{"display":{"t":5}}`, 404, "Idempotency-Key", "oa-p6", "If-Match", `"1"`)
 	check(patch, "PATCH", "/v1/catalog/items/oa", "", `{"display":1}`, 401)
