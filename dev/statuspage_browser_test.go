@@ -77,6 +77,23 @@ func readPage(ctx context.Context, url string) (pageState, error) {
 	return st, err
 }
 
+// waitVerdict polls the page in the browser until it shows want.
+func waitVerdict(t *testing.T, ctx context.Context, url, want string, within time.Duration, when string) pageState {
+	t.Helper()
+	var st pageState
+	testenv.Eventually(t, within, "verdict "+want+" "+when, func() error {
+		var err error
+		if st, err = readPage(ctx, url); err != nil {
+			return err
+		}
+		if st.verdict != want {
+			return fmt.Errorf("verdict %q (%s)", st.verdict, st.reason)
+		}
+		return nil
+	})
+	return st
+}
+
 // TestStatusPageInBrowser drives the serve process's status page with
 // headless Chromium: the verdict is OK with a plotted history and the
 // partition table, it flips to AT RISK while the applier is paused
@@ -102,30 +119,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	checkStatusJSON(t, e)
 	e.applier.signal(syscall.SIGSTOP)
 	t.Cleanup(func() { e.applier.signal(syscall.SIGCONT) })
-	testenv.Eventually(t, 40*time.Second, "verdict AT RISK while the applier is paused", func() error {
-		var err error
-		if st, err = readPage(ctx, url); err != nil {
-			return err
-		}
-		if st.verdict != status.AtRisk {
-			return fmt.Errorf("verdict %q (%s)", st.verdict, st.reason)
-		}
-		return nil
-	})
+	st = waitVerdict(t, ctx, url, status.AtRisk, 40*time.Second, "while the applier is paused")
 	if !strings.Contains(st.reason, "warn") {
 		t.Errorf("AT RISK reason %q does not say which level was crossed", st.reason)
 	}
 	e.applier.signal(syscall.SIGCONT)
-	testenv.Eventually(t, 60*time.Second, "verdict OK once the applier resumes", func() error {
-		var err error
-		if st, err = readPage(ctx, url); err != nil {
-			return err
-		}
-		if st.verdict != status.OK {
-			return fmt.Errorf("verdict %q (%s)", st.verdict, st.reason)
-		}
-		return nil
-	})
+	waitVerdict(t, ctx, url, status.OK, 60*time.Second, "once the applier resumes")
 	shot := os.Getenv("TIDEMARK_STATUS_SCREENSHOT")
 	if shot == "" {
 		shot = filepath.Join(t.TempDir(), "status-page.png")

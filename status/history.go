@@ -44,23 +44,35 @@ func (r *ring) samples() []Sample {
 	return append(append([]Sample(nil), r.buf[r.next:]...), r.buf[:r.next]...)
 }
 
-// histSnapshot is a cumulative histogram read from the registry.
-type histSnapshot struct {
-	at      time.Time
-	count   float64
-	buckets map[float64]float64 // upper bound -> cumulative count
+// Histogram is a cumulative histogram read from a registry (the sum over
+// its series), for quantiles between two reads.
+type Histogram struct {
+	At      time.Time
+	Count   float64
+	Buckets map[float64]float64 // upper bound -> cumulative count
+}
+
+// Add adds one series' buckets.
+func (h *Histogram) Add(m *dto.Histogram) {
+	if h.Buckets == nil {
+		h.Buckets = map[float64]float64{}
+	}
+	h.Count += float64(m.GetSampleCount())
+	for _, b := range m.GetBucket() {
+		h.Buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+	}
 }
 
 // localMetrics is what one gather of the process's own registry yields.
 type localMetrics struct {
 	watermarkAge  float64 // max over series; NaN when absent
 	oldestPending float64
-	commitApply   histSnapshot
+	commitApply   Histogram
 }
 
 func gatherLocal(g prometheus.Gatherer, now time.Time) localMetrics {
 	lm := localMetrics{watermarkAge: math.NaN(), oldestPending: math.NaN(),
-		commitApply: histSnapshot{at: now, buckets: map[float64]float64{}}}
+		commitApply: Histogram{At: now}}
 	if g == nil {
 		return lm
 	}
@@ -73,11 +85,7 @@ func gatherLocal(g prometheus.Gatherer, now time.Time) localMetrics {
 			lm.oldestPending = maxGauge(mf)
 		case "tidemark_applier_commit_to_apply_seconds":
 			for _, m := range mf.GetMetric() {
-				h := m.GetHistogram()
-				lm.commitApply.count += float64(h.GetSampleCount())
-				for _, b := range h.GetBucket() {
-					lm.commitApply.buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-				}
+				lm.commitApply.Add(m.GetHistogram())
 			}
 		}
 	}
@@ -94,23 +102,23 @@ func maxGauge(mf *dto.MetricFamily) float64 {
 	return v
 }
 
-// quantile of the observations between two snapshots, interpolated linearly
+// Quantile of the observations between two reads, interpolated linearly
 // inside the bucket that holds it (as Prometheus's histogram_quantile does);
 // NaN without observations.
-func quantile(q float64, prev, cur histSnapshot) float64 {
-	n := cur.count - prev.count
+func Quantile(q float64, prev, cur Histogram) float64 {
+	n := cur.Count - prev.Count
 	if n <= 0 {
 		return math.NaN()
 	}
-	bounds := make([]float64, 0, len(cur.buckets))
-	for b := range cur.buckets {
+	bounds := make([]float64, 0, len(cur.Buckets))
+	for b := range cur.Buckets {
 		bounds = append(bounds, b)
 	}
 	sort.Float64s(bounds)
 	rank := q * n
 	lower, below := 0.0, 0.0
 	for _, b := range bounds {
-		in := cur.buckets[b] - prev.buckets[b]
+		in := cur.Buckets[b] - prev.Buckets[b]
 		if in >= rank {
 			if math.IsInf(b, 1) {
 				return lower // beyond the largest bucket: its bound is all we know

@@ -66,7 +66,7 @@ type Page struct {
 
 	mu       sync.Mutex
 	ring     *ring
-	hist     []histSnapshot // commit->apply snapshots of the last p99Window
+	hist     []Histogram // commit->apply snapshots of the last p99Window
 	report   *Report
 	checkErr error
 }
@@ -125,13 +125,13 @@ func (p *Page) sample(ctx context.Context) {
 			s.WatermarkAgeS = *rep.WatermarkAgeS
 		}
 	}
-	if len(lm.commitApply.buckets) > 0 {
+	if len(lm.commitApply.Buckets) > 0 {
 		p.hist = append(p.hist, lm.commitApply)
-		for len(p.hist) > 2 && now.Sub(p.hist[1].at) >= p99Window {
+		for len(p.hist) > 2 && now.Sub(p.hist[1].At) >= p99Window {
 			p.hist = p.hist[1:]
 		}
 		if len(p.hist) > 1 {
-			s.CommitApplyP99S = quantile(0.99, p.hist[0], lm.commitApply)
+			s.CommitApplyP99S = Quantile(0.99, p.hist[0], lm.commitApply)
 		}
 	}
 	p.ring.add(s)
@@ -224,10 +224,17 @@ func (p *Page) plot(samples []Sample) svgchart.Chart {
 	if slo > 0 {
 		rules = append(rules, svgchart.Rule{Y: slo, Label: fmt.Sprintf("SLO %gs", slo), Color: "#dc322f"})
 	}
+	// The X axis spans the history kept so far (at least a minute), up to
+	// the window: a young process's few samples are not a sliver at the edge.
+	span := time.Minute
+	if len(samples) > 0 {
+		span = max(span, now.Sub(samples[0].At).Round(time.Second))
+	}
+	span = min(span, p.cfg.Window)
 	return svgchart.Chart{
-		Title: "Freshness, last " + p.cfg.Window.String(), XLabel: "time", YLabel: "seconds",
+		Title: fmt.Sprintf("Freshness, last %s (keeps %s)", span, p.cfg.Window), XLabel: "time", YLabel: "seconds",
 		Width: 760, Height: 300, Series: series, Rules: rules,
-		XMin: -p.cfg.Window.Seconds(), XMax: 0,
+		XMin: -span.Seconds(), XMax: 0,
 		XTick: func(x float64) string {
 			if x > -1 {
 				return "now"

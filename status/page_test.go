@@ -27,12 +27,12 @@ func TestRingKeepsNewest(t *testing.T) {
 // The plotted p99 is interpolated within its bucket, from the observations
 // between two snapshots only.
 func TestQuantileBetweenSnapshots(t *testing.T) {
-	prev := histSnapshot{count: 100, buckets: map[float64]float64{0.1: 100, 1: 100, math.Inf(1): 100}}
-	cur := histSnapshot{count: 200, buckets: map[float64]float64{0.1: 100, 1: 200, math.Inf(1): 200}}
-	if q := quantile(0.99, prev, cur); math.Abs(q-0.991) > 1e-9 {
+	prev := Histogram{Count: 100, Buckets: map[float64]float64{0.1: 100, 1: 100, math.Inf(1): 100}}
+	cur := Histogram{Count: 200, Buckets: map[float64]float64{0.1: 100, 1: 200, math.Inf(1): 200}}
+	if q := Quantile(0.99, prev, cur); math.Abs(q-0.991) > 1e-9 {
 		t.Fatalf("p99 = %v, want 0.991 (99%% of the way through the 0.1-1 bucket)", q)
 	}
-	if q := quantile(0.99, cur, cur); !math.IsNaN(q) {
+	if q := Quantile(0.99, cur, cur); !math.IsNaN(q) {
 		t.Fatalf("p99 without observations = %v, want NaN", q)
 	}
 }
