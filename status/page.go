@@ -269,7 +269,7 @@ h1{font-size:1.3em;margin:0 0 .5em}
 .verdict{display:inline-block;padding:.3em .8em;border-radius:.3em;font-weight:bold;font-size:1.4em;color:#fff}
 .ok{background:#2e7d32}.at-risk{background:#ef8f00}.breached{background:#c62828}.unknown{background:#757575}
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:.2em .8em;text-align:right;border-bottom:1px solid #ddd}
-th{background:#f4f4f4}.k{text-align:left;color:#555;white-space:nowrap}#summary td:nth-child(2){text-align:left}small{color:#777}
+th{background:#f4f4f4}.stalled{color:#c62828}.k{text-align:left;color:#555;white-space:nowrap}#summary td:nth-child(2){text-align:left}small{color:#777}
 </style></head><body>
 <h1>tidemark status{{if .Process}} <small>({{.Process}})</small>{{end}}</h1>
 <p><span id="verdict" class="verdict {{.Class}}">{{.Verdict}}</span> <span id="reason">{{.Reason}}</span></p>
@@ -281,11 +281,12 @@ th{background:#f4f4f4}.k{text-align:left;color:#555;white-space:nowrap}#summary 
 <tr><td class="k">reset_at</td><td>{{if .ResetAt}}{{.ResetAt.Format "2006-01-02T15:04:05Z07:00"}}{{else}}none{{end}}</td><td></td></tr>
 <tr><td class="k">consumer lag</td><td>{{.TotalLag}} records</td><td></td></tr>
 <tr><td class="k">DLQ depth</td><td id="dlq">{{.DLQDepth}} records</td><td></td></tr>
+{{with .EvictionPolicy}}<tr><td class="k">maxmemory-policy</td><td id="maxmemory">{{range $addr, $pol := .}}{{$addr}} {{$pol}}<br>{{end}}</td><td></td></tr>{{end}}
 <tr><td class="k">replication slot</td><td id="slot">{{with .Slot}}{{.Name}}: {{if not .Exists}}missing{{else}}{{if .Active}}active{{else}}inactive{{end}}, lag {{$.SlotLag}}, wal_status {{.WALStatus}}{{end}}{{else}}not checked (no Postgres address){{end}}</td><td></td></tr>
 </table>
 <table id="partitions">
-<tr><th>partition</th><th>end offset</th><th>last applied</th><th>lag</th><th>watermark age</th></tr>
-{{range .Partitions}}<tr><td>{{.Partition}}</td><td>{{.EndOffset}}</td><td>{{if ge .Committed 0}}{{.Committed}}{{else}}-{{end}}</td><td>{{.Lag}}</td><td>{{age .WatermarkAgeS}}</td></tr>
+<tr><th>partition</th><th>end offset</th><th>last applied</th><th>lag</th><th>watermark age</th><th class="k">state</th></tr>
+{{range .Partitions}}<tr><td>{{.Partition}}</td><td>{{.EndOffset}}</td><td>{{if ge .Committed 0}}{{.Committed}}{{else}}-{{end}}</td><td>{{.Lag}}</td><td>{{age .WatermarkAgeS}}</td><td class="k">{{with .Stalled}}<b class="stalled">STALLED</b> since {{.Since.UTC.Format "15:04:05"}} on {{.Op}}: {{.Error}}{{else}}moving{{end}}</td></tr>
 {{end}}</table>
 {{end}}
 </body></html>
