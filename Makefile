@@ -5,9 +5,16 @@ PKGS      := ./...
 # The local run and the tests need redis-server (and kcat for manual checks);
 # PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin);
 # the real-Kafka tests need Java 17+ and Maven (which fetches the broker).
-DEPS_APT  := redis-server kcat
+# The tests also need promtool (Debian's prometheus package) for the alert
+# rules and chromium for the status-page browser test.
+DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-kafka lint bench deps fuzz clean
+.PHONY: build run test test-go test-kafka test-rules schemathesis lint bench deps fuzz clean
+
+# schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
+# in ./api) lives in a venv outside the repository, at a pinned version.
+SCHEMATHESIS_VERSION := 4.32.5
+SCHEMATHESIS_VENV    := $(HOME)/.cache/tidemark-schemathesis
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
@@ -22,19 +29,34 @@ deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
 # The tests: lint, then every package with the race detector against real
 # Postgres, Redis and kfake started by the tests themselves, then the
 # real-Kafka suite.
-test: deps lint test-go test-kafka
+test: deps lint test-rules schemathesis test-go test-kafka
+
+# The alert rules load, and each alert fires when it should and stays
+# silent when healthy (compose/prometheus/alerts_test.yml).
+test-rules:
+	promtool check rules compose/prometheus/alerts.yml
+	cd compose/prometheus && promtool test rules alerts_test.yml
+
+schemathesis:
+	@if ! "$(SCHEMATHESIS_VENV)/bin/st" --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)"; then \
+		echo "installing schemathesis $(SCHEMATHESIS_VERSION) into $(SCHEMATHESIS_VENV)"; \
+		rm -rf "$(SCHEMATHESIS_VENV)" && python3 -m venv "$(SCHEMATHESIS_VENV)" && \
+		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
+	fi
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)

@@ -38,6 +38,9 @@ const maxIdempotencyKey = 255
 
 func idempotencyKey(r *http.Request, required bool) (string, error) {
 	k := r.Header.Get("Idempotency-Key")
+	if _, sent := r.Header["Idempotency-Key"]; sent && k == "" {
+		return "", errors.New("Idempotency-Key must not be empty")
+	}
 	if k == "" {
 		if required {
 			return "", errors.New("the Idempotency-Key header is required")
@@ -120,8 +123,9 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	if req.ExpectedVersion == nil || *req.ExpectedVersion < 1 {
-		writeError(w, http.StatusBadRequest, "bad_request", "expected_version is required and must be a positive integer")
+	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	display, err := validDisplay(req.Display)
@@ -129,11 +133,10 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	expected := *req.ExpectedVersion
 	hash := requestHash([]byte("PATCH"), []byte(id), []byte(strconv.FormatInt(expected, 10)), display)
 	s.runWrite(w, r, tenant, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
 		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
-			return o, err
+			return preconditionFailed(o, byIfMatch), err
 		}
 		var v int64
 		err := tx.QueryRow(ctx, `UPDATE catalog.items SET version = version + 1, display = $3, updated_at = now()
@@ -156,15 +159,24 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	expected, err := strconv.ParseInt(r.URL.Query().Get("expected_version"), 10, 64)
-	if err != nil || expected < 1 {
-		writeError(w, http.StatusBadRequest, "bad_request", "expected_version is required and must be a positive integer")
+	var fromQuery *int64
+	if q := r.URL.Query().Get("expected_version"); q != "" {
+		v, err := strconv.ParseInt(q, 10, 64)
+		if err != nil || v < 1 {
+			writeError(w, http.StatusBadRequest, "bad_request", "expected_version must be a positive integer")
+			return
+		}
+		fromQuery = &v
+	}
+	expected, byIfMatch, err := expectedVersion(r, fromQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	hash := requestHash([]byte("DELETE"), []byte(id), []byte(strconv.FormatInt(expected, 10)))
 	s.runWrite(w, r, tenant, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
 		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
-			return o, err
+			return preconditionFailed(o, byIfMatch), err
 		}
 		var v int64
 		// A tombstone keeps its row and its increasing version, so the
@@ -188,11 +200,11 @@ func lockForChange(ctx context.Context, tx pgx.Tx, tenant, id string, expected i
 	err := tx.QueryRow(ctx, `SELECT version, state FROM catalog.items WHERE tenant_id = $1 AND item_id = $2 FOR UPDATE`, tenant, id).Scan(&current, &state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return writeOutcome{http.StatusNotFound, errorJSON{Error: "no such item", Code: "not_found"}}, true, nil
+		return writeOutcome{http.StatusNotFound, errorJSON{Detail: "no such item", Code: "not_found"}}, true, nil
 	case err != nil:
 		return writeOutcome{}, false, err
 	case state == "deleted":
-		return writeOutcome{http.StatusNotFound, errorJSON{Error: "the item is deleted", Code: "deleted", ItemID: id, CurrentVersion: &current}}, true, nil
+		return writeOutcome{http.StatusNotFound, errorJSON{Detail: "the item is deleted", Code: "deleted", ItemID: id, CurrentVersion: &current}}, true, nil
 	case current != expected:
 		return conflict(id, current, "expected_version does not match the current version"), true, nil
 	}
@@ -200,7 +212,7 @@ func lockForChange(ctx context.Context, tx pgx.Tx, tenant, id string, expected i
 }
 
 func conflict(id string, current int64, msg string) writeOutcome {
-	return writeOutcome{http.StatusConflict, errorJSON{Error: msg, Code: "version_conflict", ItemID: id, CurrentVersion: &current}}
+	return writeOutcome{http.StatusConflict, errorJSON{Detail: msg, Code: "version_conflict", ItemID: id, CurrentVersion: &current}}
 }
 
 // runWrite runs do in one read-committed transaction and, with an
@@ -225,8 +237,9 @@ func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, key st
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentType(status))
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	setItemETag(w, status, body)
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }
@@ -247,7 +260,7 @@ func (s *Server) write(ctx context.Context, tenant, key string, hash []byte,
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("api: write: %w", err)
 	}
-	body, err = json.Marshal(o.body)
+	body, err = json.Marshal(asProblem(o.status, o.body))
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("api: write: encode: %w", err)
 	}

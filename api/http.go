@@ -42,7 +42,7 @@ func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Reques
 			writeError(sw, http.StatusServiceUnavailable, "unavailable", "the API key cannot be checked right now")
 			return
 		}
-		h(sw, r, tenant)
+		h(conditional(sw, r), r, tenant)
 	})
 }
 
@@ -63,30 +63,12 @@ type itemJSON struct {
 	Display json.RawMessage `json:"display"`
 }
 
-type errorJSON struct {
-	Error          string `json:"error"`
-	Code           string `json:"code"`
-	ItemID         string `json:"item_id,omitempty"`
-	CurrentVersion *int64 `json:"current_version,omitempty"`
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed","code":"internal"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(code)
-	w.Write(append(b, '\n'))
-}
-
 func writeError(w http.ResponseWriter, code int, short, msg string) {
-	writeJSON(w, code, errorJSON{Error: msg, Code: short})
+	writeProblem(w, code, errorJSON{Detail: msg, Code: short})
 }
 
 func writeVersionError(w http.ResponseWriter, code int, short, msg, item string, current int64) {
-	writeJSON(w, code, errorJSON{Error: msg, Code: short, ItemID: item, CurrentVersion: &current})
+	writeProblem(w, code, errorJSON{Detail: msg, Code: short, ItemID: item, CurrentVersion: &current})
 }
 
 // writeItem is the hot path's writeJSON: the payload is JSON already (it came
@@ -107,6 +89,7 @@ func writeItem(w http.ResponseWriter, item string, version int64, display []byte
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("ETag", etag(version))
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 }

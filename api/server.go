@@ -149,6 +149,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/catalog/items", s.endpoint(routeCreate, s.createItem))
 	mux.Handle("PATCH /v1/catalog/items/{id}", s.endpoint(routePatch, s.patchItem))
 	mux.Handle("DELETE /v1/catalog/items/{id}", s.endpoint(routeDelete, s.deleteItem))
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return mux
 }
 

@@ -219,7 +219,7 @@ func (d *Dev) banner(ep Endpoints, p *pipeline, keys []apiKey, fresh bool) {
 	api := "http://" + d.cfg.Pipeline.APIAddr
 	fmt.Fprintf(w, "\ntidemark dev is running (Ctrl-C stops everything in order; %s is reused next time)\n\n", d.cfg.DataDir)
 	fmt.Fprintf(w, "  API        %s/v1/catalog/items/{id}\n", api)
-	fmt.Fprintf(w, "  metrics    http://%s/metrics   (also /healthz, /readyz)\n", p.metricsAddr)
+	fmt.Fprintf(w, "  status     http://%s/   (also /status.json, /metrics, /healthz, /readyz)\n", p.metricsAddr)
 	fmt.Fprintf(w, "  postgres   %s\n", ep.PG)
 	fmt.Fprintf(w, "  redis      %s\n", ep.Redis)
 	fmt.Fprintf(w, "  kafka      %s   topic %s\n", strings.Join(ep.Brokers, ","), d.cfg.Pipeline.Topic)
@@ -340,19 +340,27 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 		rdb.Close()
 		return nil, err
 	}
+	page, err := st.StatusPage(reg)
+	if err != nil {
+		pool.Close()
+		rdb.Close()
+		return nil, err
+	}
 	tel, err := telemetry.NewServer(metricsAddr, reg, log, capt.Ready, app.Ready, srv.Ready)
 	if err != nil {
 		pool.Close()
 		rdb.Close()
 		return nil, err
 	}
+	tel.Handle("/", page.Handler())
 	p := &pipeline{metricsAddr: tel.Addr(), fail: make(chan struct{}), stats: &statsSource{gather: reg, cache: cc}}
 	stopCache := p.stage("cache", cc.Run)
 	stopApplier := p.stage("applier", app.Run)
 	stopCapture := p.stage("capture", capt.Run)
 	stopAPI := p.stage("api", srv.Run)
 	stopTel := p.stage("telemetry", tel.Run)
-	p.stopFns = []func() error{stopAPI, stopCapture, stopApplier, stopCache, stopTel,
+	stopPage := p.stage("status page", page.Run)
+	p.stopFns = []func() error{stopAPI, stopCapture, stopApplier, stopCache, stopPage, stopTel,
 		func() error { pool.Close(); return rdb.Close() }}
 
 	// Ready when every stage says so (the watermark is known, the API listens).

@@ -35,7 +35,26 @@ type proc struct {
 	args []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *lockedBuffer
+}
+
+// lockedBuffer is the process's output: written by exec's copier while a
+// failing test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (p *proc) start() {
@@ -43,7 +62,7 @@ func (p *proc) start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cmd := exec.Command(testenv.Binary(p.t), p.args...)
-	p.log = &bytes.Buffer{}
+	p.log = &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -61,6 +80,15 @@ func (p *proc) kill() {
 	p.cmd.Process.Kill()
 	p.cmd.Wait()
 	p.cmd = nil
+}
+
+// signal sends sig to the running process (SIGSTOP pauses it).
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.cmd.Process.Signal(sig)
+	}
 }
 
 func (p *proc) stop() {
@@ -104,6 +132,9 @@ type e2e struct {
 	capture  *proc
 	applier  *proc
 	serve    *proc
+	// serveMetrics is the serve process's metrics address (status page).
+	serveMetrics string
+	slot         string
 }
 
 func freeAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
@@ -124,14 +155,17 @@ func newE2E(t *testing.T) *e2e {
 	}
 	t.Cleanup(e.pool.Close)
 	slot := testenv.Unique(t, "slot")
+	e.slot = slot
 	apiAddr := freeAddr(t)
 	e.apiBase = "http://" + apiAddr
 	e.capture = &proc{t: t, name: "capture", args: []string{"capture", "--pg", e.dsn, "--kafka", e.brokers, "--topic", e.topic,
 		"--slot", slot, "--partitions", "6", "--metrics-addr", freeAddr(t)}}
 	e.applier = &proc{t: t, name: "apply", args: []string{"apply", "--kafka", e.brokers, "--redis", e.redisURL, "--topic", e.topic,
 		"--group", e.group, "--session-timeout", "2s", "--metrics-addr", freeAddr(t)}}
+	e.serveMetrics = freeAddr(t)
 	e.serve = &proc{t: t, name: "serve", args: []string{"serve", "--pg", e.dsn, "--redis", e.redisURL, "--addr", apiAddr,
-		"--metrics-addr", freeAddr(t)}}
+		"--metrics-addr", e.serveMetrics, "--kafka", e.brokers, "--topic", e.topic, "--group", e.group, "--slot", slot,
+		"--status-every", "1s"}}
 	for _, p := range []*proc{e.capture, e.applier, e.serve} {
 		p.start()
 		t.Cleanup(p.kill)

@@ -17,6 +17,7 @@ import (
 	"tidemark/applier"
 	"tidemark/cache"
 	"tidemark/capture"
+	"tidemark/status"
 )
 
 // Endpoints are the servers a pipeline talks to.
@@ -35,18 +36,22 @@ type PipelineConfig struct {
 	Partitions int
 	APIAddr    string
 	Cache      cache.Config
+	// StatusEvery is how often the status page at / of the metrics
+	// address samples the pipeline.
+	StatusEvery time.Duration
 }
 
 // DefaultPipelineConfig matches the stand-alone commands' defaults.
 func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
-		Topic:      "tidemark.invalidations",
-		Namespace:  "catalog",
-		Slot:       "tidemark",
-		Group:      "tidemark-applier",
-		Partitions: 12,
-		APIAddr:    "127.0.0.1:8080",
-		Cache:      cache.DefaultConfig(),
+		Topic:       "tidemark.invalidations",
+		Namespace:   "catalog",
+		Slot:        "tidemark",
+		Group:       "tidemark-applier",
+		Partitions:  12,
+		APIAddr:     "127.0.0.1:8080",
+		Cache:       cache.DefaultConfig(),
+		StatusEvery: status.DefaultPageConfig().Every,
 	}
 }
 
@@ -122,6 +127,18 @@ func (s *Stages) APIConfig() api.Config {
 // API builds the API server.
 func (s *Stages) API(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, reg prometheus.Registerer) (*api.Server, error) {
 	return api.New(s.APIConfig(), api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: s.log, Registerer: reg})
+}
+
+// StatusPage builds the status page of these endpoints on the process's
+// registry.
+func (s *Stages) StatusPage(g prometheus.Gatherer) (*status.Page, error) {
+	cfg := status.DefaultPageConfig()
+	cfg.Process = "tidemark dev"
+	cfg.Every = s.cfg.StatusEvery
+	c := &cfg.Check
+	c.Brokers, c.Redis, c.PG = s.ep.Brokers, s.ep.Redis, s.ep.PG
+	c.Topic, c.Group, c.Namespace, c.Slot = s.cfg.Topic, s.cfg.Group, s.cfg.Namespace, s.cfg.Slot
+	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: s.log})
 }
 
 // waitFor polls f until it returns nil or ctx ends.

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"tidemark/cache"
+	"tidemark/status"
 )
 
 // statsSource reads the process's own metrics, so the status line shows
@@ -25,12 +24,11 @@ type statsSource struct {
 type snapshot struct {
 	at          time.Time
 	sourceReads float64
-	buckets     map[float64]float64 // commit-to-apply upper bound -> cumulative count
-	count       float64
+	commitApply status.Histogram
 }
 
 func (s *statsSource) snapshot() snapshot {
-	snap := snapshot{at: time.Now(), buckets: map[float64]float64{}}
+	snap := snapshot{at: time.Now()}
 	mfs, _ := s.gather.Gather()
 	for _, mf := range mfs {
 		switch mf.GetName() {
@@ -40,39 +38,16 @@ func (s *statsSource) snapshot() snapshot {
 			}
 		case "tidemark_applier_commit_to_apply_seconds":
 			for _, m := range mf.GetMetric() {
-				addHistogram(&snap, m.GetHistogram())
+				snap.commitApply.Add(m.GetHistogram())
 			}
 		}
 	}
 	return snap
 }
 
-func addHistogram(s *snapshot, h *dto.Histogram) {
-	s.count += float64(h.GetSampleCount())
-	for _, b := range h.GetBucket() {
-		s.buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-	}
-}
-
-// p99 between two snapshots from the histogram buckets (upper bound of the
-// bucket holding the 99th percentile); NaN without samples.
-func p99(prev, cur snapshot) float64 {
-	n := cur.count - prev.count
-	if n <= 0 {
-		return math.NaN()
-	}
-	bounds := make([]float64, 0, len(cur.buckets))
-	for b := range cur.buckets {
-		bounds = append(bounds, b)
-	}
-	sort.Float64s(bounds)
-	for _, b := range bounds {
-		if cur.buckets[b]-prev.buckets[b] >= 0.99*n {
-			return b
-		}
-	}
-	return math.Inf(1)
-}
+// p99 between two snapshots (the status page's interpolation); NaN without
+// samples.
+func p99(prev, cur snapshot) float64 { return status.Quantile(0.99, prev.commitApply, cur.commitApply) }
 
 type statusLine struct {
 	out  io.Writer

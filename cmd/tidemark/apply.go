@@ -13,6 +13,7 @@ import (
 // applyCmd wires flags into applier.Config and runs the group applier with
 // the metrics endpoint.
 type applyCmd struct {
+	statusPageFlag
 	Kafka          string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Redis          string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
 	Topic          string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
@@ -23,8 +24,10 @@ type applyCmd struct {
 	Linger         time.Duration `name:"linger" env:"TIDEMARK_LINGER" default:"0s" help:"How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch)."`
 	CommitInterval time.Duration `name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"1s" help:"How often applied offsets are committed."`
 	HardLifetime   time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Cache hard lifetime: the span re-applied after a cache-tier failover (plus lag)."`
-	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	AllowEviction  bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
+	PG             string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
+	Slot           string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page (with --pg)."`
 }
 
 func (c *applyCmd) config() applier.Config {
@@ -69,5 +72,9 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runStage(ctx, e, c.MetricsAddr, reg, guardedStage{app, clock})
+	page, err := c.page(e, "apply", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	if err != nil {
+		return err
+	}
+	return runStage(ctx, e, c.MetricsAddr, reg, page, guardedStage{app, clock})
 }

@@ -15,6 +15,7 @@ import (
 // metrics endpoint.
 type captureCmd struct {
 	pgFlag
+	statusPageFlag
 	Kafka           string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Topic           string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events."`
 	Partitions      int           `name:"partitions" env:"TIDEMARK_PARTITIONS" default:"12" help:"Partitions of the topic when capture creates it."`
@@ -35,7 +36,10 @@ type captureCmd struct {
 	SlotPoll        time.Duration `name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"5s" help:"How often slot health is polled."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"30s" help:"Bound on the final flush to Kafka at shutdown."`
 	MaxProcs        int           `name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
-	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
+	Redis           string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
+	Group           string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page's lag table."`
+	Namespace       string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace, for the status page."`
 }
 
 func (c *captureCmd) config() capture.Config {
@@ -68,5 +72,9 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runStage(ctx, e, c.MetricsAddr, reg, capt)
+	page, err := c.page(e, "capture", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	if err != nil {
+		return err
+	}
+	return runStage(ctx, e, c.MetricsAddr, reg, page, capt)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tidemark/internal/telemetry"
+	"tidemark/status"
 )
 
 // stage is a pipeline process's main loop (capture, applier) that reports
@@ -19,18 +20,20 @@ type stage interface {
 }
 
 // runStage runs s with the telemetry endpoint on metricsAddr (empty: off)
-// serving reg. The endpoint starts first and lives until s has shut down in
-// order; the errors of both are returned.
-func runStage(ctx context.Context, e *env, metricsAddr string, reg prometheus.Gatherer, s stage) error {
+// serving reg and the status page. The endpoint starts first and lives until
+// s has shut down in order; the errors of both are returned.
+func runStage(ctx context.Context, e *env, metricsAddr string, reg prometheus.Gatherer, page *status.Page, s stage) error {
 	srv, err := telemetry.NewServer(metricsAddr, reg, e.log, s.Ready)
 	if err != nil {
 		return err
 	}
+	srv.Handle("/", page.Handler())
 	sctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	var srvErr error
 	go func() { defer wg.Done(); srvErr = srv.Run(sctx) }()
+	go func() { defer wg.Done(); page.Run(sctx) }()
 	err = s.Run(ctx)
 	stop()
 	wg.Wait()

@@ -20,10 +20,15 @@ import (
 // API's cache lookups) and the metrics endpoint.
 type serveCmd struct {
 	pgFlag
+	statusPageFlag
 	Redis       string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
 	Namespace   string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
 	Addr        string `name:"addr" env:"TIDEMARK_ADDR" default:"127.0.0.1:8080" help:"Listen address of the API."`
-	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve /metrics, /healthz, /readyz here (empty: off)."`
+	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
+	Kafka       string `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers (optional): adds the partition table, lag and DLQ depth to the status page, which needs them to judge freshness."`
+	Topic       string `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic, for the status page."`
+	Group       string `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page."`
+	Slot        string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page."`
 
 	RequestTimeout time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
 	SourceTimeout  time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
@@ -136,11 +141,17 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	page, err := c.page(e, "serve", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	if err != nil {
+		return err
+	}
+	tel.Handle("/", page.Handler())
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
 	g.Go(func() error { return clock.Run(ctx) })
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
+	g.Go(func() error { return page.Run(ctx) })
 	return g.Wait()
 }

@@ -1,6 +1,7 @@
 // Package telemetry is the observability plumbing every tidemark process
 // shares: the slog logger built from --log-format/--log-level, and the HTTP
-// endpoint serving /metrics, /healthz and /readyz.
+// endpoint serving /metrics, /healthz and /readyz (and whatever a process
+// mounts beside them: the status page).
 package telemetry
 
 import (
@@ -81,6 +82,10 @@ func (s *Server) Addr() string {
 	}
 	return s.ln.Addr().String()
 }
+
+// Handle mounts h for pattern beside /metrics (the status page at / and
+// /status.json). Call it before Run.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Handler exposes the mux, so an API server can mount the same endpoints.
 func (s *Server) Handler() http.Handler { return s.mux }

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/status"
+)
+
+// statusPageFlag is shared by the commands that serve the status page at /
+// of --metrics-addr.
+type statusPageFlag struct {
+	StatusEvery time.Duration `name:"status-every" env:"TIDEMARK_STATUS_EVERY" default:"5s" help:"How often the status page at / of --metrics-addr checks freshness (it plots the last 15 minutes)."`
+}
+
+// statusTarget is what a process knows of the pipeline, from its flags.
+type statusTarget struct{ kafka, redis, pg, topic, group, namespace, slot string }
+
+// page builds the status page of a process (a page without Kafka or Redis
+// says what it cannot read).
+func (f statusPageFlag) page(e *env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
+	cfg := status.DefaultPageConfig()
+	cfg.Process, cfg.Every = process, f.StatusEvery
+	c := &cfg.Check
+	c.Brokers, c.Redis, c.PG = splitList(t.kafka), t.redis, t.pg
+	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
+	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.log})
+}
