@@ -191,7 +191,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		WHERE pg_xact_commit_timestamp(xmin) >= $1`, start).Scan(&rep.Commits, &rep.Events); err != nil {
 		return nil, fmt.Errorf("chaos: count commits: %w", err)
 	}
-	rep.RolledBack, rep.Patches, rep.WriteErrors = ld.rolledBack.Load(), ld.patches.Load(), ld.writeErrors.Load()
+	rep.RolledBack, rep.Patches, rep.Creates, rep.WriteErrors = ld.rolledBack.Load(), ld.patches.Load(), ld.creates.Load(), ld.writeErrors.Load()
 
 	sortFaults(faults)
 	samples := obs.all()
