@@ -237,6 +237,11 @@ func (r *Runner) judgeLoop(ctx context.Context, rec *recorder) {
 		if n++; n%30 == 0 {
 			rec.prune()
 		}
+		if n%60 == 0 {
+			st := &rec.stats
+			r.log.Info("chaos: progress", "answers", st.Answers, "checked", st.Checked, "violations", st.Violations,
+				"worst_age", st.WorstAge.Round(time.Millisecond), "commits_known", rec.src.Len())
+		}
 	}
 }
 
