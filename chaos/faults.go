@@ -346,13 +346,29 @@ func (in *injector) rejoin(ctx context.Context, i int, oldID string, slots [][2]
 		o.ClusterForget(ctx, oldID) // may already be gone
 		o.Close()
 	}
+	// A node restored from a snapshot has claimed the slots it has keys for
+	// by itself: add the rest in one command.
+	_, own, err := clusterSelf(ctx, c)
+	if err != nil {
+		return err
+	}
+	has := map[int]bool{}
+	for _, r := range own {
+		for slot := r[0]; slot <= r[1]; slot++ {
+			has[slot] = true
+		}
+	}
+	var missing []int
 	for _, r := range slots {
-		if err := c.ClusterAddSlotsRange(ctx, r[0], r[1]).Err(); err != nil {
-			// A node restored from a snapshot claims the slots it has keys
-			// for by itself: add the rest one by one.
-			for slot := r[0]; slot <= r[1]; slot++ {
-				c.ClusterAddSlots(ctx, slot)
+		for slot := r[0]; slot <= r[1]; slot++ {
+			if !has[slot] {
+				missing = append(missing, slot)
 			}
+		}
+	}
+	if len(missing) > 0 {
+		if err := c.ClusterAddSlots(ctx, missing...).Err(); err != nil {
+			return fmt.Errorf("redis cluster addslots: %w", err)
 		}
 	}
 	other := s.redis[(i+1)%len(s.redis)]
