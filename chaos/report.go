@@ -264,9 +264,7 @@ func (r *Report) summarise(st *answerStats, samples []sample, bounds []float64, 
 	r.Availability, r.AvailabilityOutsideFaults = ratio(ok, all), ratio(okOut, allOut)
 	var c2a []float64
 	for _, s := range samples {
-		if s.Interval > 0 {
-			r.SourceReadsPeak = max(r.SourceReadsPeak, s.SourceReads/s.Interval.Seconds())
-		}
+		r.SourceReadsPeak = max(r.SourceReadsPeak, s.SourceReads)
 		if s.C2A != nil && !inAny(ws, s.At) && !inAny(ws, s.At.Add(-s.Interval)) {
 			if c2a == nil {
 				c2a = make([]float64, len(s.C2A))
