@@ -191,7 +191,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		WHERE pg_xact_commit_timestamp(xmin) >= $1`, start).Scan(&rep.Commits, &rep.Events); err != nil {
 		return nil, fmt.Errorf("chaos: count commits: %w", err)
 	}
-	rep.RolledBack, rep.Patches, rep.WriteErrors = ld.rolledBack.Load(), ld.patches.Load(), ld.writeErrors.Load()
+	rep.RolledBack, rep.Patches, rep.Creates, rep.WriteErrors = ld.rolledBack.Load(), ld.patches.Load(), ld.creates.Load(), ld.writeErrors.Load()
 
 	sortFaults(faults)
 	samples := obs.all()
@@ -236,6 +236,11 @@ func (r *Runner) judgeLoop(ctx context.Context, rec *recorder) {
 		rec.judge()
 		if n++; n%30 == 0 {
 			rec.prune()
+		}
+		if n%60 == 0 {
+			st := &rec.stats
+			r.log.Info("chaos: progress", "answers", st.Answers, "checked", st.Checked, "violations", st.Violations,
+				"worst_age", st.WorstAge.Round(time.Millisecond), "commits_known", rec.src.Len())
 		}
 	}
 }

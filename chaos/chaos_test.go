@@ -92,3 +92,21 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("a cluster fault without a cluster was accepted")
 	}
 }
+
+// TestChaosClusterShortRun is the Redis Cluster part of `make test`'s chaos:
+// slots resharded between masters under load, a master killed and replaced,
+// and the Redis faults against one master of the three.
+func TestChaosClusterShortRun(t *testing.T) {
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed, cfg.Cluster = 60*time.Second, 13, true
+	cfg.Faults = []string{FaultReshard, FaultKillMaster, FaultRedisRestart, FaultRedisSnapshot, FaultRedisHung, FaultRedisReadonly}
+	rep := run(t, cfg)
+	for _, k := range cfg.Faults {
+		if !slices.ContainsFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == k && f.Error == "" }) {
+			t.Errorf("fault kind %s was not injected cleanly", k)
+		}
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}

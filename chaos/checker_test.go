@@ -1,7 +1,10 @@
 package chaos
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,5 +105,39 @@ func TestCheckerAfterPrune(t *testing.T) {
 	}
 	if v := c.Check(ok("acme", "i1", 3, t0.Add(95*time.Second)), src); len(v.Violations) != 0 {
 		t.Fatalf("current value after prune: %+v", v.Violations)
+	}
+}
+
+func TestReportRendersVerdictAndEvidence(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	src := plantedSource(t0)
+	c := Checker{Bound: 30 * time.Second}
+	a := ok("acme", "i1", 2, t0.Add(81*time.Second))
+	v := c.Check(a, src)
+	st := answerStats{Answers: 1, Checked: 1, ByStatus: map[int]int64{200: 1}, Violations: 1, ByKind: map[Kind]int64{KindStale: 1},
+		First: v.Violations, WorstAge: v.Age, WorstAgeOf: &a, perSecond: map[int64]*[2]int64{a.Received.Unix(): {1, 1}}}
+	rep := &Report{Bound: Duration(30 * time.Second)}
+	rep.summarise(&st, nil, nil, nil, t0, t0.Add(90*time.Second))
+	var text, js bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"FAIL", "stale 1", "GET /v1/catalog/items/i1 as acme", "v2@12:00:10.000000", "v3@12:00:50.000000"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	var back map[string]any
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back["violations"].(float64) != 1 || back["worst_observation_age"] != "31s" {
+		t.Errorf("json report: violations %v, worst age %v", back["violations"], back["worst_observation_age"])
+	}
+	if rep.Pass() {
+		t.Error("a report with a violation passes")
 	}
 }

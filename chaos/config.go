@@ -58,12 +58,16 @@ const (
 	FaultColdBurst     = "cold-burst"
 	FaultReshard       = "cluster-reshard"
 	FaultKillMaster    = "cluster-kill-master"
+	// Compound faults: what a bad day looks like.
+	FaultLongOutage       = "long-outage"              // captures stopped past the bound, the source locked at its end
+	FaultRedisLossNoApply = "redis-loss-appliers-down" // Redis back from an old snapshot while no applier runs
 )
 
 // AllFaults lists every kind in a stable order.
 var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, FaultStopCapture, FaultStopApply, FaultStopServe,
 	FaultRedisRestart, FaultRedisSnapshot, FaultRedisReadonly, FaultRedisHung, FaultPGRestart, FaultSourceStall,
-	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster}
+	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster,
+	FaultLongOutage, FaultRedisLossNoApply}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster.

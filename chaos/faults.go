@@ -66,6 +66,18 @@ func (in *injector) intn(n int) int {
 	return in.rng.IntN(n)
 }
 
+// targetsOf lists what a fault holds, always in the same order (so two
+// compound faults cannot wait for each other in a cycle).
+func targetsOf(kind string) []string {
+	switch kind {
+	case FaultLongOutage:
+		return []string{"capture", "postgres"}
+	case FaultRedisLossNoApply:
+		return []string{"apply", "redis"}
+	}
+	return []string{targetOf(kind)}
+}
+
 func targetOf(kind string) string {
 	switch kind {
 	case FaultKillCapture, FaultStopCapture, FaultSlotDrop:
@@ -107,8 +119,9 @@ func sleep(ctx context.Context, d time.Duration) {
 // inject runs one fault to its end. ctx ending shortens the hold; the fault
 // is always lifted.
 func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
-	unlock := in.lock(targetOf(f.Kind))
-	defer unlock()
+	for _, t := range targetsOf(f.Kind) {
+		defer in.lock(t)()
+	}
 	rec := FaultRecord{Kind: f.Kind, Planned: f.At, Injected: time.Now()}
 	var err error
 	s := in.sys
@@ -154,6 +167,16 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		}
 	case FaultClockOffset:
 		rec.Target, err = in.clockOffset(ctx, f.Hold)
+	case FaultLongOutage:
+		rec.Target, err = "both captures stopped, the source locked for the last 15s", in.longOutage(ctx, f.Hold)
+	case FaultRedisLossNoApply:
+		for _, p := range s.appliers {
+			p.kill()
+		}
+		rec.Target, err = in.redisRestart(ctx, true, f.Hold)
+		for _, p := range s.appliers {
+			err = errors.Join(err, p.start())
+		}
 	case FaultColdBurst:
 		rec.Target = fmt.Sprintf("%g reads/s uniform", 3*s.cfg.SourceBudget)
 		in.load.coldUntil.Store(time.Now().Add(f.Hold).UnixNano())
@@ -221,6 +244,24 @@ func (in *injector) stall(ctx context.Context, hold time.Duration) error {
 	}
 	sleep(ctx, hold)
 	return tx.Rollback(cctx)
+}
+
+// longOutage stops both captures for longer than the bound, so the
+// watermark stops and every cached entry reaches its hard deadline, and
+// locks the catalog for the last 15 s, so the refreshes those deadlines
+// need cannot be made: the answers must be 503s, not old values.
+func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
+	var errs []error
+	for _, p := range in.sys.captures {
+		errs = append(errs, p.signal(syscall.SIGSTOP))
+	}
+	const locked = 15 * time.Second
+	sleep(ctx, hold-locked)
+	errs = append(errs, in.stall(ctx, locked))
+	for _, p := range in.sys.captures {
+		errs = append(errs, p.signal(syscall.SIGCONT))
+	}
+	return errors.Join(errs...)
 }
 
 // slotDrop kills both captures, drops the replication slot (every change
@@ -346,13 +387,29 @@ func (in *injector) rejoin(ctx context.Context, i int, oldID string, slots [][2]
 		o.ClusterForget(ctx, oldID) // may already be gone
 		o.Close()
 	}
+	// A node restored from a snapshot has claimed the slots it has keys for
+	// by itself: add the rest in one command.
+	_, own, err := clusterSelf(ctx, c)
+	if err != nil {
+		return err
+	}
+	has := map[int]bool{}
+	for _, r := range own {
+		for slot := r[0]; slot <= r[1]; slot++ {
+			has[slot] = true
+		}
+	}
+	var missing []int
 	for _, r := range slots {
-		if err := c.ClusterAddSlotsRange(ctx, r[0], r[1]).Err(); err != nil {
-			// A node restored from a snapshot claims the slots it has keys
-			// for by itself: add the rest one by one.
-			for slot := r[0]; slot <= r[1]; slot++ {
-				c.ClusterAddSlots(ctx, slot)
+		for slot := r[0]; slot <= r[1]; slot++ {
+			if !has[slot] {
+				missing = append(missing, slot)
 			}
+		}
+	}
+	if len(missing) > 0 {
+		if err := c.ClusterAddSlots(ctx, missing...).Err(); err != nil {
+			return fmt.Errorf("redis cluster addslots: %w", err)
 		}
 	}
 	other := s.redis[(i+1)%len(s.redis)]

@@ -33,8 +33,9 @@ type load struct {
 	zipf *rand.Zipf
 
 	coldUntil atomic.Int64 // unix nanos: a cold-read burst runs until then
+	created   atomic.Int64 // items created through the API so far ("new-<n>", per tenant)
 
-	sqlRows, sqlTx, rolledBack, deletes, patches, patchConflicts, writeErrors atomic.Int64
+	sqlRows, sqlTx, rolledBack, deletes, patches, creates, patchConflicts, writeErrors atomic.Int64
 }
 
 func newLoad(sys *system, rec *recorder, cfg Config) *load {
@@ -124,15 +125,17 @@ func (l *load) coldReads(ctx context.Context) {
 	}
 }
 
-// visit is one visitor read: mostly hot items, 1 in 100 an item that does
-// not exist.
+// visit is one visitor read: mostly hot items; 1 in 50 an item created
+// during the run, or one about to be (404 until it is).
 func (l *load) visit(ctx context.Context) {
 	item := l.hotItem()
-	if l.intn(100) == 0 {
-		item = "missing-" + strconv.Itoa(l.intn(50))
+	if l.intn(50) == 0 {
+		item = newItemID(l.intn(int(l.created.Load()) + 5))
 	}
 	l.get(ctx, l.tenant(), item, 0, false)
 }
+
+func newItemID(n int) string { return "new-" + strconv.Itoa(n) }
 
 type itemBody struct {
 	Version        int64 `json:"version"`
@@ -201,9 +204,33 @@ func (l *load) get(ctx context.Context, tenant, item string, minVersion int64, c
 	return a, true
 }
 
+// create is a merchant adding an item through the API (in every tenant, so
+// the ids are shared), then reading it with min_version=1.
+func (l *load) create(ctx context.Context) {
+	n := int(l.created.Add(1)) - 1
+	item := newItemID(n)
+	for _, tenant := range l.sys.tenants {
+		body, _ := json.Marshal(map[string]any{"item_id": item, "display": map[string]any{"tenant": tenant, "item": item, "v": 1}})
+		code, _, _, err := l.do(ctx, l.intn(len(l.sys.apiBases)), tenant, http.MethodPost, "/v1/catalog/items", body,
+			fmt.Sprintf("chaos-create-%s-%s", tenant, item))
+		if err != nil || (code != http.StatusCreated && code != http.StatusOK) {
+			if ctx.Err() == nil {
+				l.writeErrors.Add(1)
+			}
+			continue
+		}
+		l.creates.Add(1)
+		l.get(ctx, tenant, item, 1, false)
+	}
+}
+
 // patch is a merchant write through the API: read, PATCH with the version
-// read, then read its own write with min_version.
+// read, then read its own write with min_version. One in 20 creates an item.
 func (l *load) patch(ctx context.Context) {
+	if l.intn(20) == 0 {
+		l.create(ctx)
+		return
+	}
 	tenant, item := l.tenant(), l.hotItem()
 	a, ok := l.get(ctx, tenant, item, 0, false)
 	if !ok || a.Status != http.StatusOK {

@@ -26,6 +26,11 @@ type sample struct {
 	C2A         []float64 // commit-to-apply observations per bucket (not cumulative) since the previous sample
 }
 
+type srcScrape struct {
+	total float64
+	at    time.Time
+}
+
 // observer scrapes once a second.
 type observer struct {
 	sys    *system
@@ -34,15 +39,15 @@ type observer struct {
 	mu      sync.Mutex
 	samples []sample
 
-	bounds   []float64           // commit-to-apply bucket upper bounds
-	prevHist map[string][]uint64 // per applier endpoint, cumulative
-	prevSrc  map[string]float64  // per serve endpoint
+	bounds   []float64            // commit-to-apply bucket upper bounds
+	prevHist map[string][]uint64  // per applier endpoint, cumulative
+	prevSrc  map[string]srcScrape // per serve endpoint
 	prevAt   time.Time
 }
 
 func newObserver(sys *system) *observer {
 	return &observer{sys: sys, client: &http.Client{Timeout: 800 * time.Millisecond},
-		prevHist: map[string][]uint64{}, prevSrc: map[string]float64{}}
+		prevHist: map[string][]uint64{}, prevSrc: map[string]srcScrape{}}
 }
 
 func (o *observer) run(ctx context.Context) {
@@ -88,15 +93,14 @@ func (o *observer) observe(ctx context.Context) {
 				total += m.GetCounter().GetValue()
 			}
 		}
+		// A rate per process over the time since its own previous scrape:
+		// a process that missed scrapes (stopped) or restarted (counter
+		// reset, unknown start) must not look like a burst.
 		prev, seen := o.prevSrc[u]
-		if seen {
-			if total >= prev {
-				s.SourceReads += total - prev
-			} else {
-				s.SourceReads += total // restarted
-			}
+		if seen && total >= prev.total {
+			s.SourceReads += (total - prev.total) / now.Sub(prev.at).Seconds()
 		}
-		o.prevSrc[u] = total
+		o.prevSrc[u] = srcScrape{total, now}
 	}
 	for _, u := range o.sys.applyMetrics {
 		fams, err := o.scrape(ctx, u)

@@ -25,6 +25,7 @@ type Report struct {
 	Events        int64            `json:"events"`          // committed row versions (each one a change event)
 	RolledBack    int64            `json:"rolled_back"`     // SQL transactions the writers rolled back
 	Patches       int64            `json:"api_patches"`     // successful API PATCHes
+	Creates       int64            `json:"api_creates"`     // items created through the API
 	UpdatesPerSec float64          `json:"updates_per_s"`   // achieved
 	AnswersPerSec float64          `json:"answers_per_s"`   // achieved
 	WriteErrors   int64            `json:"write_errors"`    // writes that failed (faults)
@@ -94,7 +95,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "tidemark chaos: %s — %d violations of the %s freshness promise\n\n", verdict, r.Violations, r.Bound)
 	fmt.Fprintf(&b, "run          seed %d, %s, %s, kafka %s\n", r.Seed, r.Duration, redisKind, r.Kafka)
 	fmt.Fprintf(&b, "load         asked %g updates/s, %g reads/s; achieved %.0f updates/s, %.0f answers/s\n", r.RateUpdates, r.RateReads, r.UpdatesPerSec, r.AnswersPerSec)
-	fmt.Fprintf(&b, "source       %d commits, %d events (row versions), %d rolled back, %d API PATCHes, %d failed writes\n", r.Commits, r.Events, r.RolledBack, r.Patches, r.WriteErrors)
+	fmt.Fprintf(&b, "source       %d commits, %d events (row versions), %d rolled back, %d API PATCHes, %d API creates, %d failed writes\n", r.Commits, r.Events, r.RolledBack, r.Patches, r.Creates, r.WriteErrors)
 	fmt.Fprintf(&b, "answers      %d, checked %d; by status %s\n", r.Answers, r.Checked, statusLine(r.ByStatus))
 	fmt.Fprintf(&b, "violations   %d", r.Violations)
 	for _, k := range Kinds {
@@ -103,7 +104,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "worst age    %s (least observation age of any served value)\n", time.Duration(r.WorstAge).Round(time.Millisecond))
+	fmt.Fprintf(&b, "worst age    %s (least observation age of any served value)", time.Duration(r.WorstAge).Round(time.Millisecond))
+	if a := r.WorstAgeAnswer; a != nil {
+		fmt.Fprintf(&b, ": %s/%s v%d via serve%d at %s, Cache-Status %q", a.Tenant, a.Item, a.Version, a.Serve, ts(a.Sent), a.CacheStatus)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "available    %.3f%% overall, %.3f%% outside fault windows (non-503 answers)\n", 100*r.Availability, 100*r.AvailabilityOutsideFaults)
 	fmt.Fprintf(&b, "source reads peak %.0f/s against a budget of %.0f/s\n", r.SourceReadsPeak, r.SourceBudget)
 	fmt.Fprintf(&b, "commit->apply outside faults: p50 %s, p99 %s\n", time.Duration(r.CommitToApplyP50).Round(time.Millisecond), time.Duration(r.CommitToApplyP99).Round(time.Millisecond))
@@ -259,9 +264,7 @@ func (r *Report) summarise(st *answerStats, samples []sample, bounds []float64, 
 	r.Availability, r.AvailabilityOutsideFaults = ratio(ok, all), ratio(okOut, allOut)
 	var c2a []float64
 	for _, s := range samples {
-		if s.Interval > 0 {
-			r.SourceReadsPeak = max(r.SourceReadsPeak, s.SourceReads/s.Interval.Seconds())
-		}
+		r.SourceReadsPeak = max(r.SourceReadsPeak, s.SourceReads)
 		if s.C2A != nil && !inAny(ws, s.At) && !inAny(ws, s.At.Add(-s.Interval)) {
 			if c2a == nil {
 				c2a = make([]float64, len(s.C2A))

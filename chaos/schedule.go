@@ -32,6 +32,9 @@ var holdRange = map[string][2]time.Duration{
 	FaultColdBurst:     {2 * time.Second, 4 * time.Second},
 	FaultReshard:       {0, 0},
 	FaultKillMaster:    {time.Second, 3 * time.Second},
+	// Past the 30 s bound: every entry reaches its hard deadline unextended.
+	FaultLongOutage:       {40 * time.Second, 50 * time.Second},
+	FaultRedisLossNoApply: {3 * time.Second, 8 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and

@@ -14,7 +14,7 @@ import (
 type chaosCmd struct {
 	Duration    time.Duration `name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"2m" help:"How long load and faults run (setup and the final check come on top)."`
 	Seed        int64         `name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"1" help:"Seed of the fault schedule and the load."`
-	Faults      string        `name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master."`
+	Faults      string        `name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master, long-outage, redis-loss-appliers-down."`
 	FaultEvery  time.Duration `name:"fault-every" env:"TIDEMARK_CHAOS_FAULT_EVERY" default:"20s" help:"Mean spacing of faults (closer when needed to fit every kind in the run)."`
 	RateUpdates float64       `name:"rate-updates" env:"TIDEMARK_CHAOS_RATE_UPDATES" default:"1000" help:"Source row updates per second (SQL transactions and API PATCHes)."`
 	RateReads   float64       `name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"3000" help:"API reads per second."`
