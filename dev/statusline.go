@@ -54,9 +54,11 @@ func addHistogram(s *snapshot, h *dto.Histogram) {
 	}
 }
 
-// p99 between two snapshots from the histogram buckets (upper bound of the
-// bucket holding the 99th percentile); NaN without samples.
-func p99(prev, cur snapshot) float64 {
+// quantile q of the samples between two snapshots, interpolated linearly
+// within the bucket that holds it (as PromQL's histogram_quantile does), so
+// the line moves with the distribution instead of jumping between bucket
+// bounds; NaN without samples, +Inf when it lies above the last finite bound.
+func quantile(q float64, prev, cur snapshot) float64 {
 	n := cur.count - prev.count
 	if n <= 0 {
 		return math.NaN()
@@ -66,10 +68,20 @@ func p99(prev, cur snapshot) float64 {
 		bounds = append(bounds, b)
 	}
 	sort.Float64s(bounds)
+	rank := q * n
+	lower, below := 0.0, 0.0 // the previous bound and the samples at or under it
 	for _, b := range bounds {
-		if cur.buckets[b]-prev.buckets[b] >= 0.99*n {
-			return b
+		c := cur.buckets[b] - prev.buckets[b]
+		if c >= rank {
+			if math.IsInf(b, 1) {
+				return math.Inf(1)
+			}
+			if c == below {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(c-below)
 		}
+		lower, below = b, c
 	}
 	return math.Inf(1)
 }
@@ -117,8 +129,8 @@ func (s *statusLine) run(ctx context.Context) {
 			line += fmt.Sprintf("updates/s %5.0f | reads/s %6.0f | hit %5.1f%% | ", float64(u-pu)/secs, float64(r-pr)/secs, hit)
 			pr, pu, ph = r, u, h
 		}
-		line += fmt.Sprintf("p99 commit->apply (10s) %s | watermark age %s | source reads/s %5.1f",
-			fmtSeconds(p99(window[0], cur)), watermarkAge(s.p.stats.cache.Watermark()), (cur.sourceReads-prev.sourceReads)/secs)
+		line += fmt.Sprintf("commit->apply (10s) p50 %s p99 %s | watermark age %s | source reads/s %5.1f",
+			fmtSeconds(quantile(.5, window[0], cur)), fmtSeconds(quantile(.99, window[0], cur)), watermarkAge(s.p.stats.cache.Watermark()), (cur.sourceReads-prev.sourceReads)/secs)
 		prev = cur
 		if window = append(window, cur); cur.at.Sub(window[0].at) > 10*time.Second {
 			window = window[1:]
@@ -144,6 +156,8 @@ func fmtSeconds(s float64) string {
 		return "-"
 	case math.IsInf(s, 1):
 		return ">max"
+	case s < 0.01:
+		return fmt.Sprintf("%.1fms", s*1000)
 	case s < 1:
 		return fmt.Sprintf("%.0fms", s*1000)
 	}
