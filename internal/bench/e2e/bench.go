@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tidemark/cache"
+	"tidemark/internal/bench"
 	"tidemark/internal/localserver"
 	"tidemark/migrations"
 )
@@ -53,7 +54,7 @@ func distOf(d []time.Duration) Dist {
 	if n == 0 {
 		return Dist{}
 	}
-	q := func(p float64) time.Duration { return d[min(n-1, int(p*float64(n)))] }
+	q := func(p float64) time.Duration { return bench.Quantile(d, p) }
 	return Dist{N: n, P50: q(.50), P90: q(.90), P99: q(.99), P999: q(.999), Max: d[n-1]}
 }
 
