@@ -40,7 +40,7 @@ type Config struct {
 	DataDir    string // persist here ("" = memory only)
 	Port       int    // first broker's port; broker i listens on Port+i (0 = random)
 	Brokers    int
-	Partitions int // partitions of auto-created topics
+	Partitions int  // partitions of auto-created topics
 	SyncWrites bool // kfake fsyncs every produced batch (survives a machine crash); needs DataDir
 	// SealedSyncInterval is how often kfake's sealed segments are looked for
 	// and fsynced when SyncWrites is off (0 = every second).
