@@ -114,6 +114,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, err
 		}
 		defer os.RemoveAll(d)
+		// Postgres runs as its own user when we are root: it must reach its dir.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return res, err
+		}
 		dir = d
 	}
 	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: filepath.Join(dir, "postgres"),
