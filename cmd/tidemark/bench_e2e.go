@@ -21,6 +21,7 @@ type benchE2ECmd struct {
 	Partitions  int           `name:"partitions" default:"12" help:"Partitions of the bench topic."`
 	Workers     int           `name:"workers" default:"32" help:"Postgres connections of the load generator."`
 	Dir         string        `name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
+	Profile     bool          `name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
 	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
 }
 
@@ -28,7 +29,7 @@ func (c *benchE2ECmd) config() e2e.Config {
 	cfg := e2e.DefaultConfig()
 	cfg.Brokers, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
-	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical
+	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile
 	cfg.Binary = "-" // resolved in Run; validated here for the other fields
 	return cfg
 }

@@ -295,7 +295,7 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 		if cfg.SyncWrites {
 			args = append(args, "--sync-writes")
 		}
-		if st.broker, err = startProc(dir, "broker", cfg.Binary, args...); err != nil {
+		if st.broker, err = startProc(dir, "broker", cfg.Profile, cfg.Binary, args...); err != nil {
 			return st, err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -313,11 +313,11 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 	kafka := strings.Join(st.brokers, ",")
 	log.Info("starting capture and apply", "kafka", kafka, "topic", st.topic)
 	var err error
-	if st.capture, err = startProc(dir, "capture", cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
+	if st.capture, err = startProc(dir, "capture", cfg.Profile, cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
 		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr="); err != nil {
 		return st, err
 	}
-	if st.apply, err = startProc(dir, "apply", cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
+	if st.apply, err = startProc(dir, "apply", cfg.Profile, cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
 		"--group", st.group, "--metrics-addr="); err != nil {
 		return st, err
 	}

@@ -35,6 +35,7 @@ type Config struct {
 	Drain       time.Duration // how long the tail may take to arrive after the load stops
 	Recvlogical string        // pg_recvlogical path ("" = find it)
 	Workers     int           // Postgres connections of the load generator
+	Profile     bool          // stages write CPU profiles to Dir/<stage>.pprof (Dir must be set)
 }
 
 // DefaultConfig is the benchmark: 2,000 single-row tx/s and 20,000
@@ -58,6 +59,9 @@ func (c Config) Validate() error {
 	}
 	if c.Keys < c.RowsPerTx || c.Partitions < 1 || c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("bench e2e: keys (%d) must be at least rows per transaction, partitions (%d) and workers (%d) positive", c.Keys, c.Partitions, c.Workers))
+	}
+	if c.Profile && c.Dir == "" {
+		errs = append(errs, errors.New("bench e2e: profiles are written to the work directory: set it"))
 	}
 	if c.SyncWrites && len(c.Brokers) > 0 {
 		errs = append(errs, errors.New("bench e2e: sync writes configure the started broker; an external Kafka has its own settings"))

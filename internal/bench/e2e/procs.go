@@ -24,8 +24,13 @@ type proc struct {
 	done chan struct{}
 }
 
-// startProc runs bin args..., its output in <dir>/<name>.log.
-func startProc(dir, name, bin string, args ...string) (*proc, error) {
+// ProfileEnv, set for a stage, makes the tidemark process write its CPU
+// profile to the file it names (cmd/tidemark reads it).
+const ProfileEnv = "TIDEMARK_CPU_PROFILE"
+
+// startProc runs bin args..., its output in <dir>/<name>.log; with profile,
+// its CPU profile goes to <dir>/<name>.pprof.
+func startProc(dir, name string, profile bool, bin string, args ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -33,6 +38,9 @@ func startProc(dir, name, bin string, args ...string) (*proc, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if profile {
+		cmd.Env = append(os.Environ(), ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
+	}
 	// Killed with the bench, never left behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
