@@ -26,6 +26,7 @@ type Config struct {
 	PG          string   // --pg: use this catalog database instead of a private Postgres
 	Redis       string   // --redis: use this cache tier instead of a private redis-server
 	Kafka       []string // --kafka: use these brokers instead of an embedded one
+	SyncWrites  bool     // --sync-writes: the embedded broker fsyncs every batch
 	MetricsAddr string   // --metrics-addr
 	DemoLoad    float64  // --demo-load: requests/s against the API (0: none)
 	Pipeline    PipelineConfig
@@ -184,7 +185,7 @@ func (d *Dev) servers(ctx context.Context) (Endpoints, func(), error) {
 		d.log.Info("private redis", "url", ep.Redis)
 	}
 	if len(ep.Brokers) == 0 {
-		b, err := broker.New(broker.Config{DataDir: filepath.Join(d.cfg.DataDir, "kafka"), Brokers: 1,
+		b, err := broker.New(broker.Config{DataDir: filepath.Join(d.cfg.DataDir, "kafka"), SyncWrites: d.cfg.SyncWrites, Brokers: 1,
 			Partitions: d.cfg.Pipeline.Partitions}, d.base)
 		if err != nil {
 			return ep, stop, err

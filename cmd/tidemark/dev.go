@@ -14,6 +14,7 @@ type devCmd struct {
 	PG          string  `name:"pg" env:"TIDEMARK_PG" help:"Use this catalog database instead of a private Postgres."`
 	Redis       string  `name:"redis" env:"TIDEMARK_REDIS" help:"Use this cache tier instead of a private redis-server."`
 	Kafka       string  `name:"kafka" env:"TIDEMARK_KAFKA" help:"Use these Kafka brokers instead of an embedded one."`
+	SyncWrites  bool    `name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"The embedded broker fsyncs every produced batch before acknowledging it (survives a machine crash; slower). Default: page cache, fsync on segment roll and shutdown (survives kill -9)."`
 	APIAddr     string  `name:"api-addr" env:"TIDEMARK_API_ADDR" default:"127.0.0.1:8080" help:"Where the catalog API listens."`
 	MetricsAddr string  `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9100" help:"Serve /metrics, /healthz, /readyz here."`
 	DemoLoad    float64 `name:"demo-load" env:"TIDEMARK_DEMO_LOAD" default:"0" help:"Requests/s of demo traffic against the API (1 in 10 a merchant update, the rest zipf visitor reads); 0: none."`
@@ -25,7 +26,7 @@ type devCmd struct {
 func (c *devCmd) config() dev.Config {
 	cfg := dev.DefaultConfig()
 	cfg.DataDir, cfg.PG, cfg.Redis = c.DataDir, c.PG, c.Redis
-	cfg.Kafka = splitList(c.Kafka)
+	cfg.Kafka, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.MetricsAddr, cfg.DemoLoad = c.MetricsAddr, c.DemoLoad
 	cfg.Pipeline.APIAddr, cfg.Pipeline.Topic, cfg.Pipeline.Namespace, cfg.Pipeline.Partitions = c.APIAddr, c.Topic, c.Namespace, c.Partitions
 	return cfg

@@ -7,7 +7,8 @@ import (
 )
 
 type kafkaCmd struct {
-	DataDir    string `name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:".tidemark/kafka" help:"Persist topics and offsets here (synced writes); empty keeps them in memory."`
+	DataDir    string `name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:".tidemark/kafka" help:"Persist topics and offsets here (page cache, fsync on segment roll and shutdown: survives kill -9, not a machine crash); empty keeps them in memory."`
+	SyncWrites bool   `name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"Fsync every produced batch before acknowledging it (survives a machine crash; every produce waits for the disk). Embedded broker only."`
 	Port       int    `name:"port" env:"TIDEMARK_KAFKA_PORT" default:"9092" help:"Port of the first broker; broker i listens on port+i."`
 	Brokers    int    `name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"1" help:"Number of brokers."`
 	Partitions int    `name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"12" help:"Partitions of auto-created topics."`
@@ -15,7 +16,7 @@ type kafkaCmd struct {
 }
 
 func (c *kafkaCmd) config() broker.Config {
-	return broker.Config{DataDir: c.DataDir, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions, Real: c.Real}
+	return broker.Config{DataDir: c.DataDir, SyncWrites: c.SyncWrites, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions, Real: c.Real}
 }
 
 func (c *kafkaCmd) Validate() error { return c.config().Validate() }

@@ -85,6 +85,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark: %v\n", err)
 		return exitUsage
 	}
+	stopProfile, err := startProfile()
+	if err != nil {
+		fmt.Fprintf(stderr, "tidemark: %v\n", err)
+		return exitUsage
+	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))

@@ -4,6 +4,19 @@
 // runs Apache Kafka itself instead (see localserver.NewKafka): one JVM per
 // broker, replicated, for checking behaviour and latency against the real
 // broker on one machine.
+//
+// kfake's durability follows Kafka's default unless SyncWrites is set:
+// records are written to the segment files as they are acknowledged and left
+// to the page cache (Kafka's log.flush.interval.messages is unbounded too), a
+// segment is fsynced once it is sealed (rolled) and every file at shutdown.
+// Acknowledged records therefore survive the broker process being killed
+// (kill -9), but not a machine crash or power loss. SyncWrites fsyncs every
+// produced batch before acknowledging it, so records survive a machine crash
+// too, at the cost of a disk flush on every produce.
+//
+// kfake records a topic created implicitly (by a metadata or produce request)
+// only at a clean shutdown; capture and apply create their topics explicitly,
+// which kfake persists at once.
 package broker
 
 import (
@@ -15,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -27,7 +41,13 @@ type Config struct {
 	DataDir    string // persist here ("" = memory only)
 	Port       int    // first broker's port; broker i listens on Port+i (0 = random)
 	Brokers    int
-	Partitions int // partitions of auto-created topics
+	Partitions int  // partitions of auto-created topics
+	SyncWrites bool // kfake fsyncs every produced batch (survives a machine crash); needs DataDir
+	// SealedSyncInterval is how often kfake's sealed segments are looked for
+	// and fsynced when SyncWrites is off (0 = every second).
+	SealedSyncInterval time.Duration
+	// SegmentBytes caps a kfake segment file before it rolls (0 = kfake's 100 MiB).
+	SegmentBytes int
 	// Real runs Apache Kafka (KRaft, each broker also a controller) instead
 	// of kfake; it needs Java 17+ and fetches the broker with Maven once.
 	Real bool
@@ -53,6 +73,12 @@ func (c Config) Validate() error {
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
 	}
+	if c.SyncWrites && (c.DataDir == "" || c.Real) {
+		errs = append(errs, errors.New("--sync-writes needs --data-dir and the embedded broker (Apache Kafka has its own flush settings)"))
+	}
+	if c.SealedSyncInterval < 0 || c.SegmentBytes < 0 {
+		errs = append(errs, errors.New("sealed-segment sync interval and segment size must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -62,6 +88,11 @@ type Broker struct {
 	real    *localserver.Kafka
 	tmpDir  string // a Real cluster's data when no DataDir was given
 	log     *slog.Logger
+	cfg     Config
+	syncer  *syncer // nil unless kfake persists without SyncWrites
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New starts the cluster and listens at once.
@@ -86,14 +117,37 @@ func New(cfg Config, log *slog.Logger) (*Broker, error) {
 		}
 		opts = append(opts, kfake.Ports(ports...))
 	}
+	if cfg.SegmentBytes > 0 {
+		opts = append(opts, kfake.BrokerConfigs(map[string]string{"log.segment.bytes": strconv.Itoa(cfg.SegmentBytes)}))
+	}
+	log = log.With("component", "broker")
+	b := &Broker{log: log, cfg: cfg}
 	if cfg.DataDir != "" {
-		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.SyncWrites {
+			opts = append(opts, kfake.SyncWrites())
+		} else {
+			// kfake without SyncWrites never fsyncs segment data (not even on
+			// roll or close): the syncer supplies Kafka's default.
+			b.syncer = newSyncer(cfg.DataDir, orDefault(cfg.SealedSyncInterval, time.Second), log)
+		}
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: start embedded kafka: %w", err)
 	}
-	return &Broker{cluster: c, log: log.With("component", "broker")}, nil
+	b.cluster = c
+	if b.syncer != nil {
+		go b.syncer.run()
+	}
+	return b, nil
+}
+
+func orDefault(d, dflt time.Duration) time.Duration {
+	if d == 0 {
+		return dflt
+	}
+	return d
 }
 
 func newReal(cfg Config, log *slog.Logger) (*Broker, error) {
@@ -135,22 +189,35 @@ func (b *Broker) Run(ctx context.Context) error {
 	if b.real != nil {
 		b.log.Info("Apache Kafka running", "version", localserver.KafkaVersion, "brokers", strings.Join(b.Addrs(), ","))
 	} else {
-		b.log.Info("embedded kafka broker running (not for production)", "brokers", strings.Join(b.Addrs(), ","))
+		b.log.Info("embedded kafka broker running (not for production)", "brokers", strings.Join(b.Addrs(), ","),
+			"data_dir", b.cfg.DataDir, "sync_writes", b.cfg.SyncWrites)
 	}
 	<-ctx.Done()
-	b.Close()
+	err := b.close()
 	b.log.Info("kafka stopped")
-	return nil
+	return err
 }
 
-// Close stops the cluster without waiting for Run.
+// Close stops the cluster without waiting for Run (kfake: fsyncing its files).
 func (b *Broker) Close() {
-	if b.real == nil {
+	if err := b.close(); err != nil {
+		b.log.Error("embedded kafka: sync at shutdown", "err", err)
+	}
+}
+
+func (b *Broker) close() error {
+	b.closeOnce.Do(func() {
+		if b.real != nil {
+			b.real.Stop()
+			if b.tmpDir != "" {
+				os.RemoveAll(b.tmpDir)
+			}
+			return
+		}
 		b.cluster.Close()
-		return
-	}
-	b.real.Stop()
-	if b.tmpDir != "" {
-		os.RemoveAll(b.tmpDir)
-	}
+		if b.syncer != nil {
+			b.closeErr = b.syncer.stopAndSyncAll()
+		}
+	})
+	return b.closeErr
 }

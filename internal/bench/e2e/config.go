@@ -1,0 +1,70 @@
+// Package e2e is `tidemark bench e2e`: capture, apply and the embedded broker
+// run as separate processes of the tidemark binary (as users run them) against
+// a private Postgres and redis-server, and the end-to-end latency of every
+// change is measured from its commit timestamp in Postgres:
+//
+//   - the ceiling: pg_recvlogical's commit → received latency (the walsender's
+//     own latency) under the same single-row load;
+//   - commit → produced: when the bench reads the change back from Kafka;
+//   - commit → applied: when Redis reports (keyspace notification) the
+//     applier's write to the change's key.
+//
+// Each phase also reports CPU seconds per 1,000 changes of every process
+// (capture, apply, broker, the walsender serving capture) from /proc, and
+// each process's peak RSS.
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config drives Run.
+type Config struct {
+	Binary      string        // the tidemark executable the stages run from
+	Dir         string        // work directory (servers' data, process logs); "" = a temp dir, removed after
+	Brokers     []string      // an external Kafka; empty starts `tidemark kafka`
+	SyncWrites  bool          // the started broker fsyncs every batch (`tidemark kafka --sync-writes`)
+	TxRate      int           // single-row transactions/s of the first phase and the ceiling
+	ChangeRate  int           // changes/s of the multi-row phase
+	RowsPerTx   int           // rows per transaction of the multi-row phase
+	Duration    time.Duration // length of each measured phase
+	Keys        int           // rows each phase cycles through (each touched at most once per cycle)
+	Partitions  int           // partitions of the topic
+	Drain       time.Duration // how long the tail may take to arrive after the load stops
+	Recvlogical string        // pg_recvlogical path ("" = find it)
+	Workers     int           // Postgres connections of the load generator
+	Profile     bool          // stages write CPU profiles to Dir/<stage>.pprof (Dir must be set)
+}
+
+// DefaultConfig is the issue's benchmark: 2,000 single-row tx/s and 20,000
+// changes/s in 20-row transactions, 60 s each.
+func DefaultConfig() Config {
+	return Config{TxRate: 2000, ChangeRate: 20000, RowsPerTx: 20, Duration: 60 * time.Second, Keys: 100_000,
+		Partitions: 12, Drain: 30 * time.Second, Workers: 32}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Binary == "" {
+		errs = append(errs, errors.New("bench e2e: the tidemark binary path is required"))
+	}
+	if c.TxRate < 1 || c.ChangeRate < 1 || c.RowsPerTx < 1 {
+		errs = append(errs, fmt.Errorf("bench e2e: rates (%d tx/s, %d changes/s) and rows per transaction (%d) must be positive", c.TxRate, c.ChangeRate, c.RowsPerTx))
+	}
+	if c.Duration < time.Second || c.Drain < time.Second {
+		errs = append(errs, fmt.Errorf("bench e2e: duration (%s) and drain (%s) must be at least 1s", c.Duration, c.Drain))
+	}
+	if c.Keys < c.RowsPerTx || c.Partitions < 1 || c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("bench e2e: keys (%d) must be at least rows per transaction, partitions (%d) and workers (%d) positive", c.Keys, c.Partitions, c.Workers))
+	}
+	if c.Profile && c.Dir == "" {
+		errs = append(errs, errors.New("bench e2e: profiles are written to the work directory: set it"))
+	}
+	if c.SyncWrites && len(c.Brokers) > 0 {
+		errs = append(errs, errors.New("bench e2e: sync writes configure the started broker; an external Kafka has its own settings"))
+	}
+	return errors.Join(errs...)
+}
