@@ -46,12 +46,6 @@ type BenchConfig struct {
 	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
 }
 
-// DefaultBenchConfig is a run of about a minute.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Items: 10000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
-		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
-}
-
 // Validate reports every problem at once, naming the flags.
 func (c BenchConfig) Validate() error {
 	var p []string

@@ -162,9 +162,6 @@ func (p *Producer) require() TopicRequirements {
 	return p.cfg.Require
 }
 
-// Client is the underlying franz-go client (for admin requests).
-func (p *Producer) Client() *kgo.Client { return p.client }
-
 // Err delivers the first record Kafka refused for good.
 func (p *Producer) Err() <-chan error { return p.errCh }
 

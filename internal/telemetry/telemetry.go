@@ -82,8 +82,6 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Handler exposes the mux, so an API server can mount the same endpoints.
-func (s *Server) Handler() http.Handler { return s.mux }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
