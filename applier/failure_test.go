@@ -78,7 +78,7 @@ func TestBadRecordsGoToDLQ(t *testing.T) {
 	if c := run.a.Counts(); c.DLQ != 3 {
 		t.Fatalf("counts %+v, want 3 dlq", c)
 	}
-	if got := metric(t, run.reg, "tidemark_applier_records_total", map[string]string{"result": "dlq"}); got != 3 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_records_total", "result", "dlq"); got != 3 {
 		t.Fatalf("dlq metric %v", got)
 	}
 }
@@ -160,7 +160,7 @@ func TestFailoverRewindRestoresFloors(t *testing.T) {
 		}
 		return nil
 	})
-	if got := metric(t, run.reg, "tidemark_applier_failover_rewinds_total", nil); got != 1 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
 		t.Fatalf("failover rewinds %v, want 1", got)
 	}
 	if err := run.stop(); err != nil {

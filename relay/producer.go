@@ -155,6 +155,9 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// Client is the underlying franz-go client (for admin requests).
+func (p *Producer) Client() *kgo.Client { return p.client }
+
 func (p *Producer) require() TopicRequirements {
 	if p.cfg.Require == (TopicRequirements{}) {
 		return DefaultTopicRequirements()
