@@ -82,7 +82,6 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
