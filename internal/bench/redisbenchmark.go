@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -132,4 +133,23 @@ func ParseRedisBenchmarkCSV(out []byte) (RedisResult, error) {
 	}
 	r.P99 = time.Duration(ms * float64(time.Millisecond))
 	return r, nil
+}
+
+// InfoField is field name of a Redis INFO reply ("" if absent).
+func InfoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// RedactURL hides the password of a URL for reports.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }
