@@ -57,6 +57,9 @@ func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus
 	return c, nil
 }
 
+// Config returns the configuration the client runs with.
+func (c *Client) Config() Config { return c.cfg }
+
 func (c *Client) key(tenant, item string) string {
 	return schema.RedisKey(c.cfg.Namespace, tenant, item)
 }
