@@ -163,7 +163,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	cancel(nil)
 	wg.Wait()
 	cl.Close() // leaves the group: revoked() stops the workers and commits
-	a.stopAll(nil)
+	a.stopAll()
 	a.log.Info("applier stopped", "counts", fmt.Sprintf("%+v", a.Counts()))
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -340,7 +340,7 @@ func (a *Applier) remove(ps []int32) []*worker {
 }
 
 // stopAll stops whatever workers remain (after Close they normally are gone).
-func (a *Applier) stopAll(_ error) {
+func (a *Applier) stopAll() {
 	a.mu.Lock()
 	ps := make([]int32, 0, len(a.workers))
 	for p := range a.workers {

@@ -34,20 +34,20 @@ func TestAppliesEveryChangeThenWatermark(t *testing.T) {
 		t.Fatalf("not ready with a known watermark: %v", err)
 	}
 	testenv.Eventually(t, 5*time.Second, "gauges refreshed", func() error {
-		if age := metric(t, run.reg, "tidemark_watermark_age_seconds", nil); age <= 0 || age > 30 {
+		if age := testenv.Metric(t, run.reg, "tidemark_watermark_age_seconds"); age <= 0 || age > 30 {
 			return fmt.Errorf("tidemark_watermark_age_seconds %v", age)
 		}
-		if age := metric(t, run.reg, "tidemark_applier_partition_watermark_age_seconds", map[string]string{"partition": "3"}); age <= 0 || age > 30 {
+		if age := testenv.Metric(t, run.reg, "tidemark_applier_partition_watermark_age_seconds", "partition", "3"); age <= 0 || age > 30 {
 			return fmt.Errorf("partition 3 watermark age %v", age)
 		}
 		return nil
 	})
 	for _, name := range []string{"tidemark_applier_commit_to_apply_seconds", "tidemark_applier_batch_size"} {
-		if n := metric(t, run.reg, name, nil); n == 0 {
+		if n := testenv.Metric(t, run.reg, name); n == 0 {
 			t.Fatalf("%s has no samples", name)
 		}
 	}
-	if lag := metric(t, run.reg, "tidemark_applier_consumer_lag_records", map[string]string{"partition": "0"}); lag != 0 {
+	if lag := testenv.Metric(t, run.reg, "tidemark_applier_consumer_lag_records", "partition", "0"); lag != 0 {
 		t.Fatalf("consumer lag %v after everything was applied", lag)
 	}
 	if err := run.stop(); err != nil {
@@ -57,7 +57,7 @@ func TestAppliesEveryChangeThenWatermark(t *testing.T) {
 	if c.Total() != 3000 || c.DLQ != 0 {
 		t.Fatalf("counts %+v, want 3000 records and no dlq", c)
 	}
-	if got := metric(t, run.reg, "tidemark_applier_records_total", nil); got == 0 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_records_total"); got == 0 {
 		t.Fatal("tidemark_applier_records_total not counted")
 	}
 	ends, committed := r.endOffsets(), r.committed(r.config().Group)

@@ -77,7 +77,7 @@ func TestBadRecordsGoToDLQ(t *testing.T) {
 	if c := run.a.Counts(); c.DLQ != 2 {
 		t.Fatalf("counts %+v, want 2 dlq", c)
 	}
-	if got := metric(t, run.reg, "tidemark_applier_records_total", map[string]string{"result": "dlq"}); got != 2 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_records_total", "result", "dlq"); got != 2 {
 		t.Fatalf("dlq metric %v", got)
 	}
 }
@@ -159,7 +159,7 @@ func TestFailoverRewindRestoresFloors(t *testing.T) {
 		}
 		return nil
 	})
-	if got := metric(t, run.reg, "tidemark_applier_failover_rewinds_total", nil); got != 1 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
 		t.Fatalf("failover rewinds %v, want 1", got)
 	}
 	if err := run.stop(); err != nil {

@@ -118,7 +118,7 @@ func (p *processor) process(ctx context.Context, partition int32, recs []*kgo.Re
 		return nil
 	}
 	for _, rec := range recs {
-		ev, err := decode(rec.Value)
+		ev, err := schema.Decode(rec.Value)
 		if err != nil {
 			if err := flush(); err != nil {
 				return err

@@ -188,7 +188,7 @@ func TestRedisRefusingWritesLosesNothing(t *testing.T) {
 	if len(stalled) != int(r.partitions) {
 		t.Fatalf("stall notes for partitions %v, want all %d", stalled, r.partitions)
 	}
-	if got := metric(t, run.reg, "tidemark_applier_partition_stalled_seconds", map[string]string{"partition": "0"}); got < 5 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_partition_stalled_seconds", "partition", "0"); got < 5 {
 		t.Fatalf("partition 0 stalled for %vs by the metric, want >= 5", got)
 	}
 	f.end(t, r.rdb)

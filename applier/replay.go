@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -112,11 +111,7 @@ func NewReplay(cfg ReplayConfig, deps Deps) (*Replay, error) {
 	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
 		return nil, err
 	}
-	reg := deps.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	met, err := newMetrics(reg)
+	met, err := newMetrics(deps.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("applier: register metrics: %w", err)
 	}

@@ -82,7 +82,7 @@ func TestInvalidateBatch(t *testing.T) {
 		if h := hash(t, b, "catalog", tn, "item2"); h["floor"] != "11" || h["gen"] != "2" {
 			t.Fatalf("item2 hash = %v", h)
 		}
-		if got := counter(t, reg, "tidemark_cache_invalidations_total", "applied"); got != 301 {
+		if got := testenv.Metric(t, reg, "tidemark_cache_invalidations_total", "result", "applied"); got != 301 {
 			t.Fatalf("applied counter = %v, want 301", got)
 		}
 		// Retrying the whole batch is harmless: nothing is applied twice.
@@ -149,27 +149,4 @@ func TestServerIdentityChangesOnRestart(t *testing.T) {
 			return nil
 		})
 	})
-}
-
-// counter reads the series name{<one label>=label} from reg.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no series %s{%s}", name, label)
-	return 0
 }

@@ -39,3 +39,7 @@ func newScripts() scripts {
 func (s scripts) all() []*redis.Script {
 	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise}
 }
+
+// InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for
+// benchmarks that compare it with redis-benchmark on the same script.
+func InvalidateScriptSHA() string { return redis.NewScript(invalidateLua).Hash() }

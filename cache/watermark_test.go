@@ -78,30 +78,21 @@ func TestMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range []struct {
-			name, label string
-			want        float64
+			name, label, value string
+			want               float64
 		}{
-			{"tidemark_cache_lookups_total", "miss", 1},
-			{"tidemark_cache_lookups_total", "wait", 1},
-			{"tidemark_cache_lookups_total", "hit", 1},
-			{"tidemark_cache_fill_rejected_total", "token", 1},
-			{"tidemark_cache_fill_rejected_total", "version", 0},
-			{"tidemark_cache_invalidations_total", "duplicate", 1},
+			{"tidemark_cache_lookups_total", "result", "miss", 1},
+			{"tidemark_cache_lookups_total", "result", "wait", 1},
+			{"tidemark_cache_lookups_total", "result", "hit", 1},
+			{"tidemark_cache_fill_rejected_total", "reason", "token", 1},
+			{"tidemark_cache_fill_rejected_total", "reason", "version", 0},
+			{"tidemark_cache_invalidations_total", "result", "duplicate", 1},
 		} {
-			if got := counter(t, reg, m.name, m.label); got != m.want {
-				t.Errorf("%s{%s} = %v, want %v", m.name, m.label, got, m.want)
+			if got := testenv.Metric(t, reg, m.name, m.label, m.value); got != m.want {
+				t.Errorf("%s{%s=%q} = %v, want %v", m.name, m.label, m.value, got, m.want)
 			}
 		}
 		runPoller(t, c)
-		mfs, _ := reg.Gather()
-		found := false
-		for _, mf := range mfs {
-			if mf.GetName() == "tidemark_cache_watermark_age_seconds" {
-				found = true
-			}
-		}
-		if !found {
-			t.Error("no tidemark_cache_watermark_age_seconds")
-		}
+		testenv.Metric(t, reg, "tidemark_cache_watermark_age_seconds")
 	})
 }

@@ -96,9 +96,7 @@ func waitAll(t *testing.T, k *testenv.Kafka, topic string, want []kv) {
 func TestCrashSafetyInProcess(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	cfg.Relay.MaxInflight = 50 // keep records in flight at the crash
 	conn := connect(t, dsn)
 	// The slot exists before the first change: everything after it counts.
@@ -272,9 +270,7 @@ func (b *binary) kill() {
 func TestKill9AndTakeover(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	exec(t, connect(t, dsn), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot)
 	w := startWorkload(t, dsn, 50)
 
@@ -305,9 +301,7 @@ func TestKill9AndTakeover(t *testing.T) {
 func TestSigtermConfirmsAndExits0(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	cfg.Heartbeat = time.Hour
 	conn := connect(t, dsn)
 	b := startBinary(t, cfg)

@@ -17,9 +17,7 @@ import (
 func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	cfg.HeartbeatMode = capture.HeartbeatRow
 	cfg.HeartbeatMargin = 300 * time.Millisecond
 	conn := connect(t, dsn)
@@ -88,7 +86,7 @@ func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("changes %v, want %v", got, want)
 	}
-	if r.counter(t, "tidemark_capture_heartbeats_total") == 0 || r.counter(t, "tidemark_capture_events_total", "op", "truncate") != 1 {
+	if testenv.Metric(t, r.reg, "tidemark_capture_heartbeats_total") == 0 || testenv.Metric(t, r.reg, "tidemark_capture_events_total", "op", "truncate") != 1 {
 		t.Fatalf("heartbeat or truncate not counted")
 	}
 }

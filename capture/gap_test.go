@@ -40,9 +40,7 @@ func waitItem(t *testing.T, k *testenv.Kafka, topic, tenant, item string, versio
 func TestGapResets(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	conn := connect(t, dsn)
 
 	r := start(t, cfg)
@@ -58,7 +56,7 @@ func TestGapResets(t *testing.T) {
 	r.waitReady(t)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'b', 1)")
 	recs := waitItem(t, k, cfg.Relay.Topic, "t", "b", 1)
-	if n := len(resets(recs)); n != 0 || r.counter(t, "tidemark_capture_resets_total") != 0 {
+	if n := len(resets(recs)); n != 0 || testenv.Metric(t, r.reg, "tidemark_capture_resets_total") != 0 {
 		t.Fatalf("clean restart sent resets on %d partitions", n)
 	}
 	r.wait(t)
@@ -77,7 +75,7 @@ func TestGapResets(t *testing.T) {
 			t.Fatalf("partition %d: resets %+v, want one %s reset after %s", p, rs[p], capture.ReasonSlotMissing, before)
 		}
 	}
-	if got := r.counter(t, "tidemark_capture_resets_total", "reason", capture.ReasonSlotMissing); got != 1 {
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonSlotMissing); got != 1 {
 		t.Fatalf("resets_total{reason=slot_missing} = %v, want 1", got)
 	}
 	r.wait(t)
@@ -114,9 +112,7 @@ func TestGapResets(t *testing.T) {
 func TestIdleSlotAdvances(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, _, cfg := newRig(t, pg)
 	cfg.Heartbeat = time.Hour // heartbeats would advance it too: prove keepalives do
 	conn := connect(t, dsn)
 	exec(t, conn, "CREATE TABLE public.other (x int)")
@@ -135,7 +131,7 @@ func TestIdleSlotAdvances(t *testing.T) {
 		}
 		return nil
 	})
-	if got := r.counter(t, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
 		t.Fatalf("tidemark_capture_confirmed_lsn %v < %s", got, want)
 	}
 }
@@ -146,9 +142,7 @@ func TestIdleSlotAdvances(t *testing.T) {
 func TestSlotLostResets(t *testing.T) {
 	t.Parallel()
 	pg := testenv.StartPostgres(t, testenv.PGConf("max_slot_wal_keep_size", "1MB"), testenv.PGConf("wal_keep_size", "0"))
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	conn := connect(t, dsn)
 	r := start(t, cfg)
 	r.waitReady(t)
@@ -176,7 +170,7 @@ func TestSlotLostResets(t *testing.T) {
 			t.Fatalf("partition %d: resets %+v, want one %s", p, rs[p], capture.ReasonSlotLost)
 		}
 	}
-	if got := r.counter(t, "tidemark_capture_resets_total", "reason", capture.ReasonSlotLost); got != 1 {
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonSlotLost); got != 1 {
 		t.Fatalf("resets_total{reason=slot_lost} = %v", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"tidemark/capture"
 	"tidemark/internal/testenv"
+	"tidemark/relay"
 	"tidemark/schema"
 )
 
@@ -35,6 +36,15 @@ func testConfig(t *testing.T, dsn string, k *testenv.Kafka) capture.Config {
 	cfg.SlotPoll = 500 * time.Millisecond
 	cfg.ShutdownTimeout = 10 * time.Second
 	return cfg
+}
+
+// newRig is the setup most capture tests share: a fresh migrated database on
+// pg, a kfake cluster, and a capture config for both.
+func newRig(t *testing.T, pg *testenv.Postgres) (dsn string, k *testenv.Kafka, cfg capture.Config) {
+	t.Helper()
+	dsn = pg.MigratedDatabase(t)
+	k = testenv.StartKafka(t)
+	return dsn, k, testConfig(t, dsn, k)
 }
 
 type running struct {
@@ -84,41 +94,6 @@ func (r *running) waitReady(t *testing.T) {
 		}
 		return r.c.Ready(context.Background())
 	})
-}
-
-func (r *running) counter(t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue metric
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				total += m.Counter.GetValue()
-			case m.Gauge != nil:
-				total += m.Gauge.GetValue()
-			}
-		}
-	}
-	return total
 }
 
 // record is one Kafka record, decoded.
@@ -189,37 +164,10 @@ func readTopic(t *testing.T, brokers []string, topic string) []record {
 	return out
 }
 
-// keyPartition is Kafka's default partitioner, computed independently of
-// the relay: murmur2 (Java's Utils.murmur2), sign bit masked, mod n.
+// keyPartition is where the relay's partitioner puts an item key (Java's
+// murmur2, proven against Kafka's vectors in relay's tests).
 func keyPartition(key string, n int) int32 {
-	return int32(int(murmur2([]byte(key))&0x7fffffff) % n)
-}
-
-func murmur2(b []byte) uint32 {
-	const seed, m = uint32(0x9747b28c), uint32(0x5bd1e995)
-	h := seed ^ uint32(len(b))
-	for ; len(b) >= 4; b = b[4:] {
-		k := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-		k *= m
-		k ^= k >> 24
-		k *= m
-		h = h*m ^ k
-	}
-	switch len(b) {
-	case 3:
-		h ^= uint32(b[2]) << 16
-		fallthrough
-	case 2:
-		h ^= uint32(b[1]) << 8
-		fallthrough
-	case 1:
-		h ^= uint32(b[0])
-		h *= m
-	}
-	h ^= h >> 13
-	h *= m
-	h ^= h >> 15
-	return h
+	return int32(relay.Partitioner().ForTopic("").Partition(&kgo.Record{Key: []byte(key)}, n))
 }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {

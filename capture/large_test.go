@@ -25,9 +25,7 @@ func TestLargeTransaction(t *testing.T) {
 	t.Parallel()
 	const rows = 1_000_000
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	cfg.Heartbeat = time.Hour
 	conn := connect(t, dsn)
 	// Loaded before the slot exists, so only the big update is captured.

@@ -11,39 +11,8 @@ import (
 	"time"
 
 	"tidemark/internal/testenv"
-	"tidemark/relay"
 	"tidemark/schema"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// The test's murmur2 must be Java's Utils.murmur2 (vectors from Kafka's
-// UtilsTest), so the partition check below is independent of franz-go.
-func TestMurmur2MatchesJava(t *testing.T) {
-	for s, want := range map[string]int32{
-		"21":                         -973932308,
-		"foobar":                     -790332482,
-		"a-little-bit-long-string":   -985981536,
-		"a-little-bit-longer-string": -1486304829,
-		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-		"abc": 479470107,
-	} {
-		if got := int32(murmur2([]byte(s))); got != want {
-			t.Errorf("murmur2(%q) = %d, want %d", s, got, want)
-		}
-	}
-	// The relay's partitioner agrees for item keys and honours markers.
-	p := relay.Partitioner().ForTopic("t")
-	for i := range 1000 {
-		key := schema.Key(fmt.Sprintf("tenant-%d", i%7), fmt.Sprintf("item/%d", i))
-		if got, want := p.Partition(&kgo.Record{Key: []byte(key)}, 12), keyPartition(key, 12); int32(got) != want {
-			t.Fatalf("partition(%q) = %d, want %d", key, got, want)
-		}
-	}
-	if got := p.Partition(&kgo.Record{Key: []byte(schema.MarkerKey(5)), Partition: 5}, 12); got != 5 {
-		t.Fatalf("marker went to partition %d, want 5", got)
-	}
-}
 
 // Random concurrent transactions, a fifth of them rolled back: every
 // committed (tenant, item, version) reaches the topic on its murmur2
@@ -51,9 +20,7 @@ func TestMurmur2MatchesJava(t *testing.T) {
 // change appears.
 func TestOrderAndCompleteness(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, pg)
 	r := start(t, cfg)
 	r.waitReady(t)
 

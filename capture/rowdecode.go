@@ -16,10 +16,25 @@ import (
 //	Update: 'U' relid:int32 'N' tuple   (an old 'K'/'O' tuple goes the general way)
 //	tuple:  ncols:int16 { kind:byte ('n'|'u'|'t'|'b') [len:int32 bytes] }
 func (s *streamer) fastRow(data []byte) bool {
-	if len(data) < 8 || (data[0] != 'I' && data[0] != 'U') || data[5] != 'N' || s.txn == nil {
+	if s.txn == nil {
 		return false
 	}
-	r, ok := s.dec.relations[binary.BigEndian.Uint32(data[1:5])]
+	ch := s.change()
+	if !s.dec.fastRow(data, ch) {
+		return false
+	}
+	s.produceChange(ch)
+	return true
+}
+
+// fastRow fills c's tenant, item, version and op from an Insert or Update
+// message exactly as pglogrepl.Parse followed by row would, or reports false
+// and leaves c alone (capture/rowdecode_test.go holds it to that).
+func (d *decoder) fastRow(data []byte, c *schema.Change) bool {
+	if len(data) < 8 || (data[0] != 'I' && data[0] != 'U') || data[5] != 'N' {
+		return false
+	}
+	r, ok := d.relations[binary.BigEndian.Uint32(data[1:5])]
 	if !ok || r.kind != relItems || r.tenant < 0 || r.item < 0 || r.version < 0 {
 		return false
 	}
@@ -73,11 +88,9 @@ func (s *streamer) fastRow(data []byte) bool {
 		}
 		ver = ver*10 + int64(c-'0')
 	}
-	ch := s.change()
-	ch.Tenant, ch.Item, ch.Version, ch.Op = string(tenant), string(item), ver, schema.OpUpsert
-	if stateSet && string(state) == s.c.cfg.DeletedState {
-		ch.Op = schema.OpDelete
+	c.Tenant, c.Item, c.Version, c.Op = string(tenant), string(item), ver, schema.OpUpsert
+	if stateSet && string(state) == d.cfg.DeletedState {
+		c.Op = schema.OpDelete
 	}
-	s.produceChange(ch)
 	return true
 }

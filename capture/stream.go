@@ -68,7 +68,7 @@ func (s *streamer) run(ctx context.Context) error {
 		default:
 		}
 		if time.Now().After(s.nextStatus) {
-			if err := s.status(false); err != nil {
+			if err := s.status(); err != nil {
 				return err
 			}
 		}
@@ -128,7 +128,7 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 			s.tr.AdvanceIdle(schema.LSN(ka.ServerWALEnd))
 		}
 		if ka.ReplyRequested {
-			return s.status(false)
+			return s.status()
 		}
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -283,12 +283,11 @@ func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
 
 // status confirms the newest LSN Kafka holds everything before
 // (write = flush = apply).
-func (s *streamer) status(reply bool) error {
+func (s *streamer) status() error {
 	lsn := s.tr.Confirmable()
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pglogrepl.LSN(lsn), WALFlushPosition: pglogrepl.LSN(lsn), WALApplyPosition: pglogrepl.LSN(lsn),
-		ReplyRequested: reply,
 	})
 	if err != nil {
 		return fmt.Errorf("capture: send standby status: %w", err)
@@ -307,7 +306,7 @@ func (s *streamer) finish(ctx context.Context) {
 		return
 	}
 	s.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second)) // shutdown moved it to the past
-	if err := s.status(false); err != nil {
+	if err := s.status(); err != nil {
 		return
 	}
 	done := make(chan struct{})

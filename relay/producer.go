@@ -155,15 +155,15 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// Client is the underlying franz-go client (for admin requests).
+func (p *Producer) Client() *kgo.Client { return p.client }
+
 func (p *Producer) require() TopicRequirements {
 	if p.cfg.Require == (TopicRequirements{}) {
 		return DefaultTopicRequirements()
 	}
 	return p.cfg.Require
 }
-
-// Client is the underlying franz-go client (for admin requests).
-func (p *Producer) Client() *kgo.Client { return p.client }
 
 // Err delivers the first record Kafka refused for good.
 func (p *Producer) Err() <-chan error { return p.errCh }

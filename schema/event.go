@@ -165,6 +165,14 @@ type wire struct {
 // add them); an unknown major version is an *UnsupportedVersionError; anything
 // else that is not a valid event wraps ErrMalformed.
 func Decode(b []byte) (Event, error) {
+	if c, ok := fastChange(b); ok {
+		return c, nil
+	}
+	return decodeJSON(b)
+}
+
+// decodeJSON is Decode for any input, through encoding/json.
+func decodeJSON(b []byte) (Event, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

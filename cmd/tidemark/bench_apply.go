@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/applier"
 	"tidemark/cache"
+	"tidemark/internal/bench/apply"
 	"tidemark/internal/localserver"
 )
 
-// benchApplyCmd wires flags into applier.BenchConfig, provides the servers
+// benchApplyCmd wires flags into apply.BenchConfig (internal/bench/apply), provides the servers
 // (a private redis-server and in-process kfake unless given) and prints the
 // table.
 type benchApplyCmd struct {
@@ -27,8 +27,8 @@ type benchApplyCmd struct {
 	Duration   time.Duration `name:"duration" default:"15s" help:"Length of the steady latency phase."`
 }
 
-func (c *benchApplyCmd) config() applier.BenchConfig {
-	cfg := applier.DefaultBenchConfig()
+func (c *benchApplyCmd) config() apply.BenchConfig {
+	cfg := apply.DefaultBenchConfig()
 	cfg.Brokers = splitList(c.Kafka)
 	cfg.Events, cfg.Keys, cfg.Partitions, cfg.Rate, cfg.Duration = c.Events, c.Keys, c.Partitions, c.Rate, c.Duration
 	return cfg
@@ -68,7 +68,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	b, err := applier.NewBench(cfg, cc, e.log)
+	b, err := apply.NewBench(cfg, cc, e.log)
 	if err != nil {
 		return err
 	}

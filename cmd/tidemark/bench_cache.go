@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 
-	"tidemark/cache"
+	cachebench "tidemark/internal/bench/cache"
 )
 
-// benchCacheCmd wires flags into cache.BenchConfig; the benchmark itself
+// benchCacheCmd wires flags into cachebench.BenchConfig; the benchmark itself
 // lives in the cache package.
 type benchCacheCmd struct {
 	Redis          string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis to benchmark (redis://host:port/db, or comma-separated Cluster seeds); empty starts a private redis-server from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
@@ -20,8 +20,8 @@ type benchCacheCmd struct {
 	RedisBenchmark string `name:"redis-benchmark" default:"redis-benchmark" help:"redis-benchmark binary."`
 }
 
-func (c *benchCacheCmd) config() cache.BenchConfig {
-	return cache.BenchConfig{
+func (c *benchCacheCmd) config() cachebench.BenchConfig {
+	return cachebench.BenchConfig{
 		RedisURL: c.Redis, Keys: c.Keys, Batch: c.Batch, Workers: c.Workers, Lookups: c.Lookups,
 		Clients: c.Clients, Pipeline: c.Pipeline, BenchmarkPath: c.RedisBenchmark, Rounds: c.Rounds,
 	}
@@ -30,5 +30,5 @@ func (c *benchCacheCmd) config() cache.BenchConfig {
 func (c *benchCacheCmd) Validate() error { return c.config().Validate() }
 
 func (c *benchCacheCmd) Run(ctx context.Context, e *env) error {
-	return cache.RunBench(ctx, c.config(), e.stdout)
+	return cachebench.RunBench(ctx, c.config(), e.stdout)
 }

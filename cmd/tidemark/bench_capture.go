@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/capture"
+	"tidemark/internal/bench/capture"
 )
 
-// benchCaptureCmd wires flags into capture.BenchConfig, provides Postgres
+// benchCaptureCmd wires flags into capture.BenchConfig (internal/bench/capture), provides Postgres
 // (a private server unless --pg) and prints the table.
 type benchCaptureCmd struct {
 	PG          string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
@@ -55,12 +55,12 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
 	cfg.Rounds = c.Rounds
 	if cfg.PG == "" {
-		pg, err := capture.StartPrivatePostgres(ctx)
+		dsn, stop, err := capture.StartPostgres()
 		if err != nil {
 			return err
 		}
-		defer pg.Close()
-		cfg.PG = pg.DSN
+		defer stop()
+		cfg.PG = dsn
 	}
 	res, err := capture.Bench(ctx, cfg, e.log.With("component", "bench"))
 	if err != nil {

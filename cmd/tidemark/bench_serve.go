@@ -6,10 +6,10 @@ import (
 	"os"
 	"time"
 
-	"tidemark/api"
+	"tidemark/internal/bench/serve"
 )
 
-// benchServeCmd wires flags into api.BenchConfig and prints the report.
+// benchServeCmd wires flags into serve.BenchConfig (internal/bench/serve) and prints the report.
 type benchServeCmd struct {
 	PG          string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres to use (empty: start a private one, with --redis empty too)."`
 	Redis       string        `name:"redis" env:"TIDEMARK_REDIS" help:"Redis to use (empty: start a private one)."`
@@ -24,16 +24,16 @@ type benchServeCmd struct {
 	ServeArg    []string      `name:"serve-arg" help:"Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0."`
 }
 
-func (c *benchServeCmd) config() api.BenchConfig {
+func (c *benchServeCmd) config() serve.BenchConfig {
 	exe, _ := os.Executable()
-	return api.BenchConfig{PG: c.PG, Redis: c.Redis, Binary: exe, ServeArgs: c.ServeArg, Items: c.Items, ZipfS: c.ZipfS,
+	return serve.BenchConfig{PG: c.PG, Redis: c.Redis, Binary: exe, ServeArgs: c.ServeArg, Items: c.Items, ZipfS: c.ZipfS,
 		Warmup: c.Warmup, Duration: c.Duration, Concurrency: c.Concurrency, Workers: c.Workers, Steps: c.Steps, P99Goal: c.P99Goal}
 }
 
 func (c *benchServeCmd) Validate() error { return c.config().Validate() }
 
 func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
-	rep, err := api.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
+	rep, err := serve.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
 	if len(rep.Rows) > 0 {
 		fmt.Fprintln(e.stdout, rep.Markdown())
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -70,14 +71,14 @@ type RedisResult struct {
 	P50, P99 time.Duration
 }
 
-// Run runs redis-benchmark with args (-n, -c, -P, the test) and --csv, and
-// returns the last test's figures.
+// Run runs redis-benchmark --csv with args (options such as -n, -c, -P, then
+// -t tests or a command) and returns the last test's figures.
 func (rb *RedisBenchmark) Run(ctx context.Context, args ...string) (RedisResult, error) {
 	path := rb.Path
 	if path == "" {
 		path = "redis-benchmark"
 	}
-	all := append(append(slices.Clone(rb.Conn), args...), "--csv")
+	all := append(append(slices.Clone(rb.Conn), "--csv"), args...) // options before the command it benchmarks
 	shown := slices.Clone(all)
 	if i := slices.Index(shown, "-a"); i >= 0 && i+1 < len(shown) {
 		shown[i+1] = "***"
@@ -132,4 +133,23 @@ func ParseRedisBenchmarkCSV(out []byte) (RedisResult, error) {
 	}
 	r.P99 = time.Duration(ms * float64(time.Millisecond))
 	return r, nil
+}
+
+// InfoField is field name of a Redis INFO reply ("" if absent).
+func InfoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// RedactURL hides the password of a URL for reports.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }

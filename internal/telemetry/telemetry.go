@@ -87,9 +87,6 @@ func (s *Server) Addr() string {
 // /status.json). Call it before Run.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Handler exposes the mux, so an API server can mount the same endpoints.
-func (s *Server) Handler() http.Handler { return s.mux }
-
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()

@@ -1,4 +1,8 @@
-package api
+// Package serve is `tidemark bench serve`: cache-hit GET throughput and
+// latency of `tidemark serve` (run as a separate process, as in production)
+// over a zipf key set, a closed-loop saturation step and open-loop steps
+// below it, and the share of GETs that read the source.
+package serve
 
 import (
 	"bufio"
@@ -24,6 +28,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/api"
+	"tidemark/internal/bench"
 	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
@@ -44,12 +50,6 @@ type BenchConfig struct {
 	Workers     int           // --workers: connections of the open-loop steps
 	Steps       []float64     // --steps: open-loop rates as fractions of the saturated rate
 	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
-}
-
-// DefaultBenchConfig is a run of about a minute.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Items: 10000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
-		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
 }
 
 // Validate reports every problem at once, naming the flags.
@@ -146,13 +146,13 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
 		srv, err := startBenchServers()
 		if err != nil {
-			return BenchReport{}, fmt.Errorf("api: bench: %w", err)
+			return BenchReport{}, fmt.Errorf("bench serve: %w", err)
 		}
 		defer srv.Stop()
 		cfg.PG, cfg.Redis = srv.PGDSN, srv.Redis
 	}
 	if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
-		return BenchReport{}, fmt.Errorf("api: bench: migrate: %w", err)
+		return BenchReport{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
 	var suffix [4]byte
 	rand.Read(suffix[:])
@@ -165,7 +165,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	// A healthy pipeline: the watermark follows the clock (applier's part).
 	ropt, err := redis.ParseURL(cfg.Redis)
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("api: bench: --redis: %w", err)
+		return BenchReport{}, fmt.Errorf("bench serve: --redis: %w", err)
 	}
 	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
@@ -202,7 +202,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
 	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := serve.Start(); err != nil {
-		return BenchReport{}, fmt.Errorf("api: bench: start serve: %w", err)
+		return BenchReport{}, fmt.Errorf("bench serve: start serve: %w", err)
 	}
 	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
 
@@ -219,7 +219,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 		}
 		return nil
 	}); err != nil {
-		return BenchReport{}, fmt.Errorf("api: bench: serve did not become ready: %w", err)
+		return BenchReport{}, fmt.Errorf("bench serve: serve did not become ready: %w", err)
 	}
 
 	g := &generator{client: client, key: key, zipfS: cfg.ZipfS, metrics: metricsURL}
@@ -290,16 +290,16 @@ func benchItem(i int) string { return "item-" + strconv.Itoa(i) }
 func seedBench(ctx context.Context, dsn, tenant string, items int) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return "", fmt.Errorf("api: bench: %w", err)
+		return "", fmt.Errorf("bench serve: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
 		SELECT $1, 'item-' || g, 1, jsonb_build_object('name', 'Item ' || g, 'image', 'https://img.example/' || g || '.jpg',
 			'text', repeat('lorem ipsum ', 20)) FROM generate_series(0, $2 - 1) g
 		ON CONFLICT (tenant_id, item_id) DO NOTHING`, tenant, items); err != nil {
-		return "", fmt.Errorf("api: bench: seed items: %w", err)
+		return "", fmt.Errorf("bench serve: seed items: %w", err)
 	}
-	return CreateAPIKey(ctx, conn, tenant)
+	return api.CreateAPIKey(ctx, conn, tenant)
 }
 
 // generator is the load generator: keep-alive HTTP/1.1 GETs of zipf keys.
@@ -446,18 +446,9 @@ func (g *generator) measure(ctx context.Context, name string, run func() (int64,
 	if err != nil {
 		return BenchRow{}, err
 	}
-	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
-	}
+	l := bench.Summarize(lat)
 	row := BenchRow{Step: name, Target: target, Requests: int64(len(lat)), Rate: float64(len(lat)) / elapsed.Seconds(),
-		P50: pct(0.50), P99: pct(0.99)}
-	if len(lat) > 0 {
-		row.Max = lat[len(lat)-1]
-	}
+		P50: l.P50, P99: l.P99, Max: l.Max}
 	g.mu.Lock()
 	row.Errors = g.errors
 	g.mu.Unlock()
@@ -475,7 +466,7 @@ func (g *generator) scrape(ctx context.Context) (serveCounters, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", g.metrics, nil)
 	res, err := g.client.Do(req)
 	if err != nil {
-		return serveCounters{}, fmt.Errorf("api: bench: scrape serve metrics: %w", err)
+		return serveCounters{}, fmt.Errorf("bench serve: scrape serve metrics: %w", err)
 	}
 	defer res.Body.Close()
 	var c serveCounters

@@ -1,15 +1,13 @@
-package applier
+package schema
 
 import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
-
-	"tidemark/schema"
 )
 
-// The fast path returns exactly what schema.Decode returns whenever it
+// The fast path returns exactly what decodeJSON returns whenever it
 // accepts an input, and accepts the canonical encoding of plain changes.
 func TestFastDecodeMatchesSchemaDecode(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -21,44 +19,44 @@ func TestFastDecodeMatchesSchemaDecode(t *testing.T) {
 		}
 		return s
 	}
-	ops := []schema.Op{schema.OpUpsert, schema.OpDelete, schema.OpTruncate}
+	ops := []Op{OpUpsert, OpDelete, OpTruncate}
 	accepted := 0
 	for i := 0; i < 20000; i++ {
-		c := &schema.Change{Tenant: randStr(), Item: randStr(), Version: rng.Int64N(1 << 40), Op: ops[rng.IntN(3)],
-			LSN: schema.LSN(rng.Uint64()), CommitTime: time.Unix(0, rng.Int64N(1<<62)).Truncate(time.Microsecond), Xid: rng.Uint32()}
-		b := schema.Encode(c)
+		c := &Change{Tenant: randStr(), Item: randStr(), Version: rng.Int64N(1 << 40), Op: ops[rng.IntN(3)],
+			LSN: LSN(rng.Uint64()), CommitTime: time.Unix(0, rng.Int64N(1<<62)).Truncate(time.Microsecond), Xid: rng.Uint32()}
+		b := Encode(c)
 		if rng.IntN(3) == 0 { // mutate a byte
 			b[rng.IntN(len(b))] = "0a\"\\{},:x1 "[rng.IntN(11)]
 		}
-		want, werr := schema.Decode(b)
+		want, werr := decodeJSON(b)
 		got, ok := fastChange(b)
 		if !ok {
 			continue
 		}
 		accepted++
 		if werr != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("input %q: fast %+v, schema.Decode %+v / %v", b, got, want, werr)
+			t.Fatalf("input %q: fast %+v, Decode %+v / %v", b, got, want, werr)
 		}
 	}
 	if accepted < 1000 {
 		t.Fatalf("fast path accepted only %d inputs", accepted)
 	}
-	plain := schema.Encode(&schema.Change{Tenant: "t1", Item: "item-1", Version: 7, Op: schema.OpUpsert, LSN: 5, CommitTime: time.Now(), Xid: 3})
+	plain := Encode(&Change{Tenant: "t1", Item: "item-1", Version: 7, Op: OpUpsert, LSN: 5, CommitTime: time.Now(), Xid: 3})
 	if _, ok := fastChange(plain); !ok {
 		t.Fatalf("canonical change %q not on the fast path", plain)
 	}
 }
 
 func BenchmarkDecode(b *testing.B) {
-	v := schema.Encode(&schema.Change{Tenant: "bench", Item: "item-12345", Version: 77, Op: schema.OpUpsert, LSN: 99, CommitTime: time.Now(), Xid: 1})
+	v := Encode(&Change{Tenant: "bench", Item: "item-12345", Version: 77, Op: OpUpsert, LSN: 99, CommitTime: time.Now(), Xid: 1})
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {
-			decode(v)
+			Decode(v)
 		}
 	})
 	b.Run("schema", func(b *testing.B) {
 		for b.Loop() {
-			schema.Decode(v)
+			decodeJSON(v)
 		}
 	})
 }

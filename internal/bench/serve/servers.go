@@ -1,4 +1,4 @@
-package api
+package serve
 
 import (
 	"context"

@@ -1,3 +1,6 @@
+// Package capture is `tidemark bench capture`: capture-to-Kafka rate against
+// pg_recvlogical draining the same WAL with the same publication, and
+// commit-to-produced latency at a steady rate.
 package capture
 
 import (
@@ -10,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"tidemark/capture"
+	"tidemark/internal/bench"
+	"tidemark/internal/localserver"
 	"tidemark/migrations"
 )
 
@@ -57,17 +62,40 @@ func (r BenchResult) RecvlogicalRate() float64 {
 // CaptureRate is capture-to-Kafka's rate (row changes acked/s).
 func (r BenchResult) CaptureRate() float64 { return float64(r.Rows) / r.CaptureElapsed.Seconds() }
 
-// FindRecvlogical finds pg_recvlogical in /usr/lib/postgresql/*/bin or PATH.
+// FindRecvlogical finds pg_recvlogical beside the newest installed server
+// (internal/localserver's rule), or on PATH.
 func FindRecvlogical() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_recvlogical")
-	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
-	if len(dirs) > 0 {
-		return dirs[0], nil
+	if dir, err := localserver.PostgresBinDir(); err == nil {
+		if p := filepath.Join(dir, "pg_recvlogical"); fileExists(p) {
+			return p, nil
+		}
 	}
 	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
 		return p, nil
 	}
 	return "", errors.New("pg_recvlogical not found in /usr/lib/postgresql/*/bin or PATH: apt-get install -y postgresql-client-15")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// StartPostgres starts a throwaway private server for a run without --pg
+// (fsync off, room for the benchmark's slots and WAL); stop removes it.
+func StartPostgres() (dsn string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "tidemark-bench-pg-")
+	if err != nil {
+		return "", nil, err
+	}
+	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: dir, Ephemeral: true, Conf: map[string]string{
+		"max_wal_senders": "10", "max_replication_slots": "10", "shared_buffers": "'256MB'", "max_wal_size": "'4GB'",
+	}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("bench capture: private postgres: %w", err)
+	}
+	return pg.DSN("postgres"), pg.Remove, nil
 }
 
 // Bench writes a fixed WAL workload once, drains it with pg_recvlogical
@@ -88,7 +116,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	}
 	conn, err := pgx.Connect(ctx, cfg.PG)
 	if err != nil {
-		return res, fmt.Errorf("bench: connect: %w", err)
+		return res, fmt.Errorf("bench capture: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
@@ -101,7 +129,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	// Every slot exists before the workload, so every drain reads the same WAL.
 	for _, s := range append(slices.Clone(recvSlots), capSlots...) {
 		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s); err != nil {
-			return res, fmt.Errorf("bench: create slot: %w", err)
+			return res, fmt.Errorf("bench capture: create slot: %w", err)
 		}
 		defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", s)
 	}
@@ -112,7 +140,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		n := min(batch, cfg.Rows-done)
 		if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version)
 			SELECT $1, 'i' || g, 1 FROM generate_series($2::int, $3::int) g`, tenant, done, done+n-1); err != nil {
-			return res, fmt.Errorf("bench: workload: %w", err)
+			return res, fmt.Errorf("bench capture: workload: %w", err)
 		}
 	}
 	var endS string
@@ -158,7 +186,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		cmd := exec.CommandContext(ctx, cfg.Recvlogical, "-d", cfg.PG, "--slot", recvSlots[i], "--start", "--no-loop",
 			"--endpos", endS, "-o", "proto_version=1", "-o", "publication_names=tidemark", "-o", "messages=true", "-f", os.DevNull)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return res, fmt.Errorf("bench: pg_recvlogical: %v: %s", err, out)
+			return res, fmt.Errorf("bench capture: pg_recvlogical: %v: %s", err, out)
 		}
 		res.RecvlogicalRounds = append(res.RecvlogicalRounds, time.Since(began))
 
@@ -170,15 +198,15 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		// heap, and a growing heap would tax later rounds' GC.
 		k, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {
-			return res, fmt.Errorf("bench: kfake: %w", err)
+			return res, fmt.Errorf("bench capture: kfake: %w", err)
 		}
 		closeKafka = k.Close
-		ccfg := DefaultConfig()
+		ccfg := capture.DefaultConfig()
 		ccfg.PG, ccfg.Slot = cfg.PG, capSlots[i]
 		ccfg.Relay.Brokers, ccfg.Relay.Partitions = k.ListenAddrs(), cfg.Partitions
 		ccfg.Heartbeat = time.Hour // measure changes only
 		reg := prometheus.NewRegistry()
-		c, err := New(ccfg, Deps{Log: log, Registerer: reg, OnProduced: observe})
+		c, err := capture.New(ccfg, capture.Deps{Log: log, Registerer: reg, OnProduced: observe})
 		if err != nil {
 			return res, err
 		}
@@ -193,13 +221,13 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		for acked.Load() < int64(cfg.Rows) {
 			select {
 			case err := <-runErr:
-				return res, fmt.Errorf("bench: capture stopped: %w", err)
+				return res, fmt.Errorf("bench capture: capture stopped: %w", err)
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
 		res.CaptureRounds = append(res.CaptureRounds, time.Since(began))
 	}
-	res.RecvlogicalElapsed, res.CaptureElapsed = median(res.RecvlogicalRounds), median(res.CaptureRounds)
+	res.RecvlogicalElapsed, res.CaptureElapsed = bench.Median(res.RecvlogicalRounds), bench.Median(res.CaptureRounds)
 
 	log.Info("steady latency phase", "rate", cfg.Rate, "duration", cfg.Duration)
 	// Each commit is flushed at once (production setting), so the walsender
@@ -222,7 +250,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		next += perTick
 		if _, err := conn.Exec(ctx, "UPDATE catalog.items SET version = version + 1 WHERE tenant_id = $1 AND item_id = ANY(SELECT 'i' || g FROM generate_series($2::int, $3::int) g)",
 			tenant, lo, hi); err != nil {
-			return res, fmt.Errorf("bench: steady workload: %w", err)
+			return res, fmt.Errorf("bench capture: steady workload: %w", err)
 		}
 	}
 	t.Stop()
@@ -232,19 +260,10 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	slices.Sort(samples)
-	res.LatencySamples = len(samples)
-	if n := len(samples); n > 0 {
-		res.P50, res.P99, res.Max = samples[n/2], samples[n*99/100], samples[n-1]
-	}
+	l := bench.Summarize(samples)
+	res.LatencySamples, res.P50, res.P99, res.Max = l.N, l.P50, l.P99, l.Max
 	if _, err := conn.Exec(ctx, "DELETE FROM catalog.items WHERE tenant_id = $1", tenant); err != nil {
-		log.Warn("bench: cleanup", "err", err)
+		log.Warn("bench capture: cleanup", "err", err)
 	}
 	return res, nil
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

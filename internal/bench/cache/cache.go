@@ -1,17 +1,17 @@
+// Package cache is `tidemark bench cache`: batched INVALIDATE throughput and
+// LOOKUP hit latency of the cache-tier client, each round measured beside
+// redis-benchmark ceilings on the same server.
 package cache
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/cache"
+	"tidemark/internal/bench"
 	"tidemark/internal/localserver"
 )
 
@@ -78,31 +80,31 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 		return err
 	}
 	if _, err := exec.LookPath(cfg.BenchmarkPath); err != nil {
-		return fmt.Errorf("cache: bench: %s not found (it is installed with redis-server): %w", cfg.BenchmarkPath, err)
+		return fmt.Errorf("bench cache: %s not found (it is installed with redis-server): %w", cfg.BenchmarkPath, err)
 	}
 	url := cfg.RedisURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
 		if err != nil {
-			return fmt.Errorf("cache: bench: %w", err)
+			return fmt.Errorf("bench cache: %w", err)
 		}
 		srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
 		if err != nil {
 			os.RemoveAll(dir)
-			return fmt.Errorf("cache: bench: start redis-server: %w", err)
+			return fmt.Errorf("bench cache: start redis-server: %w", err)
 		}
 		defer srv.Remove()
 		url = srv.URL()
 	}
-	rdb, err := ParseRedisURL(url)
+	rdb, err := cache.ParseRedisURL(url)
 	if err != nil {
-		return fmt.Errorf("cache: bench: %w", err)
+		return fmt.Errorf("bench cache: %w", err)
 	}
 	defer rdb.Close()
-	ccfg := DefaultConfig()
+	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = benchNamespace
 	ccfg.SoftMin, ccfg.SoftMax = 25*time.Second, 25*time.Second // keep the timed lookups hits
-	c, err := New(ccfg, rdb, slog.New(slog.DiscardHandler), nil)
+	c, err := cache.New(ccfg, rdb, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		return err
 	}
@@ -115,7 +117,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 
-	trivialSHA, err := loadEverywhere(ctx, c, trivialLua)
+	trivialSHA, err := loadEverywhere(ctx, rdb, trivialLua)
 	if err != nil {
 		return err
 	}
@@ -128,23 +130,23 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 			return err
 		}
 	}
-	writeReport(w, cfg, redactURL(url), rb, rounds)
+	writeReport(w, cfg, bench.RedactURL(url), rb, rounds)
 	return nil
 }
 
 // benchRound is one round's figures: pipelined throughputs in ops/s,
 // latencies from single-client runs.
 type benchRound struct {
-	set, trivial, script benchResult // redis-benchmark ceilings
-	inv1, invN, invAgain float64     // InvalidateBatch keys/s
-	latEval, latGet      benchResult // redis-benchmark -c 1
+	set, trivial, script bench.RedisResult // redis-benchmark ceilings
+	inv1, invN, invAgain float64           // InvalidateBatch keys/s
+	latEval, latGet      bench.RedisResult // redis-benchmark -c 1
 	lookup               lookupStats
 	// redis-server CPU per operation (0 when the server is not local):
 	// unlike throughput it does not depend on who else uses the CPUs.
 	cpuTrivial, cpuInvN time.Duration
 }
 
-func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
+func runRound(ctx context.Context, c *cache.Client, cfg BenchConfig, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
 	randKey := "{" + tag + "/__rand_int__}"
 	// Like the InvalidateBatch runs, the ceilings write (almost) only new
 	// keys: __rand_int__ drawn from a keyspace far larger than -n.
@@ -168,8 +170,8 @@ func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, t
 	if r.invAgain, err = benchInvalidate(ctx, c, cfg, tag+"-n", cfg.Workers); err != nil { // same keys, newer version
 		return err
 	}
-	if r.script, err = rb.run(ctx, true, "-r", keyspace, "EVALSHA", c.s.invalidate.Hash(), "1",
-		benchNamespace+":v1:"+randKey, "7", strconv.FormatInt(c.cfg.FloorTTL.Milliseconds(), 10)); err != nil {
+	if r.script, err = rb.run(ctx, true, "-r", keyspace, "EVALSHA", cache.InvalidateScriptSHA(), "1",
+		benchNamespace+":v1:"+randKey, "7", strconv.FormatInt(cache.DefaultConfig().FloorTTL.Milliseconds(), 10)); err != nil {
 		return err
 	}
 	if r.inv1, err = benchInvalidate(ctx, c, cfg, tag+"-1", 1); err != nil {
@@ -183,15 +185,6 @@ func runRound(ctx context.Context, c *Client, cfg BenchConfig, rb *redisBench, t
 	}
 	r.latGet, err = rb.run(ctx, false, "-t", "get")
 	return err
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, rounds []benchRound) {
@@ -219,31 +212,31 @@ func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, round
 	fmt.Fprintln(w, "|---|---|---|---|")
 	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
 	thr := func(what, ceilingName string, p pair) {
-		fmt.Fprintf(w, "| %s | %.0f keys/s | %s: %.0f/s | %.2fx |\n", what, median(p.ours), ceilingName, median(p.ceiling), median(ratios(p)))
+		fmt.Fprintf(w, "| %s | %.0f keys/s | %s: %.0f/s | %.2fx |\n", what, bench.Median(p.ours), ceilingName, bench.Median(p.ceiling), bench.Median(ratios(p)))
 	}
 	lat := func(what, ceilingName string, p pair) {
-		fmt.Fprintf(w, "| %s | %.0f µs | %s: %.0f µs | %.2fx |\n", what, median(p.ours), ceilingName, median(p.ceiling), median(ratios(p)))
+		fmt.Fprintf(w, "| %s | %.0f µs | %s: %.0f µs | %.2fx |\n", what, bench.Median(p.ours), ceilingName, bench.Median(p.ceiling), bench.Median(ratios(p)))
 	}
 	trivial := "pipelined EVALSHA, trivial HSET script, " + pipe
-	headline := collect(func(r benchRound) (float64, float64) { return r.invN, r.trivial.rps })
+	headline := collect(func(r benchRound) (float64, float64) { return r.invN, r.trivial.RPS })
 	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), trivial, headline)
 	thr(fmt.Sprintf("InvalidateBatch, %d workers, newer version of the same keys", cfg.Workers), trivial,
-		collect(func(r benchRound) (float64, float64) { return r.invAgain, r.trivial.rps }))
+		collect(func(r benchRound) (float64, float64) { return r.invAgain, r.trivial.RPS }))
 	thr("InvalidateBatch, 1 worker, new keys", trivial,
-		collect(func(r benchRound) (float64, float64) { return r.inv1, r.trivial.rps }))
+		collect(func(r benchRound) (float64, float64) { return r.inv1, r.trivial.RPS }))
 	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined SET, "+pipe,
-		collect(func(r benchRound) (float64, float64) { return r.invN, r.set.rps }))
+		collect(func(r benchRound) (float64, float64) { return r.invN, r.set.RPS }))
 	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined EVALSHA of tidemark's INVALIDATE script, "+pipe,
-		collect(func(r benchRound) (float64, float64) { return r.invN, r.script.rps }))
+		collect(func(r benchRound) (float64, float64) { return r.invN, r.script.RPS }))
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	lat("Lookup hit latency p50", "EVALSHA trivial script, -c 1, p50",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latEval.p50) }))
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latEval.P50) }))
 	lat("Lookup hit latency p99", "EVALSHA trivial script, -c 1, p99",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latEval.p99) }))
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latEval.P99) }))
 	lat("Lookup hit latency p50", "GET, -c 1, p50",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latGet.p50) }))
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latGet.P50) }))
 	lat("Lookup hit latency p99", "GET, -c 1, p99",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latGet.p99) }))
+		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latGet.P99) }))
 
 	if rounds[0].cpuInvN > 0 {
 		ns := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -251,7 +244,7 @@ func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, round
 		// Capacity ratio: how many invalidations the server can run per
 		// trivial script, from CPU spent rather than wall-clock time.
 		fmt.Fprintf(w, "| redis-server CPU per invalidation (/proc, %d workers, new keys) | %.2f µs | trivial HSET script: %.2f µs | %.2fx capacity |\n",
-			cfg.Workers, median(p.ceiling), median(p.ours), median(ratios(p)))
+			cfg.Workers, bench.Median(p.ceiling), bench.Median(p.ours), bench.Median(ratios(p)))
 	}
 	hits := 0.0
 	for _, r := range rounds {
@@ -259,31 +252,31 @@ func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, round
 	}
 	rs := ratios(headline)
 	verdict := "met"
-	if median(rs) < 0.6 {
+	if bench.Median(rs) < 0.6 {
 		verdict = "NOT met"
 	}
-	fmt.Fprintf(w, "\nGoal: batched invalidate >= 0.6x the pipelined EVALSHA ceiling: %s (median %.2fx; per round:", verdict, median(rs))
+	fmt.Fprintf(w, "\nGoal: batched invalidate >= 0.6x the pipelined EVALSHA ceiling: %s (median %.2fx; per round:", verdict, bench.Median(rs))
 	for _, r := range rs {
 		fmt.Fprintf(w, " %.2fx", r)
 	}
 	fmt.Fprintf(w, ").\nLookups: %d sequential per round over 1000 filled keys, %.1f%% hits.\n", cfg.Lookups, 100*hits/float64(len(rounds)))
 	fmt.Fprintln(w, "\nredis-benchmark commands (first round):")
-	for _, cmd := range rb.commands[:min(len(rb.commands), 5)] {
+	for _, cmd := range rb.Commands[:min(len(rb.Commands), 5)] {
 		fmt.Fprintf(w, "    %s\n", cmd)
 	}
 }
 
 // benchInvalidate invalidates cfg.Keys keys in batches of cfg.Batch from
 // workers goroutines and returns keys per second.
-func benchInvalidate(ctx context.Context, c *Client, cfg BenchConfig, tenant string, workers int) (float64, error) {
+func benchInvalidate(ctx context.Context, c *cache.Client, cfg BenchConfig, tenant string, workers int) (float64, error) {
 	version := time.Now().UnixNano() // newer than any earlier round
-	batches := make(chan []Invalidation, workers)
+	batches := make(chan []cache.Invalidation, workers)
 	go func() {
 		defer close(batches)
 		for lo := 0; lo < cfg.Keys; lo += cfg.Batch {
-			b := make([]Invalidation, 0, cfg.Batch)
+			b := make([]cache.Invalidation, 0, cfg.Batch)
 			for i := lo; i < min(lo+cfg.Batch, cfg.Keys); i++ {
-				b = append(b, Invalidation{Tenant: tenant, Item: "item" + strconv.Itoa(i), Version: version})
+				b = append(b, cache.Invalidation{Tenant: tenant, Item: "item" + strconv.Itoa(i), Version: version})
 			}
 			select {
 			case batches <- b:
@@ -306,7 +299,7 @@ func benchInvalidate(ctx context.Context, c *Client, cfg BenchConfig, tenant str
 				out, err := c.InvalidateBatch(ctx, b)
 				if err == nil {
 					for _, o := range out {
-						if o.Err != nil || o.Result != InvalidateApplied {
+						if o.Err != nil || o.Result != cache.InvalidateApplied {
 							err = fmt.Errorf("unexpected outcome %+v", o)
 							break
 						}
@@ -323,7 +316,7 @@ func benchInvalidate(ctx context.Context, c *Client, cfg BenchConfig, tenant str
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return 0, fmt.Errorf("cache: bench invalidate: %w", firstErr)
+		return 0, fmt.Errorf("bench cache invalidate: %w", firstErr)
 	}
 	return float64(cfg.Keys) / time.Since(start).Seconds(), nil
 }
@@ -334,7 +327,7 @@ type lookupStats struct {
 }
 
 // benchLookup fills 1000 keys, then times cfg.Lookups sequential lookups.
-func benchLookup(ctx context.Context, c *Client, cfg BenchConfig, tenant string) (lookupStats, error) {
+func benchLookup(ctx context.Context, c *cache.Client, cfg BenchConfig, tenant string) (lookupStats, error) {
 	const hot = 1000
 	for i := range hot {
 		item := "hot" + strconv.Itoa(i)
@@ -356,31 +349,41 @@ func benchLookup(ctx context.Context, c *Client, cfg BenchConfig, tenant string)
 		if err != nil {
 			return lookupStats{}, err
 		}
-		if r.Status == StatusHit {
+		if r.Status == cache.StatusHit {
 			hits++
 		}
 	}
-	slices.Sort(lat)
-	return lookupStats{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], hitRate: float64(hits) / float64(len(lat))}, nil
+	l := bench.Summarize(lat)
+	return lookupStats{p50: l.P50, p99: l.P99, hitRate: float64(hits) / float64(len(lat))}, nil
 }
 
 // loadEverywhere loads a script on every master and returns its SHA1.
-func loadEverywhere(ctx context.Context, c *Client, src string) (string, error) {
+func loadEverywhere(ctx context.Context, rdb redis.UniversalClient, src string) (string, error) {
 	s := redis.NewScript(src)
-	err := c.forEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return s.Load(ctx, n).Err() })
+	err := forEachMaster(ctx, rdb, func(ctx context.Context, n *redis.Client) error { return s.Load(ctx, n).Err() })
 	if err != nil {
-		return "", fmt.Errorf("cache: bench: load script: %w", err)
+		return "", fmt.Errorf("bench cache: load script: %w", err)
 	}
 	return s.Hash(), nil
 }
 
+// forEachMaster runs fn on every master rdb talks to.
+func forEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		return r.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, r)
+	}
+	return fmt.Errorf("unsupported redis client type %T", rdb)
+}
+
 // redisBench runs redis-benchmark against the server the client talks to.
 type redisBench struct {
-	cfg      BenchConfig
-	conn     []string // -h -p [-a] [--dbnum] [--cluster]
-	version  string
-	commands []string
-	pid      int // local redis-server process, -1 if unknown
+	*bench.RedisBenchmark
+	cfg     BenchConfig
+	version string
+	pid     int // local redis-server process, -1 if unknown
 }
 
 // serverCPU is the redis-server's user+system CPU time so far, -1 if unknown.
@@ -407,46 +410,20 @@ func (rb *redisBench) serverCPU() time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-type benchResult struct {
-	rps      float64
-	p50, p99 time.Duration
-}
-
 func newRedisBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient) (*redisBench, error) {
-	var (
-		addr, pass string
-		db         int
-		cluster    bool
-	)
-	switch r := rdb.(type) {
-	case *redis.Client:
-		addr, pass, db = r.Options().Addr, r.Options().Password, r.Options().DB
-	case *redis.ClusterClient:
-		addr, pass, cluster = r.Options().Addrs[0], r.Options().Password, true
-	default:
-		return nil, fmt.Errorf("cache: bench: unsupported client %T", rdb)
-	}
-	host, port, err := net.SplitHostPort(addr)
+	r, err := bench.RedisBenchmarkFor(cfg.BenchmarkPath, rdb)
 	if err != nil {
-		return nil, fmt.Errorf("cache: bench: %w", err)
+		return nil, err
 	}
-	rb := &redisBench{cfg: cfg, conn: []string{"-h", host, "-p", port}}
-	if pass != "" {
-		rb.conn = append(rb.conn, "-a", pass)
-	}
-	if db != 0 {
-		rb.conn = append(rb.conn, "--dbnum", strconv.Itoa(db))
-	}
-	if cluster {
-		rb.conn = append(rb.conn, "--cluster")
-	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	rb := &redisBench{RedisBenchmark: r, cfg: cfg}
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return nil, fmt.Errorf("cache: bench: %w", err)
+		return nil, fmt.Errorf("bench cache: %w", err)
 	}
-	rb.version = infoField(info, "redis_version")
+	rb.version = bench.InfoField(info, "redis_version")
 	rb.pid = -1
-	if pid, err := strconv.Atoi(infoField(info, "process_id")); err == nil && !cluster {
+	if pid, err := strconv.Atoi(bench.InfoField(info, "process_id")); err == nil && !cluster {
 		// Only if that pid is a redis-server on this host (not a container's).
 		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.HasPrefix(string(comm), "redis-server") {
 			rb.pid = pid
@@ -457,64 +434,10 @@ func newRedisBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClie
 
 // run runs one redis-benchmark test: pipelined throughput (cfg.Clients
 // clients, cfg.Pipeline deep) or single-client latency (cfg.Lookups requests).
-func (rb *redisBench) run(ctx context.Context, pipelined bool, test ...string) (benchResult, error) {
-	args := append([]string{}, rb.conn...)
+func (rb *redisBench) run(ctx context.Context, pipelined bool, test ...string) (bench.RedisResult, error) {
+	args := []string{"-n", strconv.Itoa(rb.cfg.Lookups), "-c", "1"}
 	if pipelined {
-		args = append(args, "-n", strconv.Itoa(rb.cfg.Keys), "-c", strconv.Itoa(rb.cfg.Clients), "-P", strconv.Itoa(rb.cfg.Pipeline))
-	} else {
-		args = append(args, "-n", strconv.Itoa(rb.cfg.Lookups), "-c", "1")
+		args = []string{"-n", strconv.Itoa(rb.cfg.Keys), "-c", strconv.Itoa(rb.cfg.Clients), "-P", strconv.Itoa(rb.cfg.Pipeline)}
 	}
-	args = append(args, "--csv")
-	args = append(args, test...)
-	shown := slices.Clone(args)
-	if i := slices.Index(shown, "-a"); i >= 0 {
-		shown[i+1] = "***"
-	}
-	rb.commands = append(rb.commands, rb.cfg.BenchmarkPath+" "+strings.Join(shown, " "))
-	out, err := exec.CommandContext(ctx, rb.cfg.BenchmarkPath, args...).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%w: %s", err, ee.Stderr)
-		}
-		return benchResult{}, fmt.Errorf("cache: bench: redis-benchmark %s: %w", strings.Join(test, " "), err)
-	}
-	return parseBenchCSV(out)
+	return rb.Run(ctx, append(args, test...)...)
 }
-
-// parseBenchCSV reads redis-benchmark --csv: a header, then
-// "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
-func parseBenchCSV(out []byte) (benchResult, error) {
-	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
-	if err != nil || len(recs) < 2 {
-		return benchResult{}, fmt.Errorf("cache: bench: unreadable redis-benchmark output %q: %v", out, err)
-	}
-	col := map[string]int{}
-	for i, h := range recs[0] {
-		col[h] = i
-	}
-	rec := recs[len(recs)-1]
-	num := func(name string) (float64, error) {
-		i, ok := col[name]
-		if !ok || i >= len(rec) {
-			return 0, fmt.Errorf("cache: bench: redis-benchmark output has no %s column: %q", name, out)
-		}
-		return strconv.ParseFloat(rec[i], 64)
-	}
-	var r benchResult
-	var ms float64
-	if r.rps, err = num("rps"); err != nil {
-		return r, err
-	}
-	if ms, err = num("p50_latency_ms"); err != nil {
-		return r, err
-	}
-	r.p50 = time.Duration(ms * float64(time.Millisecond))
-	if ms, err = num("p99_latency_ms"); err != nil {
-		return r, err
-	}
-	r.p99 = time.Duration(ms * float64(time.Millisecond))
-	return r, nil
-}
-
-func redactURL(s string) string { return redact(s) }

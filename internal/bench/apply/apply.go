@@ -1,17 +1,16 @@
-package applier
+// Package apply is `tidemark bench apply`: replay throughput of the applier
+// into Redis against the pipelined EVALSHA ceiling redis-benchmark measures
+// on the same server, and commit-to-apply latency at a steady rate.
+package apply
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tidemark/applier"
 	"tidemark/cache"
+	"tidemark/internal/bench"
 	"tidemark/schema"
 )
 
@@ -61,7 +62,7 @@ type BenchResult struct {
 	Events         int64
 	ReplayElapsed  time.Duration
 	ReplayRate     float64 // events/s
-	Replay         Counts
+	Replay         applier.Counts
 	CeilingTrivial float64       // redis-benchmark -P 100 EVALSHA of `return 1`, requests/s
 	CeilingKeyed   float64       // the same with one HSET on a random key of --keys, requests/s
 	PingP99        time.Duration // redis-benchmark -c 1 PING p99 in the same run: the box's latency noise floor
@@ -74,12 +75,12 @@ type BenchResult struct {
 // Bench runs the applier benchmarks against a cache tier.
 type Bench struct {
 	cfg   BenchConfig
-	cache Cache
+	cache applier.Cache
 	log   *slog.Logger
 }
 
 // NewBench checks cfg.
-func NewBench(cfg BenchConfig, c Cache, log *slog.Logger) (*Bench, error) {
+func NewBench(cfg BenchConfig, c applier.Cache, log *slog.Logger) (*Bench, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(900<<10), kgo.MaxBufferedRecords(200_000), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
-		return res, fmt.Errorf("applier: bench: kafka client: %w", err)
+		return res, fmt.Errorf("bench apply: kafka client: %w", err)
 	}
 	defer prod.Close()
 	since := time.Now().Add(-time.Second)
@@ -125,9 +126,9 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	if err := b.produceHistory(ctx, prod, replayTopic); err != nil {
 		return res, err
 	}
-	rcfg := DefaultReplayConfig()
+	rcfg := applier.DefaultReplayConfig()
 	rcfg.Brokers, rcfg.Topic, rcfg.Since = brokers, replayTopic, since
-	rp, err := NewReplay(rcfg, Deps{Cache: b.cache, Log: b.log, Registerer: prometheus.NewRegistry()})
+	rp, err := applier.NewReplay(rcfg, applier.Deps{Cache: b.cache, Log: b.log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return res, err
 	}
@@ -165,7 +166,7 @@ func (b *Bench) kafka(topic string) ([]string, func(), error) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(b.cfg.Partitions), topic),
 		kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("applier: bench: start kfake: %w", err)
+		return nil, nil, fmt.Errorf("bench apply: start kfake: %w", err)
 	}
 	return kc.ListenAddrs(), kc.Close, nil
 }
@@ -195,7 +196,7 @@ func (b *Bench) produceHistory(ctx context.Context, prod *kgo.Client, topic stri
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return fmt.Errorf("applier: bench: produce: %w", firstErr)
+		return fmt.Errorf("bench apply: produce: %w", firstErr)
 	}
 	return nil
 }
@@ -210,7 +211,7 @@ func cmp(a, b error) error {
 // latencyCache records commit-to-apply per invalidation: the steady phase
 // writes the commit time (unix nanos) as the version.
 type latencyCache struct {
-	Cache
+	applier.Cache
 	mu   sync.Mutex
 	lats []time.Duration
 	on   bool
@@ -237,13 +238,13 @@ func (b *Bench) steady(ctx context.Context, brokers []string, topic string, res 
 	// applier's (fetch, batch, apply), not a producer's batching delay.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	if err != nil {
-		return fmt.Errorf("applier: bench: kafka client: %w", err)
+		return fmt.Errorf("bench apply: kafka client: %w", err)
 	}
 	defer prod.Close()
 	lc := &latencyCache{Cache: b.cache}
-	cfg := DefaultConfig()
+	cfg := applier.DefaultConfig()
 	cfg.Brokers, cfg.Topic, cfg.Group = brokers, topic, topic
-	a, err := New(cfg, Deps{Cache: lc, Log: b.log, Registerer: prometheus.NewRegistry()})
+	a, err := applier.New(cfg, applier.Deps{Cache: lc, Log: b.log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return err
 	}
@@ -266,7 +267,7 @@ func (b *Bench) steady(ctx context.Context, brokers []string, topic string, res 
 			break
 		}
 		if time.Now().After(deadline) {
-			return errors.New("applier: bench: the steady-phase applier applied nothing within 30s")
+			return errors.New("bench apply: the steady-phase applier applied nothing within 30s")
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -309,70 +310,53 @@ func (b *Bench) steady(ctx context.Context, brokers []string, topic string, res 
 	lats := slices.Clone(lc.lats)
 	lc.mu.Unlock()
 	if len(lats) == 0 {
-		return errors.New("applier: bench: no latency samples")
+		return errors.New("bench apply: no latency samples")
 	}
-	slices.Sort(lats)
-	q := func(p float64) time.Duration { return lats[min(len(lats)-1, int(p*float64(len(lats))))] }
+	l := bench.Summarize(lats)
 	res.SteadyEvents, res.SteadyRate = len(lats), float64(sent)/elapsed.Seconds()
-	res.P50, res.P99, res.Max = q(0.50), q(0.99), lats[len(lats)-1]
+	res.P50, res.P99, res.Max = l.P50, l.P99, l.Max
 	return nil
 }
 
 // evalshaCeiling runs redis-benchmark -P 100 with EVALSHA of script and
 // returns requests/s.
 func evalshaCeiling(ctx context.Context, addr, script string, keys, keyspace int) (float64, error) {
-	host, port, err := net.SplitHostPort(addr)
+	rb, err := bench.RedisBenchmarkAt("", addr)
 	if err != nil {
-		return 0, fmt.Errorf("applier: bench: redis address %q: %w", addr, err)
+		return 0, err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	sha, err := rdb.ScriptLoad(ctx, script).Result()
 	if err != nil {
-		return 0, fmt.Errorf("applier: bench: script load: %w", err)
+		return 0, fmt.Errorf("bench apply: script load: %w", err)
 	}
-	args := []string{"-h", host, "-p", port, "-P", "100", "-c", "50", "-n", "1000000", "--csv"}
+	args := []string{"-P", "100", "-c", "50", "-n", "1000000"}
 	cmdArgs := []string{"EVALSHA", sha, strconv.Itoa(keys)}
 	if keys > 0 {
 		args = append(args, "-r", strconv.Itoa(keyspace))
 		cmdArgs = append(cmdArgs, "bench:ceiling:{__rand_int__}", "1")
 	}
-	out, err := exec.CommandContext(ctx, "redis-benchmark", append(args, cmdArgs...)...).Output()
+	r, err := rb.Run(ctx, append(args, cmdArgs...)...)
 	if err != nil {
-		return 0, fmt.Errorf("applier: bench: redis-benchmark (apt-get install -y redis-tools): %w", err)
-	}
-	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
-	if err != nil || len(recs) < 2 || len(recs[len(recs)-1]) < 2 {
-		return 0, fmt.Errorf("applier: bench: unexpected redis-benchmark output %q", out)
-	}
-	rps, err := strconv.ParseFloat(recs[len(recs)-1][1], 64)
-	if err != nil {
-		return 0, fmt.Errorf("applier: bench: redis-benchmark rps %q: %w", recs[len(recs)-1][1], err)
+		return 0, err
 	}
 	if keys > 0 {
 		rdb.Eval(ctx, "for _, k in ipairs(redis.call('KEYS', 'bench:ceiling:*')) do redis.call('DEL', k) end", nil)
 	}
-	return rps, nil
+	return r.RPS, nil
 }
 
 // pingP99 is the p99 of single PINGs, one client, no pipelining: what the
 // machine's scheduling adds to any round trip at this moment.
 func pingP99(ctx context.Context, addr string) (time.Duration, error) {
-	host, port, err := net.SplitHostPort(addr)
+	rb, err := bench.RedisBenchmarkAt("", addr)
 	if err != nil {
 		return 0, err
 	}
-	out, err := exec.CommandContext(ctx, "redis-benchmark", "-h", host, "-p", port, "-c", "1", "-n", "20000", "-t", "ping_inline", "--csv").Output()
+	r, err := rb.Run(ctx, "-c", "1", "-n", "20000", "-t", "ping_inline")
 	if err != nil {
-		return 0, fmt.Errorf("applier: bench: redis-benchmark ping: %w", err)
+		return 0, err
 	}
-	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
-	if err != nil || len(recs) < 2 || len(recs[0]) < 7 || recs[0][6] != "p99_latency_ms" {
-		return 0, fmt.Errorf("applier: bench: unexpected redis-benchmark output %q", out)
-	}
-	ms, err := strconv.ParseFloat(recs[len(recs)-1][6], 64)
-	if err != nil {
-		return 0, fmt.Errorf("applier: bench: redis-benchmark p99 %q: %w", recs[len(recs)-1][6], err)
-	}
-	return time.Duration(ms * float64(time.Millisecond)), nil
+	return r.P99, nil
 }

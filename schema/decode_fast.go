@@ -1,25 +1,17 @@
-package applier
+package schema
 
 import (
 	"bytes"
 	"strconv"
 	"time"
 	"unicode/utf8"
-
-	"tidemark/schema"
 )
 
-// decode is schema.Decode with a fast path for change records in the exact
-// canonical form schema.Encode writes (what the relay produces): replay is
-// CPU-bound on encoding/json otherwise. Anything else — other events, escaped
-// strings, reordered or extra fields — goes through schema.Decode, so the
-// result is always what schema.Decode would return.
-func decode(b []byte) (schema.Event, error) {
-	if c, ok := fastChange(b); ok {
-		return c, nil
-	}
-	return schema.Decode(b)
-}
+// fastChange decodes a change record in the exact canonical form Encode
+// writes (what the relay produces) without encoding/json: replay is
+// CPU-bound on it otherwise. Anything else — other events, escaped strings,
+// reordered or extra fields — reports false and goes through decodeJSON, so
+// Decode's result never depends on which path ran (decode_fast_test.go).
 
 // cursor walks b, failing closed: any mismatch sets bad.
 type cursor struct {
@@ -83,7 +75,7 @@ func (c *cursor) num(bits int) uint64 {
 	return n
 }
 
-func fastChange(b []byte) (*schema.Change, bool) {
+func fastChange(b []byte) (*Change, bool) {
 	c := cursor{b: b}
 	c.lit(`{"schema":1,"type":"change","tenant":"`)
 	tenant := c.str()
@@ -92,7 +84,7 @@ func fastChange(b []byte) (*schema.Change, bool) {
 	c.lit(`,"version":`)
 	version := c.num(63)
 	c.lit(`,"op":"`)
-	op := schema.Op(c.str())
+	op := Op(c.str())
 	c.lit(`,"lsn":"`)
 	lsnStr := c.str()
 	c.lit(`,"commit_time":"`)
@@ -103,10 +95,10 @@ func fastChange(b []byte) (*schema.Change, bool) {
 	if c.bad || len(c.b) != 0 {
 		return nil, false
 	}
-	if op != schema.OpUpsert && op != schema.OpDelete || tenant == "" || item == "" {
+	if op != OpUpsert && op != OpDelete || tenant == "" || item == "" {
 		return nil, false // truncate and the rest: rare, the real decoder
 	}
-	lsn, err := schema.ParseLSN(lsnStr)
+	lsn, err := ParseLSN(lsnStr)
 	if err != nil {
 		return nil, false
 	}
@@ -114,6 +106,6 @@ func fastChange(b []byte) (*schema.Change, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &schema.Change{Tenant: tenant, Item: item, Version: int64(version), Op: op, LSN: lsn,
+	return &Change{Tenant: tenant, Item: item, Version: int64(version), Op: op, LSN: lsn,
 		CommitTime: t.UTC(), Xid: uint32(xid)}, true
 }

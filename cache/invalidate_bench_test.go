@@ -1,0 +1,33 @@
+package cache_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+)
+
+// BenchmarkInvalidateBatch measures the client side of a 500-key batch
+// against a private redis-server (for profiling; `tidemark bench cache`
+// reports the figures beside the ceilings).
+func BenchmarkInvalidateBatch(b *testing.B) {
+	r := testenv.StartRedis(b)
+	c, err := cache.New(cache.DefaultConfig(), r.Client(b), nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := make([]cache.Invalidation, 500)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range batch {
+			batch[j] = cache.Invalidation{Tenant: "bench", Item: "item" + strconv.Itoa(i*500+j), Version: 1}
+		}
+		if _, err := c.InvalidateBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*500)/b.Elapsed().Seconds(), "keys/s")
+}
