@@ -32,6 +32,7 @@ type Cache interface {
 	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
 	Config() cache.Config
+	Floor(ctx context.Context, tenant, item string) (int64, error)
 }
 
 // Deps are the connections the server uses; the caller owns them (and runs
@@ -49,17 +50,19 @@ type Deps struct {
 
 // Server is the API. Build it with New and serve Handler, or call Run.
 type Server struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	rdb    redis.UniversalClient
-	cache  Cache
-	budget *budget
-	src    *source
-	auth   *authenticator
-	l1     *l1
-	m      *metrics
-	log    *slog.Logger
-	clock  *clockguard.Guard
+	cfg      Config
+	pool     *pgxpool.Pool
+	rdb      redis.UniversalClient
+	cache    Cache
+	budget   *budget
+	procs    *presence
+	src      *source
+	auth     *authenticator
+	l1       *l1
+	belowMin *belowMinMemo
+	m        *metrics
+	log      *slog.Logger
+	clock    *clockguard.Guard
 	// ownClock: the server built clock itself and runs it while serving.
 	ownClock     bool
 	hardLifetime time.Duration // of values read from the source now
@@ -116,15 +119,18 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		ownClock = true
 	}
+	procs := newPresence(cfg.Namespace, deps.Redis)
 	s := &Server{
 		cfg:          cfg,
 		pool:         deps.Pool,
 		rdb:          deps.Redis,
 		cache:        deps.Cache,
-		budget:       newBudget(cfg, deps.Redis, log),
+		budget:       newBudget(cfg, deps.Redis, procs, log),
+		procs:        procs,
 		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
 		l1:           newL1(cfg.L1TTL, cfg.L1Size),
+		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
 		m:            m,
 		log:          log,
 		clock:        clock,
@@ -171,6 +177,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
 	if s.ownClock {
 		s.clock.Check(ctx) // before the first request: an unmeasured clock is not trusted
 		s.bg.Add(1)
