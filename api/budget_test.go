@@ -19,23 +19,26 @@ func TestMinVersionFloodCannotStarveOtherTenant(t *testing.T) {
 	const fgRate, rywRate = 200.0, 100.0
 	in := e.instance(instOpts{cfg: func(c *Config) {
 		c.ForegroundRate, c.ReadYourWritesRate, c.BudgetBurst = fgRate, rywRate, 100*time.Millisecond
-		c.RequestTimeout, c.L1Size = 2*time.Second, 0
+		// Generous deadlines: a loaded -race box must not turn slowness into
+		// 503s; the property here is the budget.
+		c.RequestTimeout, c.SourceTimeout, c.LookupTimeout, c.InFlightWait, c.L1Size = 10*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 0
 	}})
-	flood, calm := e.apiKey("flood"), e.apiKey("calm")
+	flood, calmKey := e.apiKey("flood"), e.apiKey("calm")
 	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
 		SELECT 'calm', 'c' || g, 1, '{}' FROM generate_series(1, 2000) g`)
 	e.do("GET", in.item("warm"), flood, "")
-	e.do("GET", in.item("warm"), calm, "")
+	e.do("GET", in.item("warm"), calmKey, "")
 
-	const dur = 4 * time.Second
-	stop := time.Now().Add(dur)
+	// The flood runs until the other tenant has sent all its reads.
+	var calmDone atomic.Bool
+	start := time.Now()
 	var floodSent, floodAdmitted, floodRefused atomic.Int64
 	var wg sync.WaitGroup
 	for range 24 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(stop) {
+			for !calmDone.Load() {
 				r := e.do("GET", in.item(fmt.Sprintf("f%d", rand.Int64()))+"?min_version=1", flood, "")
 				floodSent.Add(1)
 				switch r.code {
@@ -49,23 +52,25 @@ func TestMinVersionFloodCannotStarveOtherTenant(t *testing.T) {
 			}
 		}()
 	}
-	// The calm tenant: 25 cold visitor reads/s and 25 min_version reads/s,
-	// each of a different item.
+	// The calm tenant: up to 25 cold visitor reads/s and 25 min_version
+	// reads/s, 100 of each, each of a different item.
 	var mu sync.Mutex
 	ok, total := map[string]int{}, map[string]int{}
 	var next atomic.Int64
+	var calm sync.WaitGroup
 	for _, kind := range []string{"visitor", "read_your_writes"} {
-		wg.Add(1)
+		calm.Add(1)
 		go func() {
-			defer wg.Done()
+			defer calm.Done()
 			tick := time.NewTicker(40 * time.Millisecond)
 			defer tick.Stop()
-			for time.Now().Before(stop) {
+			time.Sleep(200 * time.Millisecond) // the flood is on
+			for range 100 {
 				url := in.item(fmt.Sprintf("c%d", next.Add(1)))
 				if kind == "read_your_writes" {
 					url += "?min_version=1"
 				}
-				r := e.do("GET", url, calm, "")
+				r := e.do("GET", url, calmKey, "")
 				mu.Lock()
 				total[kind]++
 				if r.code == 200 {
@@ -78,14 +83,16 @@ func TestMinVersionFloodCannotStarveOtherTenant(t *testing.T) {
 			}
 		}()
 	}
+	calm.Wait()
+	calmDone.Store(true)
 	wg.Wait()
-	secs := dur.Seconds()
+	secs := time.Since(start).Seconds()
 	t.Logf("flooding tenant: %d min_version requests (%.0f/s), %d source reads admitted (%.0f/s; class rate %.0f/s), %d refused",
 		floodSent.Load(), float64(floodSent.Load())/secs, floodAdmitted.Load(), float64(floodAdmitted.Load())/secs, rywRate, floodRefused.Load())
 	for _, kind := range []string{"visitor", "read_your_writes"} {
 		ratio := float64(ok[kind]) / float64(total[kind])
 		t.Logf("other tenant %s reads: %d/%d answered (%.2f %%)", kind, ok[kind], total[kind], 100*ratio)
-		if total[kind] < 20 || ratio < 0.99 {
+		if ratio < 0.99 {
 			t.Errorf("other tenant %s reads: %d/%d answered, want at least 99 %%", kind, ok[kind], total[kind])
 		}
 	}

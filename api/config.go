@@ -30,6 +30,9 @@ type Config struct {
 	L1TTL  time.Duration // --l1-ttl: in-process hot-key cache lifetime (at most 500ms)
 	L1Size int           // --l1-size: entries in the L1 (0 disables it)
 
+	IdempotencyRetention time.Duration // --idempotency-retention: how long an Idempotency-Key's answer is kept
+	MaxWaitersPerKey     int           // --max-waiters-per-key: concurrent GETs of one key in this process; beyond it 503 at once
+
 	MinVersionSlack int64         // --min-version-slack: how far min_version may be above the key's known floor
 	MinVersionMemo  time.Duration // --min-version-memo: how long a source read below min_version answers repeats with 412 (0: off)
 
@@ -42,25 +45,27 @@ type Config struct {
 // reads/s shared by every serve process, 1 s request deadline, 0.5 s L1.
 func DefaultConfig() Config {
 	return Config{
-		Addr:               "127.0.0.1:8080",
-		Namespace:          "catalog",
-		RequestTimeout:     time.Second,
-		SourceTimeout:      time.Second,
-		WriteTimeout:       5 * time.Second,
-		LookupTimeout:      250 * time.Millisecond,
-		ForegroundRate:     12000,
-		BackgroundRate:     8000,
-		BudgetBurst:        100 * time.Millisecond,
-		ReadYourWritesRate: 3000,
-		MaxInFlight:        32,
-		InFlightWait:       100 * time.Millisecond,
-		L1TTL:              500 * time.Millisecond,
-		L1Size:             10000,
-		MinVersionSlack:    1000,
-		MinVersionMemo:     time.Second,
-		MaxBodyBytes:       64 << 10,
-		AuthTTL:            30 * time.Second,
-		AuthStale:          10 * time.Minute,
+		Addr:                 "127.0.0.1:8080",
+		Namespace:            "catalog",
+		RequestTimeout:       time.Second,
+		SourceTimeout:        time.Second,
+		WriteTimeout:         5 * time.Second,
+		LookupTimeout:        250 * time.Millisecond,
+		ForegroundRate:       12000,
+		BackgroundRate:       8000,
+		BudgetBurst:          100 * time.Millisecond,
+		ReadYourWritesRate:   3000,
+		MaxInFlight:          32,
+		InFlightWait:         100 * time.Millisecond,
+		L1TTL:                500 * time.Millisecond,
+		L1Size:               10000,
+		IdempotencyRetention: 24 * time.Hour,
+		MaxWaitersPerKey:     256,
+		MinVersionSlack:      1000,
+		MinVersionMemo:       time.Second,
+		MaxBodyBytes:         64 << 10,
+		AuthTTL:              30 * time.Second,
+		AuthStale:            10 * time.Minute,
 	}
 }
 
@@ -104,6 +109,10 @@ func (c Config) Validate() error {
 	}
 	if c.L1Size < 0 {
 		p = append(p, fmt.Sprintf("--l1-size must not be negative (got %d)", c.L1Size))
+	}
+	pos("--idempotency-retention", c.IdempotencyRetention)
+	if c.MaxWaitersPerKey < 1 {
+		p = append(p, fmt.Sprintf("--max-waiters-per-key must be at least 1 (got %d)", c.MaxWaitersPerKey))
 	}
 	if c.MinVersionSlack < 1 {
 		p = append(p, fmt.Sprintf("--min-version-slack must be at least 1 (got %d)", c.MinVersionSlack))

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,6 +69,11 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
 		return
 	}
+	if !s.waiters.enter(key) {
+		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
+		return
+	}
+	defer s.waiters.leave(key)
 	// One resolution per key and min_version in this process; the others share
 	// it. It runs on its own deadline so one caller leaving cannot fail the rest.
 	ch := s.reads.DoChan(key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
@@ -349,6 +355,33 @@ func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
 			return nil, nil
 		})
 	}()
+}
+
+// keyWaiters caps the GETs of one key waiting in this process (for a shared
+// resolution or another reader's fill), so a crowd on one key cannot pile up
+// goroutines and connections: beyond the cap, 503 at once.
+type keyWaiters struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func (k *keyWaiters) enter(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key] >= k.max {
+		return false
+	}
+	k.n[key]++
+	return true
+}
+
+func (k *keyWaiters) leave(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key]--; k.n[key] <= 0 {
+		delete(k.n, key)
+	}
 }
 
 // isTimeout tells a slow source (client deadline or server statement timeout)

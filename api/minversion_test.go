@@ -2,6 +2,7 @@ package api
 
 import (
 	"testing"
+	"time"
 )
 
 // min_version is bounded: far above the key's known floor it is refused with
@@ -10,7 +11,9 @@ import (
 // the memo at once.
 func TestMinVersionBounds(t *testing.T) {
 	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size, c.MinVersionSlack = 0, 10 }, ccfg: longSoft})
+	in := e.instance(instOpts{cfg: func(c *Config) {
+		c.L1Size, c.MinVersionSlack, c.RequestTimeout, c.SourceTimeout = 0, 10, 10*time.Second, 5*time.Second
+	}, ccfg: longSoft})
 	key := e.apiKey("acme")
 	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"b","display":"one"}`)
 	if r := e.do("GET", in.item("b"), key, ""); r.code != 200 || r.version() != 1 {

@@ -60,6 +60,7 @@ type Server struct {
 	auth     *authenticator
 	l1       *l1
 	belowMin *belowMinMemo
+	waiters  *keyWaiters
 	m        *metrics
 	log      *slog.Logger
 	clock    *clockguard.Guard
@@ -131,6 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
 		l1:           newL1(cfg.L1TTL, cfg.L1Size),
 		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
+		waiters:      &keyWaiters{max: cfg.MaxWaitersPerKey, n: make(map[string]int)},
 		m:            m,
 		log:          log,
 		clock:        clock,
@@ -177,14 +179,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
+	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	if s.ownClock {
 		s.clock.Check(ctx) // before the first request: an unmeasured clock is not trusted
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.clock.Run(s.base) }()
 	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Slow clients cannot hold connections: headers within 5 s, the whole
+	// request (body included) within 10 s, the answer written within the
+	// longest handler deadline plus a margin, idle keep-alives 2 min.
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: max(s.cfg.RequestTimeout+s.cfg.SourceTimeout, s.cfg.WriteTimeout) + 5*time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("serving catalog API", "addr", ln.Addr().String())
