@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 )
 
 var (
@@ -23,6 +24,9 @@ var (
 	// errAuthUnavailable: the key could not be checked (Postgres down); 503,
 	// never 401, so clients do not drop good keys during an outage.
 	errAuthUnavailable = errors.New("api: api key check unavailable")
+	// errAuthThrottled: key lookups are over their per-process rate (a
+	// flood of unknown keys); answered like errAuthUnavailable, not logged.
+	errAuthThrottled = errors.New("api: api key lookups over their rate")
 )
 
 // keyPrefix marks tidemark API keys so they are recognisable in leaks.
@@ -73,8 +77,9 @@ type authenticator struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	sf    singleflight.Group
-	slots chan struct{} // bounds concurrent key lookups: junk keys cannot flood Postgres
+	sf      singleflight.Group
+	slots   chan struct{} // bounds concurrent key lookups: junk keys cannot flood Postgres
+	lookups *rate.Limiter // bounds their rate too; beyond it 503 (never 401: the key may be good)
 
 	mu      sync.RWMutex
 	entries map[[32]byte]authEntry
@@ -89,11 +94,14 @@ const (
 	authNegativeTTL = time.Second
 	authMaxEntries  = 100000
 	authLookupSlots = 8
+	authLookupRate  = 200 // Postgres key lookups per second per process
+	authLookupBurst = 50
 )
 
 func newAuthenticator(db Querier, ttl, stale, timeout time.Duration, log *slog.Logger) *authenticator {
 	return &authenticator{db: db, ttl: ttl, stale: stale, timeout: timeout, log: log,
-		slots: make(chan struct{}, authLookupSlots), entries: make(map[[32]byte]authEntry)}
+		slots: make(chan struct{}, authLookupSlots), lookups: rate.NewLimiter(authLookupRate, authLookupBurst),
+		entries: make(map[[32]byte]authEntry)}
 }
 
 // tenant resolves an Authorization header to its tenant.
@@ -116,12 +124,19 @@ func (a *authenticator) tenant(ctx context.Context, header string) (string, erro
 			return found(e.tenant)
 		}
 	}
-	v, err, _ := a.sf.Do(string(sum[:]), func() (any, error) { return a.lookup(ctx, sum) })
+	v, err, _ := a.sf.Do(string(sum[:]), func() (any, error) {
+		if !a.lookups.Allow() {
+			return "", errAuthThrottled
+		}
+		return a.lookup(ctx, sum)
+	})
 	if err != nil {
 		if cached && e.tenant != "" && now.Sub(e.checked) < a.stale {
 			return e.tenant, nil
 		}
-		a.log.Warn("api key check failed", "err", err)
+		if !errors.Is(err, errAuthThrottled) {
+			a.log.Warn("api key check failed", "err", err)
+		}
 		return "", errAuthUnavailable
 	}
 	return found(v.(string))

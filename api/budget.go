@@ -14,11 +14,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Budget classes: request-path misses and background refreshes.
+// Budget classes: visitors' request-path misses, background refreshes, and
+// read-your-writes reads (min_version), metered apart so that one cannot
+// spend another's budget.
 const (
-	classForeground = "foreground"
-	classBackground = "background"
+	classForeground     = "foreground"
+	classBackground     = "background"
+	classReadYourWrites = "read_your_writes"
 )
+
+// tenantWindow is how recently a tenant must have asked for a class to count
+// as active in it (and so to shrink the others' fair share).
+const tenantWindow = time.Second
 
 //go:embed budget.lua
 var budgetLua string
@@ -40,15 +47,15 @@ func (e *budgetError) Error() string {
 func (e *budgetError) Is(target error) bool { return target == errBudget }
 
 // budget admits source reads: a per-process in-flight cap, then the
-// cluster-wide GCRA rate of the class in Redis. When Redis cannot be asked the
-// process falls back to a local GCRA, so a Redis outage never means unbounded
-// reads of Postgres.
+// cluster-wide GCRA rate of the class in Redis with a fair share per tenant.
+// When Redis cannot be asked the process falls back to a local GCRA at its
+// share of the class rate (rate / live serve processes), so a Redis outage
+// never means more reads of Postgres than the class allows in total.
 type budget struct {
 	rdb       redis.Scripter
 	script    *redis.Script
 	classes   map[string]*classBudget
-	fallback  *localGCRA
-	inflight  chan struct{}
+	procs     *presence
 	wait      time.Duration
 	log       *slog.Logger
 	lastWarn  atomic.Int64 // unix nanos of the last "Redis unavailable" warning
@@ -56,103 +63,110 @@ type budget struct {
 }
 
 type classBudget struct {
-	key       string
-	interval  int64 // microseconds
-	tolerance int64 // microseconds
+	prefix    string // hash-tagged: every key of the class is in one Cluster slot
+	interval  int64  // microseconds
+	tolerance int64  // microseconds
+	inflight  chan struct{}
+	fallback  localGCRA
 }
 
-func newBudget(cfg Config, rdb redis.Scripter, log *slog.Logger) *budget {
-	mk := func(class string, rate float64) *classBudget {
+func newBudget(cfg Config, rdb redis.Scripter, procs *presence, log *slog.Logger) *budget {
+	// Visitors' misses and refreshes share the process's in-flight slots;
+	// read-your-writes reads have their own quarter, so a flood of them cannot
+	// hold every slot.
+	shared := make(chan struct{}, cfg.MaxInFlight)
+	mk := func(class string, rate float64, inflight chan struct{}) *classBudget {
 		interval := int64(math.Max(1, 1e6/rate))
 		return &classBudget{
-			key:       cfg.Namespace + ":v1:_budget:" + class,
+			prefix:    "{" + cfg.Namespace + ":v1:_budget:" + class + "}",
 			interval:  interval,
 			tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds()))),
+			inflight:  inflight,
 		}
 	}
-	fbInterval := time.Duration(float64(time.Second) / cfg.FallbackRate)
 	return &budget{
 		rdb:    rdb,
 		script: redis.NewScript(budgetLua),
 		classes: map[string]*classBudget{
-			classForeground: mk(classForeground, cfg.ForegroundRate),
-			classBackground: mk(classBackground, cfg.BackgroundRate),
+			classForeground:     mk(classForeground, cfg.ForegroundRate, shared),
+			classBackground:     mk(classBackground, cfg.BackgroundRate, shared),
+			classReadYourWrites: mk(classReadYourWrites, cfg.ReadYourWritesRate, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
 		},
-		fallback:  &localGCRA{interval: fbInterval, tolerance: max(fbInterval, cfg.BudgetBurst)},
-		inflight:  make(chan struct{}, cfg.MaxInFlight),
+		procs:     procs,
 		wait:      cfg.InFlightWait,
 		log:       log,
 		redisWait: cfg.LookupTimeout,
 	}
 }
 
-// acquire admits one source read of class or returns a *budgetError. The
-// caller must call release when the read is done.
-func (b *budget) acquire(ctx context.Context, class string) (release func(), err error) {
-	// The slot first: a rate token is only spent on a read that will happen.
+// acquire admits one source read of class for tenant or returns a
+// *budgetError. The caller must call release when the read is done.
+func (b *budget) acquire(ctx context.Context, class, tenant string) (release func(), err error) {
+	cb := b.classes[class]
+	// The rate first: a refused read never holds an in-flight slot, so a
+	// tenant flooding past its share cannot crowd the slots either. (A token
+	// whose read then finds no free slot is lost; that only errs low.)
+	ok, retry, err := b.rate(ctx, cb, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &budgetError{Class: class, Why: "rate", RetryAfter: retry}
+	}
 	select {
-	case b.inflight <- struct{}{}:
+	case cb.inflight <- struct{}{}:
 	default:
 		t := time.NewTimer(b.wait)
 		defer t.Stop()
 		select {
-		case b.inflight <- struct{}{}:
+		case cb.inflight <- struct{}{}:
 		case <-t.C:
 			return nil, &budgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
 		case <-ctx.Done():
 			return nil, &budgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
 		}
 	}
-	release = func() { <-b.inflight }
-	ok, retry, err := b.rate(ctx, class)
-	if err != nil {
-		release()
-		return nil, err
-	}
-	if !ok {
-		release()
-		return nil, &budgetError{Class: class, Why: "rate", RetryAfter: retry}
-	}
-	return release, nil
+	return func() { <-cb.inflight }, nil
 }
 
-func (b *budget) rate(ctx context.Context, class string) (bool, time.Duration, error) {
-	cb := b.classes[class]
+func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string) (bool, time.Duration, error) {
 	rctx, cancel := context.WithTimeout(ctx, b.redisWait)
 	defer cancel()
-	res, err := b.script.Run(rctx, b.rdb, []string{cb.key}, cb.interval, cb.tolerance).Int64Slice()
+	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants"}
+	res, err := b.script.Run(rctx, b.rdb, keys, cb.interval, cb.tolerance, tenant, tenantWindow.Microseconds()).Int64Slice()
 	if err == nil && len(res) == 2 {
 		return res[0] == 1, time.Duration(res[1]) * time.Microsecond, nil
 	}
 	if ctx.Err() != nil {
 		return false, 0, fmt.Errorf("api: source budget: %w", ctx.Err())
 	}
-	// Redis is unreachable or broken: bounded local admission instead.
+	// Redis is unreachable or broken: bounded local admission instead, at
+	// this process's share of the class rate.
 	now := time.Now()
+	n := b.procs.count()
 	if last := b.lastWarn.Load(); now.UnixNano()-last > int64(10*time.Second) && b.lastWarn.CompareAndSwap(last, now.UnixNano()) {
-		b.log.Warn("shared source budget unavailable; using the per-process fallback rate", "err", err)
+		b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n)
 	}
-	ok, retry := b.fallback.allow(now)
+	interval := time.Duration(cb.interval*n) * time.Microsecond
+	ok, retry := cb.fallback.allow(now, interval, max(interval, time.Duration(cb.tolerance)*time.Microsecond/time.Duration(n)))
 	return ok, retry, nil
 }
 
 // localGCRA is the in-process rate limiter used while Redis is unavailable.
 type localGCRA struct {
-	mu        sync.Mutex
-	tat       time.Time
-	interval  time.Duration
-	tolerance time.Duration
+	mu  sync.Mutex
+	tat time.Time
 }
 
-func (l *localGCRA) allow(now time.Time) (bool, time.Duration) {
+func (l *localGCRA) allow(now time.Time, interval, tolerance time.Duration) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tat := l.tat
 	if tat.Before(now) {
 		tat = now
 	}
-	newTat := tat.Add(l.interval)
-	if allowAt := newTat.Add(-l.tolerance); allowAt.After(now) {
+	newTat := tat.Add(interval)
+	if allowAt := newTat.Add(-tolerance); allowAt.After(now) {
 		return false, allowAt.Sub(now)
 	}
 	l.tat = newTat

@@ -22,12 +22,19 @@ type Config struct {
 	ForegroundRate float64       // --source-foreground-rate: reads/s for request-path misses
 	BackgroundRate float64       // --source-background-rate: reads/s for stale refreshes
 	BudgetBurst    time.Duration // --source-burst: burst tolerance as a time window of the rate
-	FallbackRate   float64       // --source-fallback-rate: per-process reads/s while Redis cannot be asked
-	MaxInFlight    int           // --source-max-inflight: per-process concurrent source reads
-	InFlightWait   time.Duration // --source-inflight-wait: longest wait for a free in-flight slot
+	// ReadYourWritesRate: --source-ryw-rate: reads/s for min_version reads
+	ReadYourWritesRate float64
+	MaxInFlight        int           // --source-max-inflight: per-process concurrent source reads
+	InFlightWait       time.Duration // --source-inflight-wait: longest wait for a free in-flight slot
 
 	L1TTL  time.Duration // --l1-ttl: in-process hot-key cache lifetime (at most 500ms)
 	L1Size int           // --l1-size: entries in the L1 (0 disables it)
+
+	IdempotencyRetention time.Duration // --idempotency-retention: how long an Idempotency-Key's answer is kept
+	MaxWaitersPerKey     int           // --max-waiters-per-key: concurrent GETs of one key in this process; beyond it 503 at once
+
+	MinVersionSlack int64         // --min-version-slack: how far min_version may be above the key's known floor
+	MinVersionMemo  time.Duration // --min-version-memo: how long a source read below min_version answers repeats with 412 (0: off)
 
 	MaxBodyBytes int64         // --max-body: largest accepted request body
 	AuthTTL      time.Duration // --auth-ttl: how long a resolved API key is trusted before re-checking Postgres
@@ -38,23 +45,27 @@ type Config struct {
 // reads/s shared by every serve process, 1 s request deadline, 0.5 s L1.
 func DefaultConfig() Config {
 	return Config{
-		Addr:           "127.0.0.1:8080",
-		Namespace:      "catalog",
-		RequestTimeout: time.Second,
-		SourceTimeout:  time.Second,
-		WriteTimeout:   5 * time.Second,
-		LookupTimeout:  250 * time.Millisecond,
-		ForegroundRate: 12000,
-		BackgroundRate: 8000,
-		BudgetBurst:    100 * time.Millisecond,
-		FallbackRate:   1000,
-		MaxInFlight:    32,
-		InFlightWait:   100 * time.Millisecond,
-		L1TTL:          500 * time.Millisecond,
-		L1Size:         10000,
-		MaxBodyBytes:   64 << 10,
-		AuthTTL:        30 * time.Second,
-		AuthStale:      10 * time.Minute,
+		Addr:                 "127.0.0.1:8080",
+		Namespace:            "catalog",
+		RequestTimeout:       time.Second,
+		SourceTimeout:        time.Second,
+		WriteTimeout:         5 * time.Second,
+		LookupTimeout:        250 * time.Millisecond,
+		ForegroundRate:       12000,
+		BackgroundRate:       8000,
+		BudgetBurst:          100 * time.Millisecond,
+		ReadYourWritesRate:   3000,
+		MaxInFlight:          32,
+		InFlightWait:         100 * time.Millisecond,
+		L1TTL:                500 * time.Millisecond,
+		L1Size:               10000,
+		IdempotencyRetention: 24 * time.Hour,
+		MaxWaitersPerKey:     256,
+		MinVersionSlack:      1000,
+		MinVersionMemo:       time.Second,
+		MaxBodyBytes:         64 << 10,
+		AuthTTL:              30 * time.Second,
+		AuthStale:            10 * time.Minute,
 	}
 }
 
@@ -89,7 +100,7 @@ func (c Config) Validate() error {
 	}
 	rate("--source-foreground-rate", c.ForegroundRate)
 	rate("--source-background-rate", c.BackgroundRate)
-	rate("--source-fallback-rate", c.FallbackRate)
+	rate("--source-ryw-rate", c.ReadYourWritesRate)
 	if c.MaxInFlight <= 0 {
 		p = append(p, fmt.Sprintf("--source-max-inflight must be positive (got %d)", c.MaxInFlight))
 	}
@@ -98,6 +109,16 @@ func (c Config) Validate() error {
 	}
 	if c.L1Size < 0 {
 		p = append(p, fmt.Sprintf("--l1-size must not be negative (got %d)", c.L1Size))
+	}
+	pos("--idempotency-retention", c.IdempotencyRetention)
+	if c.MaxWaitersPerKey < 1 {
+		p = append(p, fmt.Sprintf("--max-waiters-per-key must be at least 1 (got %d)", c.MaxWaitersPerKey))
+	}
+	if c.MinVersionSlack < 1 {
+		p = append(p, fmt.Sprintf("--min-version-slack must be at least 1 (got %d)", c.MinVersionSlack))
+	}
+	if c.MinVersionMemo < 0 {
+		p = append(p, fmt.Sprintf("--min-version-memo must not be negative (got %s)", c.MinVersionMemo))
 	}
 	if c.MaxBodyBytes <= 0 {
 		p = append(p, fmt.Sprintf("--max-body must be positive (got %d)", c.MaxBodyBytes))

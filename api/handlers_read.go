@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,10 +19,11 @@ import (
 type readKind int
 
 const (
-	readItem        readKind = iota // 200
-	readNotFound                    // 404 (absent or tombstone)
-	readBelowMin                    // 412: the source itself is below min_version
-	readUnavailable                 // 503: budget spent, source down or lease wait timed out
+	readItem          readKind = iota // 200
+	readNotFound                      // 404 (absent or tombstone)
+	readBelowMin                      // 412: the source itself is below min_version
+	readUnavailable                   // 503: budget spent, source down or lease wait timed out
+	readBadMinVersion                 // 400: min_version beyond what any write could have produced
 )
 
 // readResult is the outcome of resolving one (tenant, item, min_version).
@@ -34,6 +36,7 @@ type readResult struct {
 	cacheStatus string    // RFC 9211 Cache-Status value
 	fwd         bool      // went to the source (shared results then say "collapsed")
 	retryAfter  time.Duration
+	message     string // readBadMinVersion
 }
 
 func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -54,12 +57,23 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 	key := tenant + "\x00" + id
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	if minVersion > 0 {
+		if v, ok := s.belowMin.below(key, minVersion, s.clock.Wall()); ok {
+			s.respondRead(w, id, readResult{kind: readBelowMin, version: v, cacheStatus: "tidemark; hit; detail=below-min-memo"})
+			return
+		}
+	}
 	if e, ok := s.l1.get(key, minVersion, s.clock.Wall()); ok && s.clock.Trusted() {
 		s.m.l1Hits.Inc()
 		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, readResult{kind: readItem, version: e.version,
 			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
 		return
 	}
+	if !s.waiters.enter(key) {
+		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
+		return
+	}
+	defer s.waiters.leave(key)
 	// One resolution per key and min_version in this process; the others share
 	// it. It runs on its own deadline so one caller leaving cannot fail the rest.
 	ch := s.reads.DoChan(key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
@@ -119,6 +133,8 @@ func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
 	case readBelowMin:
 		writeVersionError(w, http.StatusPreconditionFailed, "min_version_not_reached",
 			"the item's current version is below min_version", id, rr.version)
+	case readBadMinVersion:
+		writeVersionError(w, http.StatusBadRequest, "min_version_out_of_range", rr.message, id, rr.version)
 	default:
 		secs := int64((rr.retryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(max(1, secs), 10))
@@ -136,7 +152,7 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 		return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=clock")
 	}
 	key := tenant + "\x00" + id
-	waited := false
+	waited, floorChecked := false, false
 	for {
 		lctx, lcancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
 		lr, err := s.cache.Lookup(lctx, tenant, id, minVersion)
@@ -151,6 +167,12 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=cache-unavailable")
 		}
 		e := lr.Entry
+		if minVersion > 0 && !floorChecked && !(lr.Status == cache.StatusHit && e.Version >= minVersion) {
+			floorChecked = true
+			if floor, beyond := s.beyondFloor(ctx, tenant, id, minVersion, e.Version); beyond {
+				return s.minVersionTooHigh(floor)
+			}
+		}
 		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !s.clock.Now().Before(e.Hard) {
 			// Redis's clock still said yes; ours says the hard deadline has
 			// passed. The deadline wins: read the source, fill nothing.
@@ -228,7 +250,11 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 		}
 		return st
 	}
-	it, obs, err := s.sourceRead(ctx, classForeground, tenant, id)
+	class := classForeground
+	if minVersion > 0 {
+		class = classReadYourWrites
+	}
+	it, obs, err := s.sourceRead(ctx, class, tenant, id)
 	if err != nil {
 		rr := readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=source-unavailable", retryAfter: time.Second}
 		var be *budgetError
@@ -244,6 +270,7 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 	hard := obs.Add(s.hardLifetime)
 	switch {
 	case it.Found && it.Version < minVersion:
+		s.belowMin.remember(tenant+"\x00"+id, it.Version, s.clock.Wall())
 		return readResult{kind: readBelowMin, version: it.Version, hard: hard, cacheStatus: status(stored), fwd: true}
 	case !it.Found || it.Deleted:
 		return readResult{kind: readNotFound, hard: hard, cacheStatus: status(stored), fwd: true}
@@ -257,7 +284,7 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 	if err := ctx.Err(); err != nil { // nobody waits for this read any more: spend no budget on it
 		return sourceItem{}, time.Time{}, fmt.Errorf("api: source read: %w", err)
 	}
-	release, err := s.budget.acquire(ctx, class)
+	release, err := s.budget.acquire(ctx, class, tenant)
 	if err != nil {
 		if errors.Is(err, errBudget) {
 			s.m.budgetRejections.WithLabelValues(class).Inc()
@@ -328,6 +355,33 @@ func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
 			return nil, nil
 		})
 	}()
+}
+
+// keyWaiters caps the GETs of one key waiting in this process (for a shared
+// resolution or another reader's fill), so a crowd on one key cannot pile up
+// goroutines and connections: beyond the cap, 503 at once.
+type keyWaiters struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func (k *keyWaiters) enter(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key] >= k.max {
+		return false
+	}
+	k.n[key]++
+	return true
+}
+
+func (k *keyWaiters) leave(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key]--; k.n[key] <= 0 {
+		delete(k.n, key)
+	}
 }
 
 // isTimeout tells a slow source (client deadline or server statement timeout)

@@ -90,7 +90,7 @@ func (s *Server) createItem(w http.ResponseWriter, r *http.Request, tenant strin
 		return
 	}
 	hash := requestHash([]byte("POST"), []byte(req.ItemID), display)
-	s.runWrite(w, r, tenant, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
+	s.runWrite(w, r, tenant, req.ItemID, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
 		tag, err := tx.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display, state)
 			VALUES ($1, $2, 1, $3, 'active') ON CONFLICT (tenant_id, item_id) DO NOTHING`, tenant, req.ItemID, display)
 		if err != nil {
@@ -134,7 +134,7 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		return
 	}
 	hash := requestHash([]byte("PATCH"), []byte(id), []byte(strconv.FormatInt(expected, 10)), display)
-	s.runWrite(w, r, tenant, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
+	s.runWrite(w, r, tenant, id, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
 		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
 			return preconditionFailed(o, byIfMatch), err
 		}
@@ -174,7 +174,7 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 		return
 	}
 	hash := requestHash([]byte("DELETE"), []byte(id), []byte(strconv.FormatInt(expected, 10)))
-	s.runWrite(w, r, tenant, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
+	s.runWrite(w, r, tenant, id, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
 		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
 			return preconditionFailed(o, byIfMatch), err
 		}
@@ -219,7 +219,7 @@ func conflict(id string, current int64, msg string) writeOutcome {
 // Idempotency-Key, stores its answer by (tenant, key) in the same
 // transaction: a retry gets the stored answer, another request under the key
 // gets 422.
-func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, key string, hash []byte,
+func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, id, key string, hash []byte,
 	do func(context.Context, pgx.Tx) (writeOutcome, error)) {
 	ctx, cancel := withTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
@@ -234,6 +234,8 @@ func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, key st
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "the catalog is unavailable; retry with the same Idempotency-Key")
 		return
 	}
+	// This process's readers see the write at once, not after a memo ends.
+	s.belowMin.forget(tenant + "\x00" + id)
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}

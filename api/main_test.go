@@ -116,6 +116,12 @@ func (e *tenv) instance(o instOpts) *instance {
 	if o.hooks != nil {
 		o.hooks(srv)
 	}
+	// Registered as a live serve process, as Serve does.
+	srv.procs.beat(context.Background())
+	pctx, pcancel := context.WithCancel(context.Background())
+	pdone := make(chan struct{})
+	go func() { srv.procs.run(pctx); close(pdone) }()
+	e.t.Cleanup(func() { pcancel(); <-pdone })
 	hs := httptest.NewServer(srv.Handler())
 	e.t.Cleanup(func() {
 		hs.Close()

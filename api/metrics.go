@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route"}),
 		sourceReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_api_source_reads_total",
-			Help: "Item reads sent to Postgres by budget class (foreground, background) and result (found, not_found, timeout, error).",
+			Help: "Item reads sent to Postgres by budget class (foreground, background, read_your_writes) and result (found, not_found, timeout, error).",
 		}, []string{"class", "result"}),
 		budgetRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_api_budget_rejections_total",
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	for _, class := range []string{classForeground, classBackground} {
+	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
 		m.budgetRejections.WithLabelValues(class)
 	}
 	return m, nil

@@ -9,7 +9,7 @@ import (
 )
 
 // NewPool connects to the catalog's primary with a pool sized for cfg: the
-// in-flight cap of source reads plus headroom for writes and key lookups, so
+// in-flight caps of source reads (shared, and read-your-writes) plus headroom for writes and key lookups, so
 // a read burst never starves writes of connections. Every session also gets
 // statement_timeout = --source-timeout as a server-side backstop.
 func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error) {
@@ -17,7 +17,7 @@ func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error)
 	if err != nil {
 		return nil, fmt.Errorf("api: --pg: %w", err)
 	}
-	pc.MaxConns = int32(cfg.MaxInFlight + authLookupSlots + 16)
+	pc.MaxConns = int32(cfg.MaxInFlight + max(1, cfg.MaxInFlight/4) + authLookupSlots + 16)
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -347,7 +347,7 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	e := newEnv(t)
 	const rate = 5.0
 	in := e.instance(instOpts{cfg: func(c *Config) {
-		c.FallbackRate, c.BudgetBurst, c.LookupTimeout = rate, 200*time.Millisecond, 250*time.Millisecond
+		c.ForegroundRate, c.BudgetBurst, c.LookupTimeout = rate, 200*time.Millisecond, 250*time.Millisecond
 	}})
 	key := e.apiKey("acme")
 	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)

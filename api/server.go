@@ -32,6 +32,7 @@ type Cache interface {
 	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
 	Config() cache.Config
+	Floor(ctx context.Context, tenant, item string) (int64, error)
 }
 
 // Deps are the connections the server uses; the caller owns them (and runs
@@ -49,17 +50,20 @@ type Deps struct {
 
 // Server is the API. Build it with New and serve Handler, or call Run.
 type Server struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	rdb    redis.UniversalClient
-	cache  Cache
-	budget *budget
-	src    *source
-	auth   *authenticator
-	l1     *l1
-	m      *metrics
-	log    *slog.Logger
-	clock  *clockguard.Guard
+	cfg      Config
+	pool     *pgxpool.Pool
+	rdb      redis.UniversalClient
+	cache    Cache
+	budget   *budget
+	procs    *presence
+	src      *source
+	auth     *authenticator
+	l1       *l1
+	belowMin *belowMinMemo
+	waiters  *keyWaiters
+	m        *metrics
+	log      *slog.Logger
+	clock    *clockguard.Guard
 	// ownClock: the server built clock itself and runs it while serving.
 	ownClock     bool
 	hardLifetime time.Duration // of values read from the source now
@@ -116,15 +120,19 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		ownClock = true
 	}
+	procs := newPresence(cfg.Namespace, deps.Redis)
 	s := &Server{
 		cfg:          cfg,
 		pool:         deps.Pool,
 		rdb:          deps.Redis,
 		cache:        deps.Cache,
-		budget:       newBudget(cfg, deps.Redis, log),
+		budget:       newBudget(cfg, deps.Redis, procs, log),
+		procs:        procs,
 		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
 		l1:           newL1(cfg.L1TTL, cfg.L1Size),
+		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
+		waiters:      &keyWaiters{max: cfg.MaxWaitersPerKey, n: make(map[string]int)},
 		m:            m,
 		log:          log,
 		clock:        clock,
@@ -172,12 +180,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
+	s.bg.Add(2)
+	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
+	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	if s.ownClock {
 		s.clock.Check(ctx) // before the first request: an unmeasured clock is not trusted
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.clock.Run(s.base) }()
 	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Slow clients cannot hold connections: headers within 5 s, the whole
+	// request (body included) within 10 s, the answer written within the
+	// longest handler deadline plus a margin, idle keep-alives 2 min.
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: max(s.cfg.RequestTimeout+s.cfg.SourceTimeout, s.cfg.WriteTimeout) + 5*time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("serving catalog API", "addr", ln.Addr().String())

@@ -30,21 +30,25 @@ type serveCmd struct {
 	Group       string `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page."`
 	Slot        string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page."`
 
-	RequestTimeout time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
-	SourceTimeout  time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
-	WriteTimeout   time.Duration `name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"5s" help:"Deadline of one write transaction."`
-	LookupTimeout  time.Duration `name:"lookup-timeout" env:"TIDEMARK_LOOKUP_TIMEOUT" default:"250ms" help:"Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget."`
-	ForegroundRate float64       `name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"12000" help:"Source reads/s for request-path misses, shared by all serve processes."`
-	BackgroundRate float64       `name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"8000" help:"Source reads/s for stale refreshes, shared by all serve processes."`
-	Burst          time.Duration `name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"100ms" help:"Burst tolerance of the source budget, as a window of its rate."`
-	FallbackRate   float64       `name:"source-fallback-rate" env:"TIDEMARK_SOURCE_FALLBACK_RATE" default:"1000" help:"Per-process source reads/s while Redis cannot be asked for the shared budget."`
-	MaxInFlight    int           `name:"source-max-inflight" env:"TIDEMARK_SOURCE_MAX_INFLIGHT" default:"32" help:"Concurrent source reads per process."`
-	InFlightWait   time.Duration `name:"source-inflight-wait" env:"TIDEMARK_SOURCE_INFLIGHT_WAIT" default:"100ms" help:"Longest wait for a free in-flight slot before 503."`
-	L1TTL          time.Duration `name:"l1-ttl" env:"TIDEMARK_L1_TTL" default:"500ms" help:"Lifetime of the in-process hot-key cache (at most 500ms; 0 disables)."`
-	L1Size         int           `name:"l1-size" env:"TIDEMARK_L1_SIZE" default:"10000" help:"Entries of the in-process hot-key cache (0 disables)."`
-	MaxBody        int64         `name:"max-body" env:"TIDEMARK_MAX_BODY" default:"65536" help:"Largest accepted request body in bytes."`
-	AuthTTL        time.Duration `name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"30s" help:"How long a resolved API key is trusted before Postgres is asked again."`
-	AuthStale      time.Duration `name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"10m" help:"How long a known API key keeps working while Postgres cannot be asked."`
+	RequestTimeout       time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
+	SourceTimeout        time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
+	WriteTimeout         time.Duration `name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"5s" help:"Deadline of one write transaction."`
+	LookupTimeout        time.Duration `name:"lookup-timeout" env:"TIDEMARK_LOOKUP_TIMEOUT" default:"250ms" help:"Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget."`
+	ForegroundRate       float64       `name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"12000" help:"Source reads/s for request-path misses, shared by all serve processes."`
+	BackgroundRate       float64       `name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"8000" help:"Source reads/s for stale refreshes, shared by all serve processes."`
+	Burst                time.Duration `name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"100ms" help:"Burst tolerance of the source budget, as a window of its rate."`
+	RYWRate              float64       `name:"source-ryw-rate" env:"TIDEMARK_SOURCE_RYW_RATE" default:"3000" help:"Source reads/s for read-your-writes (min_version) reads, shared by all serve processes; each tenant gets a fair share."`
+	MaxInFlight          int           `name:"source-max-inflight" env:"TIDEMARK_SOURCE_MAX_INFLIGHT" default:"32" help:"Concurrent source reads per process."`
+	InFlightWait         time.Duration `name:"source-inflight-wait" env:"TIDEMARK_SOURCE_INFLIGHT_WAIT" default:"100ms" help:"Longest wait for a free in-flight slot before 503."`
+	L1TTL                time.Duration `name:"l1-ttl" env:"TIDEMARK_L1_TTL" default:"500ms" help:"Lifetime of the in-process hot-key cache (at most 500ms; 0 disables)."`
+	L1Size               int           `name:"l1-size" env:"TIDEMARK_L1_SIZE" default:"10000" help:"Entries of the in-process hot-key cache (0 disables)."`
+	IdempotencyRetention time.Duration `name:"idempotency-retention" env:"TIDEMARK_IDEMPOTENCY_RETENTION" default:"24h" help:"How long a write's answer is kept for retries with the same Idempotency-Key; older records are deleted in the background."`
+	MaxWaitersPerKey     int           `name:"max-waiters-per-key" env:"TIDEMARK_MAX_WAITERS_PER_KEY" default:"256" help:"Concurrent GETs of one item per process; beyond it 503 at once."`
+	MinVersionSlack      int64         `name:"min-version-slack" env:"TIDEMARK_MIN_VERSION_SLACK" default:"1000" help:"How far min_version may be above the newest version the cache knows for the item; beyond it, 400."`
+	MinVersionMemo       time.Duration `name:"min-version-memo" env:"TIDEMARK_MIN_VERSION_MEMO" default:"1s" help:"How long a source read below min_version answers repeats with 412 without another read (0: off)."`
+	MaxBody              int64         `name:"max-body" env:"TIDEMARK_MAX_BODY" default:"65536" help:"Largest accepted request body in bytes."`
+	AuthTTL              time.Duration `name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"30s" help:"How long a resolved API key is trusted before Postgres is asked again."`
+	AuthStale            time.Duration `name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"10m" help:"How long a known API key keeps working while Postgres cannot be asked."`
 
 	CacheLease        time.Duration `name:"cache-lease" env:"TIDEMARK_CACHE_LEASE" default:"1s" help:"Fill lease lifetime (must match the applier's)."`
 	CacheHardLifetime time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Hard lifetime of a cached value from its effective observation."`
@@ -60,9 +64,11 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.RequestTimeout, cfg.SourceTimeout, cfg.WriteTimeout = c.RequestTimeout, c.SourceTimeout, c.WriteTimeout
 	cfg.LookupTimeout = c.LookupTimeout
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.BudgetBurst = c.ForegroundRate, c.BackgroundRate, c.Burst
-	cfg.FallbackRate, cfg.MaxInFlight, cfg.InFlightWait = c.FallbackRate, c.MaxInFlight, c.InFlightWait
+	cfg.ReadYourWritesRate, cfg.MaxInFlight, cfg.InFlightWait = c.RYWRate, c.MaxInFlight, c.InFlightWait
 	cfg.L1TTL, cfg.L1Size, cfg.MaxBodyBytes = c.L1TTL, c.L1Size, c.MaxBody
 	cfg.AuthTTL, cfg.AuthStale = c.AuthTTL, c.AuthStale
+	cfg.MinVersionSlack, cfg.MinVersionMemo = c.MinVersionSlack, c.MinVersionMemo
+	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
 	return cfg
 }
 
