@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tidemark/api"
+	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/internal/telemetry"
@@ -17,7 +18,8 @@ import (
 
 // serveCmd wires flags into api.Config and cache.Config and runs the API,
 // the cache client's watermark poller, the hot-set tracker (which counts the
-// API's cache lookups) and the metrics endpoint.
+// API's cache lookups), the auditor (elected: one per namespace audits) and
+// the metrics endpoint.
 type serveCmd struct {
 	pgFlag
 	Redis       string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
@@ -47,6 +49,9 @@ type serveCmd struct {
 	CacheSoftMax      time.Duration `name:"cache-soft-max" env:"TIDEMARK_CACHE_SOFT_MAX" default:"5s" help:"Soft expiry upper bound."`
 	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
 	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
+
+	AuditRate  float64       `name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"200" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
+	AuditGrace time.Duration `name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"5s" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
 }
 
 func (c *serveCmd) apiConfig() api.Config {
@@ -74,6 +79,12 @@ func (c *serveCmd) Validate() error {
 	p := c.problems()
 	if c.Redis == "" {
 		p = append(p, "--redis (TIDEMARK_REDIS) is required")
+	}
+	if c.AuditRate < 0 {
+		p = append(p, "--audit-rate must not be negative (0 turns the auditor off)")
+	}
+	if c.AuditGrace <= 0 {
+		p = append(p, "--audit-grace must be positive")
 	}
 	var errs []error
 	if len(p) > 0 {
@@ -132,6 +143,15 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	acfgAudit := audit.DefaultConfig()
+	acfgAudit.Namespace, acfgAudit.Grace = c.Namespace, c.AuditGrace
+	if c.AuditRate > 0 {
+		acfgAudit.Rate = c.AuditRate
+	}
+	aud, err := audit.New(acfgAudit, audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
 	if err != nil {
 		return err
@@ -140,6 +160,9 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
 	g.Go(func() error { return clock.Run(ctx) })
+	if c.AuditRate > 0 {
+		g.Go(func() error { return aud.Run(ctx) })
+	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
 	return g.Wait()
