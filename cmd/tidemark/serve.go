@@ -14,6 +14,7 @@ import (
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/internal/telemetry"
+	"tidemark/warm"
 )
 
 // serveCmd wires flags into api.Config and cache.Config and runs the API,
@@ -51,6 +52,7 @@ type serveCmd struct {
 	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
 	AuditRate  float64       `name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"200" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
+	WarmTop    int           `name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"20000" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
 	AuditGrace time.Duration `name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"5s" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
 }
 
@@ -82,6 +84,9 @@ func (c *serveCmd) Validate() error {
 	}
 	if c.AuditRate < 0 {
 		p = append(p, "--audit-rate must not be negative (0 turns the auditor off)")
+	}
+	if c.WarmTop < 0 {
+		p = append(p, "--warm-top must not be negative (0 turns the warmer off)")
 	}
 	if c.AuditGrace <= 0 {
 		p = append(p, "--audit-grace must be positive")
@@ -152,6 +157,16 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	wcfg := warm.DefaultConfig()
+	wcfg.Namespace, wcfg.MaxRate = c.Namespace, c.BackgroundRate
+	wcfg.StartRate, wcfg.Step = c.BackgroundRate/8, c.BackgroundRate/8
+	if c.WarmTop > 0 {
+		wcfg.Top = c.WarmTop
+	}
+	warmer, err := warm.New(wcfg, warm.Deps{Redis: rdb, Cache: cc, Source: srv, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
 	if err != nil {
 		return err
@@ -162,6 +177,9 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g.Go(func() error { return clock.Run(ctx) })
 	if c.AuditRate > 0 {
 		g.Go(func() error { return aud.Run(ctx) })
+	}
+	if c.WarmTop > 0 {
+		g.Go(func() error { return warmer.Run(ctx) })
 	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
