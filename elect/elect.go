@@ -17,10 +17,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// renew extends the lease only for its holder; release deletes it only for
-// its holder.
+// renew extends the lease only for its holder, and takes it back when it is
+// vacant (the Redis that held it restarted empty: nobody else holds it);
+// release deletes it only for its holder.
 var (
-	renew   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+	renew = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0`)
 	release = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 )
 

@@ -92,6 +92,17 @@ func (s *spaceSaving) takePending(fn func(item string, n float64)) {
 	}
 }
 
+// takeAll returns every counter's guaranteed decayed count (count - err)
+// and resets the pending reads.
+func (s *spaceSaving) takeAll(fn func(item string, n float64)) {
+	for _, c := range s.h {
+		if n := c.count - c.err; n > 0 {
+			fn(c.item, n)
+		}
+		c.pending = 0
+	}
+}
+
 type counterHeap []*counter
 
 func (h counterHeap) Len() int           { return len(h) }

@@ -188,6 +188,14 @@ const mergeChunk = 500
 // Merge sends the reads counted since the last merge to the shared set and
 // decays the local counts. A failed merge loses only that interval's counts.
 func (t *Tracker) Merge(ctx context.Context) error {
+	// A lost cache node may have held the shared set: then every process
+	// re-seeds it with its whole sketch, not just the last interval.
+	exists, err := t.rdb.Exists(ctx, EpochKey(t.cfg.Namespace)).Result()
+	if err != nil {
+		t.m.merges.WithLabelValues("error").Inc()
+		return fmt.Errorf("hotset: merge: %w", err)
+	}
+	reseed := exists == 0
 	var args []any
 	t.mu.Lock()
 	now := time.Now()
@@ -195,7 +203,11 @@ func (t *Tracker) Merge(ctx context.Context) error {
 	t.lastDecay = now
 	tracked := 0
 	for tenant, s := range t.tenants {
-		s.takePending(func(item string, n float64) { args = append(args, schema.Key(tenant, item), n) })
+		if reseed {
+			s.takeAll(func(item string, n float64) { args = append(args, schema.Key(tenant, item), n) })
+		} else {
+			s.takePending(func(item string, n float64) { args = append(args, schema.Key(tenant, item), n) })
+		}
 		s.decay(f)
 		tracked += len(s.h)
 	}

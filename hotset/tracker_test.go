@@ -154,3 +154,30 @@ func TestTrackerBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// When the shared set is lost with its cache node, the next merge re-seeds
+// it from the whole sketch, so the warmer finds the hot keys at once.
+func TestMergeReseedsLostSet(t *testing.T) {
+	r := testenv.StartRedis(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	tr := newTracker(t, hotset.DefaultConfig(), r)
+	for range 100 {
+		tr.Observe("t", "hot")
+	}
+	tr.Observe("t", "cold")
+	if err := tr.Merge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Restart(t)
+	tr.Observe("t", "cold") // the only read of the interval
+	if err := tr.Merge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	top, err := hotset.ReadTop(ctx, r.Client(t), "catalog", 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 2 || top[0].Item != "hot" {
+		t.Fatalf("after the set was lost, top = %+v, want hot first", top)
+	}
+}

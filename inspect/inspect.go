@@ -84,12 +84,13 @@ type Report struct {
 	SLOSeconds float64    `json:"slo_seconds"`
 }
 
-// entry is the part of an item hash the inspector reads.
-type entry struct {
-	tenant, item string
-	v, floor     int64
-	obs, hard    int64 // unix ms
-	nf, stale    bool
+// Entry is the part of an item hash the inspector (and the auditor, package
+// audit) reads.
+type Entry struct {
+	Tenant, Item string
+	V, Floor     int64
+	Obs, Hard    int64 // unix ms
+	NF, Stale    bool
 }
 
 // Run samples up to cfg.Sample entries and checks them.
@@ -128,8 +129,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Report, error) {
 	now := time.Now()
 	for _, e := range entries {
 		rep.Checked++
-		s := src[schema.Key(e.tenant, e.item)]
-		f := judge(e, s, wm, cfg, now)
+		s := src[schema.Key(e.Tenant, e.Item)]
+		f := Judge(e, s, wm, cfg.SLO, now)
 		switch {
 		case f == nil:
 			rep.Consistent++
@@ -150,46 +151,49 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Report, error) {
 	return rep, nil
 }
 
-type sourceRow struct {
-	version int64
-	state   string
-	updated time.Time
-	found   bool
+// SourceRow is an item's row in the source as the inspector reads it.
+type SourceRow struct {
+	Version int64
+	State   string
+	Updated time.Time
+	Found   bool // false: no row at all (not even a tombstone)
 }
 
-// judge compares one cached entry with its source row; nil means consistent.
-func judge(e entry, s sourceRow, wm cache.Watermark, cfg Config, now time.Time) *Finding {
-	absent := !s.found || s.state == "deleted"
-	if e.nf && absent || !e.nf && s.found && !absent && e.v == s.version {
+// Judge compares one cached entry with its source row; nil means consistent.
+// Read the entry before the row: the source only moves forward, so an entry
+// ahead of a later read is a real anomaly.
+func Judge(e Entry, s SourceRow, wm cache.Watermark, slo time.Duration, now time.Time) *Finding {
+	absent := !s.Found || s.State == "deleted"
+	if e.NF && absent || !e.NF && s.Found && !absent && e.V == s.Version {
 		return nil
 	}
-	f := &Finding{Tenant: e.tenant, Item: e.item, CachedVersion: e.v, NotFound: e.nf,
-		SourceVersion: s.version, SourceState: s.state}
-	if e.nf {
+	f := &Finding{Tenant: e.Tenant, Item: e.Item, CachedVersion: e.V, NotFound: e.NF,
+		SourceVersion: s.Version, SourceState: s.State}
+	if e.NF {
 		f.CachedVersion = 0
 	}
-	if s.found && s.version > e.v {
-		f.BehindForS = max(0, now.Sub(s.updated).Seconds())
+	if s.Found && s.Version > e.V {
+		f.BehindForS = max(0, now.Sub(s.Updated).Seconds())
 	}
-	f.Invalidated = e.stale || (s.found && e.floor >= s.version)
+	f.Invalidated = e.Stale || (s.Found && e.Floor >= s.Version)
 	// The deadline a lookup would compute (docs/design.md): the watermark
 	// extends an entry that was not invalidated and is not older than a gap.
-	eff := e.obs
+	eff := e.Obs
 	w := wm.W.UnixMilli()
-	if wm.Known && w > e.obs && e.obs >= wm.ResetAt.UnixMilli() && !e.stale && !e.nf {
+	if wm.Known && w > e.Obs && e.Obs >= wm.ResetAt.UnixMilli() && !e.Stale && !e.NF {
 		eff = w
 	}
-	hard := e.hard + (eff - e.obs)
+	hard := e.Hard + (eff - e.Obs)
 	if left := hard - now.UnixMilli(); left > 0 {
 		f.ServedForS = float64(left) / 1000
 	}
-	f.Violation = f.ServedForS > 0 && f.BehindForS > cfg.SLO.Seconds()
+	f.Violation = f.ServedForS > 0 && f.BehindForS > slo.Seconds()
 	return f
 }
 
 // sample SCANs the namespace's item hashes (every master on a Cluster) and
 // reads the fields the judgement needs.
-func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry, error) {
+func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]Entry, error) {
 	pattern := schema.RedisKeyPattern(cfg.Namespace)
 	if cfg.Tenant != "" {
 		pattern = cfg.Namespace + ":v1:{" + schema.Escape(cfg.Tenant) + "/*}"
@@ -222,9 +226,15 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry
 	if err != nil {
 		return nil, fmt.Errorf("inspect: scan %s: %w", pattern, err)
 	}
+	return ReadEntries(ctx, rdb, cfg.Namespace, keys)
+}
+
+// ReadEntries reads the named item hashes in one pipeline. Keys that are not
+// item hashes of ns, hold only a floor (no value) or are gone are left out.
+func ReadEntries(ctx context.Context, rdb redis.UniversalClient, ns string, keys []string) ([]Entry, error) {
 	fields := []string{schema.FieldVersion, schema.FieldFloor, schema.FieldObs, schema.FieldHard, schema.FieldNotFound, schema.FieldStale}
 	cmds := make([]*redis.SliceCmd, len(keys))
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			cmds[i] = p.HMGet(ctx, k, fields...)
 		}
@@ -233,9 +243,9 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: read entries: %w", err)
 	}
-	var out []entry
+	var out []Entry
 	for i, k := range keys {
-		tenant, item, err := schema.ParseRedisKey(cfg.Namespace, k)
+		tenant, item, err := schema.ParseRedisKey(ns, k)
 		if err != nil {
 			continue // not an item hash of ours
 		}
@@ -243,9 +253,9 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]entry
 		if err != nil || len(vals) != len(fields) || vals[0] == nil {
 			continue // floor-only entry (no value cached) or gone meanwhile
 		}
-		e := entry{tenant: tenant, item: item,
-			v: num(vals[0]), floor: num(vals[1]), obs: num(vals[2]), hard: num(vals[3]),
-			nf: vals[4] == "1", stale: vals[5] == "1"}
+		e := Entry{Tenant: tenant, Item: item,
+			V: num(vals[0]), Floor: num(vals[1]), Obs: num(vals[2]), Hard: num(vals[3]),
+			NF: vals[4] == "1", Stale: vals[5] == "1"}
 		out = append(out, e)
 	}
 	return out, nil
@@ -274,27 +284,41 @@ func num(v any) int64 {
 }
 
 // sourceVersions reads the current version of every sampled item in one query.
-func sourceVersions(ctx context.Context, cfg Config, entries []entry) (map[string]sourceRow, error) {
-	out := make(map[string]sourceRow, len(entries))
+func sourceVersions(ctx context.Context, cfg Config, entries []Entry) (map[string]SourceRow, error) {
 	if len(entries) == 0 {
-		return out, nil
+		return map[string]SourceRow{}, nil
 	}
 	conn, err := pgx.Connect(ctx, cfg.PG)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
+	return SourceRows(ctx, conn, cfg.Table, entries)
+}
+
+// Querier is what SourceRows needs: a *pgx.Conn or a *pgxpool.Pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// SourceRows reads the row of every entry's item from table in one query,
+// keyed by schema.Key(tenant, item); an item without a row is absent.
+func SourceRows(ctx context.Context, q Querier, table string, entries []Entry) (map[string]SourceRow, error) {
+	out := make(map[string]SourceRow, len(entries))
+	if len(entries) == 0 {
+		return out, nil
+	}
 	tenants := make([]string, len(entries))
 	items := make([]string, len(entries))
 	for i, e := range entries {
-		tenants[i], items[i] = e.tenant, e.item
+		tenants[i], items[i] = e.Tenant, e.Item
 	}
-	table := pgx.Identifier{cfg.Table}
-	if sch, tbl, ok := strings.Cut(cfg.Table, "."); ok {
-		table = pgx.Identifier{sch, tbl}
+	ident := pgx.Identifier{table}
+	if sch, tbl, ok := strings.Cut(table, "."); ok {
+		ident = pgx.Identifier{sch, tbl}
 	}
-	rows, err := conn.Query(ctx, `SELECT i.tenant_id, i.item_id, i.version, i.state, i.updated_at
-		FROM `+table.Sanitize()+` i JOIN unnest($1::text[], $2::text[]) AS k(t, it) ON i.tenant_id = k.t AND i.item_id = k.it`,
+	rows, err := q.Query(ctx, `SELECT i.tenant_id, i.item_id, i.version, i.state, i.updated_at
+		FROM `+ident.Sanitize()+` i JOIN unnest($1::text[], $2::text[]) AS k(t, it) ON i.tenant_id = k.t AND i.item_id = k.it`,
 		tenants, items)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: read source versions: %w", err)
@@ -302,11 +326,11 @@ func sourceVersions(ctx context.Context, cfg Config, entries []entry) (map[strin
 	defer rows.Close()
 	for rows.Next() {
 		var t, it string
-		var r sourceRow
-		if err := rows.Scan(&t, &it, &r.version, &r.state, &r.updated); err != nil {
+		var r SourceRow
+		if err := rows.Scan(&t, &it, &r.Version, &r.State, &r.Updated); err != nil {
 			return nil, fmt.Errorf("inspect: read source versions: %w", err)
 		}
-		r.found = true
+		r.Found = true
 		out[schema.Key(t, it)] = r
 	}
 	return out, rows.Err()

@@ -10,14 +10,17 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tidemark/api"
+	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/internal/telemetry"
+	"tidemark/warm"
 )
 
 // serveCmd wires flags into api.Config and cache.Config and runs the API,
 // the cache client's watermark poller, the hot-set tracker (which counts the
-// API's cache lookups) and the metrics endpoint.
+// API's cache lookups), the auditor (elected: one per namespace audits) and
+// the metrics endpoint.
 type serveCmd struct {
 	pgFlag
 	statusPageFlag
@@ -56,6 +59,10 @@ type serveCmd struct {
 	CacheSoftMax      time.Duration `name:"cache-soft-max" env:"TIDEMARK_CACHE_SOFT_MAX" default:"5s" help:"Soft expiry upper bound."`
 	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
 	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
+
+	AuditRate  float64       `name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"200" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
+	WarmTop    int           `name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"20000" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
+	AuditGrace time.Duration `name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"5s" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
 }
 
 func (c *serveCmd) apiConfig() api.Config {
@@ -85,6 +92,15 @@ func (c *serveCmd) Validate() error {
 	p := c.problems()
 	if c.Redis == "" {
 		p = append(p, "--redis (TIDEMARK_REDIS) is required")
+	}
+	if c.AuditRate < 0 {
+		p = append(p, "--audit-rate must not be negative (0 turns the auditor off)")
+	}
+	if c.WarmTop < 0 {
+		p = append(p, "--warm-top must not be negative (0 turns the warmer off)")
+	}
+	if c.AuditGrace <= 0 {
+		p = append(p, "--audit-grace must be positive")
 	}
 	var errs []error
 	if len(p) > 0 {
@@ -143,6 +159,25 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	acfgAudit := audit.DefaultConfig()
+	acfgAudit.Namespace, acfgAudit.Grace = c.Namespace, c.AuditGrace
+	if c.AuditRate > 0 {
+		acfgAudit.Rate = c.AuditRate
+	}
+	aud, err := audit.New(acfgAudit, audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	wcfg := warm.DefaultConfig()
+	wcfg.Namespace, wcfg.MaxRate = c.Namespace, c.BackgroundRate
+	wcfg.StartRate, wcfg.Step = c.BackgroundRate/8, c.BackgroundRate/8
+	if c.WarmTop > 0 {
+		wcfg.Top = c.WarmTop
+	}
+	warmer, err := warm.New(wcfg, warm.Deps{Redis: rdb, Cache: cc, Source: srv, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
 	if err != nil {
 		return err
@@ -156,6 +191,12 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
 	g.Go(func() error { return clock.Run(ctx) })
+	if c.AuditRate > 0 {
+		g.Go(func() error { return aud.Run(ctx) })
+	}
+	if c.WarmTop > 0 {
+		g.Go(func() error { return warmer.Run(ctx) })
+	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error { return tel.Run(ctx) })
 	g.Go(func() error { return page.Run(ctx) })

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"tidemark/cache"
+)
+
+// This file is the API's surface for background work that runs beside it in
+// a serve process (the warmer and the auditor, packages warm and audit): they
+// share the source budget's background class with stale refreshes, so that
+// all background reads together stay within it.
+
+// ErrBudget is matched (errors.Is) by every refusal of the source budget.
+var ErrBudget = errBudget
+
+// WarmResult says what Warm did for one key.
+type WarmResult string
+
+const (
+	WarmFilled WarmResult = "filled" // read from the source under the background class and cached
+	WarmCached WarmResult = "cached" // already cached (fresh, or not-found): nothing read
+	WarmBusy   WarmResult = "busy"   // another reader holds the key's lease: it fills
+	WarmLost   WarmResult = "lost"   // read, but the fill was refused (an invalidation overtook it)
+)
+
+// WarmOutcome is one Warm call's result and, when it read the source, how
+// long the read took.
+type WarmOutcome struct {
+	Result WarmResult
+	Source time.Duration
+}
+
+// Warm fills (tenant, item) through the normal lease and fill path when the
+// cache has no usable value, reading the source under the background class.
+// A budget refusal is an error matching ErrBudget; the caller backs off.
+func (s *Server) Warm(ctx context.Context, tenant, item string) (WarmOutcome, error) {
+	lr, err := s.cache.Lookup(ctx, tenant, item, 0)
+	if err != nil {
+		return WarmOutcome{}, fmt.Errorf("api: warm %s/%s: %w", tenant, item, err)
+	}
+	switch {
+	case lr.Status == cache.StatusHit || lr.Status == cache.StatusNotFound:
+		return WarmOutcome{Result: WarmCached}, nil
+	case lr.Token.IsZero():
+		return WarmOutcome{Result: WarmBusy}, nil
+	}
+	start := time.Now()
+	it, obs, err := s.sourceRead(ctx, classBackground, tenant, item)
+	if err != nil {
+		return WarmOutcome{}, fmt.Errorf("api: warm %s/%s: %w", tenant, item, err)
+	}
+	out := WarmOutcome{Result: WarmLost, Source: time.Since(start)}
+	if s.fill(ctx, tenant, item, lr.Token, it, obs) {
+		out.Result = WarmFilled
+	}
+	return out, nil
+}
+
+// auditTenant is the background class's fair-share name for reads that
+// belong to no one tenant (the auditor's batched reads). A NUL cannot start a
+// tenant ID, so it never shares a real tenant's share.
+const auditTenant = "\x00audit"
+
+// AcquireBackground spends n reads of the background class for a caller that
+// reads the source itself in one statement (the auditor). It waits while the
+// budget refuses, until ctx ends.
+func (s *Server) AcquireBackground(ctx context.Context, n int) error {
+	for n > 0 {
+		release, err := s.budget.acquire(ctx, classBackground, auditTenant)
+		var be *budgetError
+		switch {
+		case err == nil:
+			release()
+			n--
+			continue
+		case !errors.As(err, &be):
+			return fmt.Errorf("api: background budget: %w", err)
+		}
+		s.m.budgetRejections.WithLabelValues(classBackground).Inc()
+		t := time.NewTimer(max(be.RetryAfter, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("api: background budget: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// ForegroundRefusals is how many request-path source reads the budget has
+// refused so far in this process; a background task backs off while it
+// rises.
+func (s *Server) ForegroundRefusals() float64 {
+	var m dto.Metric
+	if err := s.m.budgetRejections.WithLabelValues(classForeground).Write(&m); err != nil {
+		return 0 // a counter's Write does not fail
+	}
+	return m.GetCounter().GetValue()
+}
