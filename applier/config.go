@@ -5,6 +5,26 @@
 // survives Redis outages and failovers, and re-applies history on demand
 // (Replay). docs/design.md, "Freshness watermark" and "Failure model", is
 // the contract.
+//
+// Faults. A record leaves its partition only when its effect, or a safe
+// substitute (the key purged, reset_at raised), is in Redis. Only records no
+// Redis state could accept (undecodable, unknown schema) go to the DLQ; a
+// key whose stored value refuses the write (WRONGTYPE, a script error on its
+// fields) is purged and invalidated again; every other error (OOM,
+// NOREPLICAS, MISCONF, READONLY, BUSY, LOADING, an unknown one...) is
+// retried with capped backoff while the partition holds: its offset and
+// watermark do not move. A held partition publishes a Stall note as the
+// metadata of its committed offset, which `tidemark status` shows, and
+// tidemark_applier_partition_stalled_seconds.
+//
+// The cache tier's identity (run_id and replication id of every master) is
+// stored in the watermark hash with every watermark write. An applier that
+// starts and finds it different from the live one, or the hash missing
+// while its group has committed offsets, sets reset_at = now and rewinds its
+// partitions by the hard lifetime before consuming; a running applier does
+// the same when the identity changes or the hash vanishes. A partition whose
+// end offset is below its committed offset (the broker lost records) is a
+// gap: reset_at = now, rewind, tidemark_applier_gaps_total.
 package applier
 
 import (

@@ -22,6 +22,7 @@ const (
 	ReasonSlotLost        = "slot_lost"
 	ReasonSystemIDChanged = "system_identifier_changed"
 	ReasonTimelineChanged = "timeline_changed"
+	ReasonTopicRecreated  = "topic_recreated"
 )
 
 // checkGap finds every way changes may have been lost since the last run
@@ -43,8 +44,17 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	for _, r := range strings.Split(st.PendingReset, ",") {
 		add(r)
 	}
-	if !si.exists && history {
+	// An earlier run is known from the topic's records or from the state
+	// topic: either one is enough, since a recreated topic loses the first
+	// and the state topic may survive it.
+	if !si.exists && (history || found) {
 		add(ReasonSlotMissing)
+	}
+	if found && !history {
+		// The state topic records an earlier run but the topic holds no
+		// record: it was recreated, and what the applier had not yet read
+		// from the old one is gone.
+		add(ReasonTopicRecreated)
 	}
 	if si.exists && si.walStatus == "lost" {
 		add(ReasonSlotLost)
