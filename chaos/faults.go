@@ -139,11 +139,11 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 	case FaultStopServe:
 		rec.Target, err = in.pause(ctx, s.serves, f.Hold)
 	case FaultRedisRestart:
-		rec.Target, err = in.redisRestart(ctx, false, f.Hold)
+		rec.Target, err = in.redisRestart(ctx, false, f.Hold, nil)
 	case FaultRedisSnapshot:
-		rec.Target, err = in.redisRestart(ctx, true, f.Hold)
+		rec.Target, err = in.redisRestart(ctx, true, f.Hold, nil)
 	case FaultKillMaster:
-		rec.Target, err = in.redisRestart(ctx, false, f.Hold)
+		rec.Target, err = in.redisRestart(ctx, false, f.Hold, nil)
 	case FaultRedisReadonly:
 		rec.Target, err = in.redisReadonly(ctx, f.Hold)
 	case FaultRedisHung:
@@ -170,10 +170,13 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 	case FaultLongOutage:
 		rec.Target, err = "both captures stopped, the source locked for the last 15s", in.longOutage(ctx, f.Hold)
 	case FaultRedisLossNoApply:
-		for _, p := range s.appliers {
-			p.kill()
-		}
-		rec.Target, err = in.redisRestart(ctx, true, f.Hold)
+		// The snapshot is taken while the appliers run; they apply (and
+		// commit) more before they go down; Redis comes back without it.
+		rec.Target, err = in.redisRestart(ctx, true, f.Hold, func() {
+			for _, p := range s.appliers {
+				p.kill()
+			}
+		})
 		for _, p := range s.appliers {
 			err = errors.Join(err, p.start())
 		}
@@ -302,8 +305,8 @@ func (in *injector) node(i int) *redis.Client {
 // redisRestart restarts one Redis server without persistence (empty), or,
 // with snapshot, from a snapshot taken hold earlier. In a cluster the
 // restarted master comes back as a new, empty node that takes over the
-// slots the old one served.
-func (in *injector) redisRestart(ctx context.Context, snapshot bool, hold time.Duration) (string, error) {
+// slots the old one served. beforeKill, if set, runs just before the kill.
+func (in *injector) redisRestart(ctx context.Context, snapshot bool, hold time.Duration, beforeKill func()) (string, error) {
 	s := in.sys
 	i := in.intn(len(s.redis))
 	r := s.redis[i]
@@ -332,6 +335,9 @@ func (in *injector) redisRestart(ctx context.Context, snapshot bool, hold time.D
 		if s.cfg.Cluster {
 			sleep(ctx, hold) // a killed master stays down for a while
 		}
+	}
+	if beforeKill != nil {
+		beforeKill()
 	}
 	r.Kill()
 	err := r.Start()
