@@ -106,7 +106,7 @@ func TestCacheRestartWhileNoApplierRuns(t *testing.T) {
 				t.Fatalf("reset_at %s, want >= %s", wm.ResetAt, restarted)
 			}
 			r.notServedBelow(2)
-			if got := metric(t, run.reg, "tidemark_applier_failover_rewinds_total", nil); got != 1 {
+			if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
 				t.Fatalf("failover rewinds %v, want 1", got)
 			}
 			if err := run.stop(); err != nil {
@@ -134,7 +134,7 @@ func TestWatermarkHashLostWhileRunning(t *testing.T) {
 		return nil
 	})
 	r.exactFloors(10*time.Second, final)
-	if got := metric(t, run.reg, "tidemark_applier_failover_rewinds_total", nil); got != 1 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
 		t.Fatalf("failover rewinds %v, want 1", got)
 	}
 }
@@ -193,7 +193,7 @@ func TestCommittedOffsetBeyondEndIsAGap(t *testing.T) {
 	if wm := r.watermark(); wm.ResetAt.Before(started) {
 		t.Fatalf("reset_at %s, want >= %s", wm.ResetAt, started)
 	}
-	if got := metric(t, run.reg, "tidemark_applier_gaps_total", map[string]string{"reason": gapOffsetBeyondEnd}); got != 1 {
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_gaps_total", "reason", gapOffsetBeyondEnd); got != 1 {
 		t.Fatalf("gaps{offset_beyond_end} = %v, want 1", got)
 	}
 	if err := run.stop(); err != nil {

@@ -55,7 +55,7 @@ func TestGapWhenTopicRecreated(t *testing.T) {
 			t.Fatalf("partition %d: resets %+v, want one for %s and %s after %s", p, rs[p], capture.ReasonSlotMissing, capture.ReasonTopicRecreated, before)
 		}
 	}
-	if got := r.counter(t, "tidemark_capture_resets_total", "reason", capture.ReasonTopicRecreated); got != 1 {
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonTopicRecreated); got != 1 {
 		t.Fatalf("resets_total{reason=topic_recreated} = %v, want 1", got)
 	}
 	if err := r.wait(t); err != nil {
