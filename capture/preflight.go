@@ -83,6 +83,10 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 		return si, preflightError("publication %q publishes %s without column(s) %s: run ALTER PUBLICATION %s SET TABLE %s (%s)", cfg.Publication, cfg.Table, strings.Join(missing, ", "), cfg.Publication, cfg.Table, colList)
 	}
 
+	if err := checkReplicaIdentity(ctx, conn, cfg, nsp, tbl); err != nil {
+		return si, err
+	}
+
 	var confirmed *string
 	var walStatus *string
 	err = conn.QueryRow(ctx, `SELECT plugin, slot_type, database, wal_status, confirmed_flush_lsn::text, active
@@ -116,4 +120,49 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 		return si, preflightError("replication slot %q belongs to database %q, not %q: choose another --slot", cfg.Slot, si.database, db)
 	}
 	return si, nil
+}
+
+// checkReplicaIdentity refuses a table whose replica identity does not cover
+// the tenant and item columns. pgoutput sends the old key of an UPDATE only
+// as its replica identity: with a surrogate primary key, an UPDATE that moves
+// a row to another (tenant, item) carries no old tenant and item, so the old
+// key would never be invalidated.
+func checkReplicaIdentity(ctx context.Context, conn *pgx.Conn, cfg Config, nsp, tbl string) error {
+	var oid uint32
+	var ident string
+	err := conn.QueryRow(ctx, `SELECT c.oid, c.relreplident::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, nsp, tbl).Scan(&oid, &ident)
+	if err != nil {
+		return fmt.Errorf("capture: preflight: read replica identity of %s: %w", cfg.Table, err)
+	}
+	fix := fmt.Sprintf("run ALTER TABLE %s REPLICA IDENTITY USING INDEX <a unique index on (%s, %s)>, or make (%s, %s) the primary key, or ALTER TABLE %s REPLICA IDENTITY FULL",
+		cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.TenantColumn, cfg.ItemColumn, cfg.Table)
+	var which, cond string
+	switch ident {
+	case "f":
+		return nil // the whole old row
+	case "n":
+		return preflightError("replica identity of %s is NOTHING, so an UPDATE that changes %s or %s carries no old key: %s", cfg.Table, cfg.TenantColumn, cfg.ItemColumn, fix)
+	case "d":
+		which, cond = "the primary key", "i.indisprimary"
+	case "i":
+		which, cond = "the index", "i.indisreplident"
+	default:
+		return preflightError("replica identity of %s is %q, which capture does not know: %s", cfg.Table, ident, fix)
+	}
+	var cols []string
+	err = conn.QueryRow(ctx, `SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}') FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1 AND `+cond, oid).Scan(&cols)
+	if err != nil {
+		return fmt.Errorf("capture: preflight: read replica identity columns of %s: %w", cfg.Table, err)
+	}
+	if len(cols) == 0 {
+		return preflightError("replica identity of %s is %s, but the table has none, so an UPDATE that changes %s or %s carries no old key: %s", cfg.Table, which, cfg.TenantColumn, cfg.ItemColumn, fix)
+	}
+	if !slices.Contains(cols, cfg.TenantColumn) || !slices.Contains(cols, cfg.ItemColumn) {
+		return preflightError("replica identity of %s is %s (%s), which does not include both %s and %s, so an UPDATE that changes them carries no old key: %s",
+			cfg.Table, which, strings.Join(cols, ", "), cfg.TenantColumn, cfg.ItemColumn, fix)
+	}
+	return nil
 }
