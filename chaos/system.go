@@ -273,10 +273,9 @@ func (s *system) startStages(ctx context.Context) error {
 		s.apiBases = append(s.apiBases, "http://"+a)
 		s.serveMetrics = append(s.serveMetrics, "http://"+m+"/metrics")
 		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), "serve", "--pg", s.dsn, "--redis", s.redisURL,
-			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", budget, "--source-background-rate", background,
-			// While Redis cannot be asked, each process meters itself: half
-			// the budget each keeps the pair within it.
-			"--source-fallback-rate", background))
+			// While Redis cannot be asked, serve meters itself at the class
+			// rate divided by the live serve processes (no flag needed).
+			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", budget, "--source-background-rate", background))
 	}
 	// The first capture starts alone so it creates the slot and becomes the
 	// active one; the second waits as the passive standby.
