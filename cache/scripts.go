@@ -42,4 +42,4 @@ func (s scripts) all() []*redis.Script {
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for
 // benchmarks that compare it with redis-benchmark on the same script.
-func InvalidateScriptSHA() string { return redis.NewScript(invalidateLua).Hash() }
+func InvalidateScriptSHA() string { return newScripts().invalidate.Hash() }

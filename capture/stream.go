@@ -286,16 +286,18 @@ func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
 func (s *streamer) status() error {
 	lsn := s.tr.Confirmable()
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
+	// The gauge moves before the send: once Postgres shows the position,
+	// a scrape must not still show an older one.
+	if lsn != s.sent {
+		s.c.m.confirmed.Set(float64(lsn))
+	}
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pglogrepl.LSN(lsn), WALFlushPosition: pglogrepl.LSN(lsn), WALApplyPosition: pglogrepl.LSN(lsn),
 	})
 	if err != nil {
 		return fmt.Errorf("capture: send standby status: %w", err)
 	}
-	if lsn != s.sent {
-		s.sent = lsn
-		s.c.m.confirmed.Set(float64(lsn))
-	}
+	s.sent = lsn
 	return nil
 }
 

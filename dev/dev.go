@@ -306,8 +306,8 @@ func (p *pipeline) stage(name string, run func(context.Context) error) func() er
 }
 
 // startPipeline builds and starts every stage. Start order: cache poller,
-// applier, capture, API, telemetry; stop order is the API first (no new
-// requests), then capture (flush and confirm), the applier (commit what was
+// applier, capture, API, auditor, telemetry; stop order is the auditor and
+// the API first (no new reads of the source), then capture (flush and confirm), the applier (commit what was
 // applied), the cache poller and telemetry last.
 func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slog.Logger) (*pipeline, error) {
 	reg := telemetry.NewRegistry()
@@ -341,6 +341,12 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 		rdb.Close()
 		return nil, err
 	}
+	aud, err := st.Auditor(pool, cc, rdb, srv, reg)
+	if err != nil {
+		pool.Close()
+		rdb.Close()
+		return nil, err
+	}
 	page, err := st.StatusPage(reg)
 	if err != nil {
 		pool.Close()
@@ -359,9 +365,10 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 	stopApplier := p.stage("applier", app.Run)
 	stopCapture := p.stage("capture", capt.Run)
 	stopAPI := p.stage("api", srv.Run)
+	stopAudit := p.stage("audit", aud.Run)
 	stopTel := p.stage("telemetry", tel.Run)
 	stopPage := p.stage("status page", page.Run)
-	p.stopFns = []func() error{stopAPI, stopCapture, stopApplier, stopCache, stopPage, stopTel,
+	p.stopFns = []func() error{stopAudit, stopAPI, stopCapture, stopApplier, stopCache, stopPage, stopTel,
 		func() error { pool.Close(); return rdb.Close() }}
 
 	// Ready when every stage says so (the watermark is known, the API listens).

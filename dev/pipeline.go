@@ -15,6 +15,7 @@ import (
 
 	"tidemark/api"
 	"tidemark/applier"
+	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
 	"tidemark/status"
@@ -127,6 +128,14 @@ func (s *Stages) APIConfig() api.Config {
 // API builds the API server.
 func (s *Stages) API(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, reg prometheus.Registerer) (*api.Server, error) {
 	return api.New(s.APIConfig(), api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: s.log, Registerer: reg})
+}
+
+// Auditor builds the continuous auditor, charged to srv's background
+// budget, as every serve process runs it.
+func (s *Stages) Auditor(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, srv *api.Server, reg prometheus.Registerer) (*audit.Auditor, error) {
+	c := audit.DefaultConfig()
+	c.Namespace = s.cfg.Namespace
+	return audit.New(c, audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: s.log, Registerer: reg})
 }
 
 // StatusPage builds the status page of these endpoints on the process's
