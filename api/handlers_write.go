@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Writes go straight to Postgres in one transaction each. They never touch
@@ -228,6 +230,10 @@ func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, id, ke
 	case errors.Is(err, errIdempotencyMismatch):
 		writeError(w, http.StatusUnprocessableEntity, "idempotency_key_reused", "this Idempotency-Key was already used with a different request")
 		return
+	case isDataException(err):
+		// Postgres refused the values themselves: retrying cannot help.
+		writeError(w, http.StatusBadRequest, "bad_request", "the catalog refused a value of this request: "+err.Error())
+		return
 	case err != nil:
 		s.log.Warn("write failed", "tenant", tenant, "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -307,4 +313,11 @@ func (s *Server) storedResult(ctx context.Context, tenant, key string, hash []by
 		return 0, nil, false, errIdempotencyMismatch
 	}
 	return status, body, true, nil
+}
+
+// isDataException reports a Postgres data exception (SQLSTATE class 22: a
+// value the column or jsonb cannot hold), which is the request's fault.
+func isDataException(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22")
 }

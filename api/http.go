@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -156,7 +157,29 @@ func validDisplay(raw json.RawMessage) ([]byte, error) {
 	if err := json.Compact(&b, raw); err != nil {
 		return nil, fmt.Errorf("display: %v", err)
 	}
+	if hasNUL(b.Bytes()) {
+		// Postgres's jsonb cannot hold U+0000; refused here it is the
+		// client's error, not an unavailable catalog.
+		return nil, errors.New(`display: strings and keys must not contain U+0000 ("\u0000")`)
+	}
 	return b.Bytes(), nil
+}
+
+// hasNUL reports whether a string or key of the valid JSON doc holds U+0000.
+func hasNUL(doc []byte) bool {
+	if !bytes.Contains(doc, []byte(`\u0000`)) {
+		return false // the only way to write U+0000 in JSON
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
+			return true
+		}
+	}
 }
 
 // withTimeout is context.WithTimeout that also survives the client going away

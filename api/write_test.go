@@ -149,6 +149,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"POST", "/v1/catalog/items", `{"item_id":"` + strings.Repeat("a", 300) + `","display":1}`},
 		{"POST", "/v1/catalog/items", `{"item_id":"a"}`},
 		{"POST", "/v1/catalog/items", big},
+		{"POST", "/v1/catalog/items", `{"item_id":"nul","display":{"k":"a\u0000b"}}`}, // jsonb cannot hold U+0000
+		{"POST", "/v1/catalog/items", `{"item_id":"nul","display":[{"\u0000":1}]}`},
+		{"PATCH", "/v1/catalog/items/ok", `{"expected_version":1,"display":"\u0000"}`},
 		{"PATCH", "/v1/catalog/items/ok", `{"expected_version":1}`},
 		{"PATCH", "/v1/catalog/items/ok", `{"expected_version":"1","display":2}`},
 		{"PATCH", "/v1/catalog/items/ok", `{"display":2}`},
@@ -156,8 +159,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"DELETE", "/v1/catalog/items/ok?expected_version=zero", ``},
 		{"GET", "/v1/catalog/items/%01", ``},
 	}
-	for _, c := range cases {
-		r := e.do(c.method, in.url+c.url, key, c.body, "Idempotency-Key", "bad-"+fmt.Sprint(len(c.body)))
+	for i, c := range cases {
+		r := e.do(c.method, in.url+c.url, key, c.body, "Idempotency-Key", "bad-"+fmt.Sprint(i))
 		if r.code != 400 || r.body["error"] == nil {
 			t.Errorf("%s %s %.60q: %d %s, want 400 with a JSON error", c.method, c.url, c.body, r.code, r.raw)
 		}

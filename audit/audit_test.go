@@ -147,9 +147,15 @@ func TestAuditFindsAndRepairsPlantedEntries(t *testing.T) {
 	})
 	sweep := counter(t, reg, "tidemark_audit_sweep_seconds")
 	t.Logf("sweep took %.2fs, first finished after %s", sweep, time.Since(start))
-	for kind, want := range map[string]float64{audit.KindBehindServable: 1, audit.KindAhead: 1, audit.KindWrongTenant: 1} {
-		if got := counter(t, reg, "tidemark_audit_violations_total", "kind", kind); got != want {
-			t.Errorf("violations{%s} = %v after a sweep, want %v", kind, got, want)
+	// The repaired entry is found once and never again; the other two cannot
+	// be repaired, so the next sweep (already under way by now) may count
+	// them again.
+	if got := counter(t, reg, "tidemark_audit_violations_total", "kind", audit.KindBehindServable); got != 1 {
+		t.Errorf("violations{%s} = %v after a sweep, want 1", audit.KindBehindServable, got)
+	}
+	for _, kind := range []string{audit.KindAhead, audit.KindWrongTenant} {
+		if got := counter(t, reg, "tidemark_audit_violations_total", "kind", kind); got < 1 {
+			t.Errorf("violations{%s} = %v after a sweep, want at least 1", kind, got)
 		}
 	}
 	if got := counter(t, reg, "tidemark_audit_repairs_total"); got != 1 {
