@@ -36,13 +36,7 @@ func (c *Client) lookup(ctx context.Context, tenant, item string, minVersion int
 	if err != nil {
 		return LookupResult{}, err
 	}
-	var w, reset int64 // 0: unknown / none
-	if wm := c.Watermark(); wm.Known {
-		w = wm.W.UnixMilli()
-		if !wm.ResetAt.IsZero() {
-			reset = wm.ResetAt.UnixMilli()
-		}
-	}
+	w, reset := c.watermarkArgs() // 0: unknown / none
 	reply, err := c.s.lookup.Run(ctx, c.rdb, []string{c.key(tenant, item)},
 		minVersion, w, reset, tok.String(), c.leaseMs, c.cfg.MaxAge.Milliseconds()).Slice()
 	if err != nil {
@@ -51,10 +45,10 @@ func (c *Client) lookup(ctx context.Context, tenant, item string, minVersion int
 	return parseLookup(reply, tok)
 }
 
-// parseLookup decodes {status, v, p, obs, eff, soft, hard, stale, issued}.
+// parseLookup decodes {status, v, p, obs, eff, soft, hard, stale, issued, rep}.
 func parseLookup(r []any, tok Token) (LookupResult, error) {
-	if len(r) != 9 {
-		return LookupResult{}, fmt.Errorf("LOOKUP replied %d values, want 9", len(r))
+	if len(r) != 10 {
+		return LookupResult{}, fmt.Errorf("LOOKUP replied %d values, want 10", len(r))
 	}
 	status, _ := r[0].(string)
 	var n [9]int64
@@ -98,6 +92,13 @@ func parseLookup(r []any, tok Token) (LookupResult, error) {
 	}
 	if n[8] == 1 {
 		res.Token = tok
+	}
+	if rep, _ := r[9].(string); rep != "" && res.Status == StatusHit {
+		m, err := ParseManifest(rep)
+		if err != nil {
+			return LookupResult{}, fmt.Errorf("LOOKUP reply: %w", err)
+		}
+		res.Replicas = &m
 	}
 	return res, nil
 }

@@ -19,12 +19,24 @@ var (
 	raiseLua string
 	//go:embed scripts/version.lua
 	versionLua string // vcmp, prepended to the scripts that order versions
+	//go:embed scripts/effective.lua
+	effectiveLua string // the watermark rule, prepended to the replica scripts that read a primary
+	//go:embed scripts/replica_source.lua
+	replicaSourceLua string
+	//go:embed scripts/replica_put.lua
+	replicaPutLua string
+	//go:embed scripts/replica_read.lua
+	replicaReadLua string
+	//go:embed scripts/replica_switch.lua
+	replicaSwitchLua string
 )
 
 // scripts are the compiled scripts of one Client (go-redis computes each SHA1
 // once; Run falls back from EVALSHA to EVAL on NOSCRIPT).
 type scripts struct {
 	lookup, fill, invalidate, raise *redis.Script
+	// hot-key replicas (replica.go)
+	replicaSource, replicaPut, replicaRead, replicaSwitch *redis.Script
 }
 
 func newScripts() scripts {
@@ -33,11 +45,16 @@ func newScripts() scripts {
 		fill:       redis.NewScript(versionLua + fillLua),
 		invalidate: redis.NewScript(versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
+
+		replicaSource: redis.NewScript(versionLua + effectiveLua + replicaSourceLua),
+		replicaPut:    redis.NewScript(effectiveLua + replicaPutLua),
+		replicaRead:   redis.NewScript(effectiveLua + replicaReadLua),
+		replicaSwitch: redis.NewScript(versionLua + effectiveLua + replicaSwitchLua),
 	}
 }
 
 func (s scripts) all() []*redis.Script {
-	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise}
+	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch}
 }
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for

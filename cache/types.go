@@ -58,6 +58,9 @@ type LookupResult struct {
 	Status Status
 	Entry  Entry // set for Hit and Stale (and NotFound's Obs/Hard)
 	Token  Token // set for Miss, and for the first caller of Stale
+	// Replicas is the published copy set of this version (Hit only; nil
+	// when none): see Manifest.
+	Replicas *Manifest
 }
 
 // Reason says why a Fill was rejected (the label of

@@ -4,7 +4,8 @@
 -- 'clock' (obs is ahead of this server's clock by more than clock_bound_ms:
 -- the filler's clock runs fast) or 'lifetime' (hard is later than obs plus
 -- hard_lifetime_ms, itself at most 30 s).
--- A rejection changes nothing. nf='1' installs a not-found entry whose
+-- A rejection changes nothing. A fill retires the replica manifest (it
+-- described the previous value). nf='1' installs a not-found entry whose
 -- version is the key's floor (the read saw every version up to it).
 local key = KEYS[1]
 local t = redis.call('TIME')
@@ -42,9 +43,9 @@ end
 redis.call('HSET', key, 'v', ver, 'p', ARGV[3], 'obs', ARGV[4], 'soft', ARGV[5], 'hard', ARGV[6], 'floor', ver)
 if nf then
   redis.call('HSET', key, 'nf', '1')
-  redis.call('HDEL', key, 'tok', 'texp', 'stale')
+  redis.call('HDEL', key, 'tok', 'texp', 'stale', 'rep')
 else
-  redis.call('HDEL', key, 'tok', 'texp', 'stale', 'nf')
+  redis.call('HDEL', key, 'tok', 'texp', 'stale', 'nf', 'rep')
 end
 local ttl = redis.call('PTTL', key)
 if ttl == -1 or ttl < tonumber(ARGV[7]) then

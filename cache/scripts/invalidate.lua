@@ -1,10 +1,10 @@
 -- INVALIDATE(key; version, floor_ttl_ms) -> 0 applied, 1 duplicate, 2 older.
 -- Raises floor; when newer than the cached value it bumps gen, revokes the
--- lease and marks the value stale. Duplicates and older events change nothing.
+-- lease and the replica manifest and marks the value stale. Duplicates and older events change nothing.
 -- It runs for every change event: three Redis calls on the common paths and
 -- no Lua work that a new key does not need.
 local key = KEYS[1]
-local h = redis.call('HMGET', key, 'floor', 'v', 'gen', 'tok')
+local h = redis.call('HMGET', key, 'floor', 'v', 'gen', 'tok', 'rep')
 if h[1] then
   local c = vcmp(ARGV[1], h[1])
   if c < 0 then return 2 end
@@ -30,6 +30,11 @@ else
 end
 if h[4] then
   redis.call('HDEL', key, 'tok', 'texp')
+end
+-- In the same step as the floor: no reader learns a copy set of an older
+-- version once this returns (cache/replica.go).
+if h[5] then
+  redis.call('HDEL', key, 'rep')
 end
 -- The floor must outlive any fill of an older read (floor_ttl); a stale value
 -- is no longer extended by the watermark, so it dies within the hard lifetime

@@ -1,8 +1,10 @@
 -- LOOKUP(key; min_version, watermark_ms, reset_at_ms, new_token, lease_ms, max_age_ms)
--- Returns {status, v, p, obs, eff, soft, hard, stale, issued} (v as a decimal
--- string when an entry is returned, exact over the int64 range): soft and hard
--- are computed from the effective observation eff (docs/design.md), issued is
--- 1 when new_token became the key's lease.
+-- Returns {status, v, p, obs, eff, soft, hard, stale, issued, rep} (v as a
+-- decimal string when an entry is returned, exact over the int64 range): soft
+-- and hard are computed from the effective observation eff (docs/design.md),
+-- issued is 1 when new_token became the key's lease, rep is the published
+-- replica manifest on a hit when it is for this version and its deadlines are
+-- within the entry's own ('' otherwise; cache/replica.go).
 local key = KEYS[1]
 local minv = ARGV[1]             -- versions stay strings: see vcmp
 local w = tonumber(ARGV[2])      -- 0: watermark unknown
@@ -13,7 +15,7 @@ local maxage = tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local h = redis.call('HMGET', key, 'v', 'p', 'obs', 'soft', 'hard', 'nf', 'floor', 'tok', 'texp', 'stale')
+local h = redis.call('HMGET', key, 'v', 'p', 'obs', 'soft', 'hard', 'nf', 'floor', 'tok', 'texp', 'stale', 'rep')
 local need = h[7] or '0'
 if vcmp(minv, need) > 0 then
   need = minv
@@ -57,7 +59,7 @@ if h[1] then
   if now < hard then
     if nf then
       if not stale and vcmp(v, minv) >= 0 then
-        return {'not_found', v, '', obs, eff, soft, hard, 0, 0}
+        return {'not_found', v, '', obs, eff, soft, hard, 0, 0, ''}
       end
     elseif vcmp(v, minv) >= 0 then
       if vcmp(v, need) >= 0 and not stale and now < soft then
@@ -68,18 +70,25 @@ if h[1] then
             redis.call('PEXPIRE', key, math.max(maxage, hard - now))
           end
         end
-        return {'hit', v, h[2], obs, eff, soft, hard, 0, 0}
+        local rep = ''
+        if h[11] then
+          local rv, rh, rs = string.match(h[11], '^(%S+) (%d+) (%d+) ')
+          if rv == v and tonumber(rh) <= hard and tonumber(rs) <= soft and now < tonumber(rs) then
+            rep = h[11]
+          end
+        end
+        return {'hit', v, h[2], obs, eff, soft, hard, 0, 0, rep}
       end
       local issued = 0
       if not leased then
         issued = issue()
       end
-      return {'stale', v, h[2], obs, eff, soft, hard, stale and 1 or 0, issued}
+      return {'stale', v, h[2], obs, eff, soft, hard, stale and 1 or 0, issued, ''}
     end
   end
 end
 
 if leased then
-  return {'wait', 0, '', 0, 0, 0, 0, 0, 0}
+  return {'wait', 0, '', 0, 0, 0, 0, 0, 0, ''}
 end
-return {'miss', 0, '', 0, 0, 0, 0, 0, issue()}
+return {'miss', 0, '', 0, 0, 0, 0, 0, issue(), ''}
