@@ -4,7 +4,8 @@
 // within Bound (100 ms) of the others. A Guard measures this process's offset
 // to Redis TIME (every master of a Cluster) and to Postgres clock_timestamp()
 // every Interval, correcting for the round trip, and reports whether the
-// clock can be trusted. A process whose clock is out of bounds must not answer
+// clock can be trusted. A reading is only good to ± half its round trip, so
+// one too slow to place the offset on either side of Bound decides nothing. A process whose clock is out of bounds must not answer
 // from the cache; its /readyz fails until the offset is back within bounds.
 //
 // Test-only: the environment variable TIDEMARK_TEST_CLOCK_OFFSET (a Go
@@ -180,80 +181,116 @@ func (g *Guard) Run(ctx context.Context) error {
 	}
 }
 
+// sample is one reference's offset and its uncertainty: the true offset lies
+// within Offset ± Err (half the round trip of the reading kept).
+type sample struct {
+	Offset, Err time.Duration
+	Ref         string
+}
+
+// surelyOut: even the most favourable reading of the interval is past bound.
+func (s sample) surelyOut(bound time.Duration) bool { return abs(s.Offset)-s.Err > bound }
+
+// surelyIn: even the least favourable reading of the interval is within bound.
+func (s sample) surelyIn(bound time.Duration) bool { return abs(s.Offset)+s.Err <= bound }
+
 // Check measures once and updates Trusted; the error says why the clock is
-// not trusted (nil: trusted).
+// not trusted (nil: trusted). A measurement whose round trip is too slow to
+// tell (a loaded host or network) decides nothing: like a failed one, the
+// last conclusive measurement stands until it ages out, so a slow reply can
+// neither trip a good clock nor vouch for a bad one.
 func (g *Guard) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(g.cfg.Interval, time.Second))
 	defer cancel()
-	redisOff, err := g.redisOffset(ctx)
+	rs, err := g.redisOffset(ctx)
 	if err != nil {
 		// Redis cannot be asked: the last measurement stands until it ages out.
-		g.mu.Lock()
-		g.lastErr = err
-		g.mu.Unlock()
-		return err
+		return g.inconclusive(err)
 	}
-	g.gauge.WithLabelValues("redis").Set(redisOff.Seconds())
-	worst, ref := redisOff, "redis"
+	g.gauge.WithLabelValues("redis").Set(rs.Offset.Seconds())
+	samples := []sample{rs}
 	if g.pg != nil {
-		if pgOff, err := measure(ctx, 3, g.Wall, g.pgTime); err == nil {
-			g.gauge.WithLabelValues("postgres").Set(pgOff.Seconds())
-			if abs(pgOff) > abs(worst) {
-				worst, ref = pgOff, "postgres"
-			}
+		if ps, err := measure(ctx, 3, g.Wall, g.pgTime); err == nil {
+			ps.Ref = "postgres"
+			g.gauge.WithLabelValues("postgres").Set(ps.Offset.Seconds())
+			samples = append(samples, ps)
 		}
 	}
-	ok := abs(worst) <= g.cfg.Bound
-	g.offset.Store(int64(redisOff))
+	var out, unsure *sample
+	for i := range samples {
+		switch s := &samples[i]; {
+		case s.surelyOut(g.cfg.Bound):
+			out = s
+		case !s.surelyIn(g.cfg.Bound) && unsure == nil:
+			unsure = s
+		}
+	}
+	if out == nil && unsure != nil {
+		return g.inconclusive(fmt.Errorf("clock offset %s to %s cannot be judged against %s: round trip %s",
+			unsure.Offset, unsure.Ref, g.cfg.Bound, 2*unsure.Err))
+	}
+	g.offset.Store(int64(rs.Offset))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.measured = time.Now()
-	g.trusted.Store(ok)
-	if ok {
+	g.trusted.Store(out == nil)
+	if out == nil {
 		g.lastErr = nil
 		if g.inEpisode {
 			g.inEpisode = false
-			g.log.Info("clock back within bounds; answering from the cache again", "offset", worst, "reference", ref)
+			g.log.Info("clock back within bounds; answering from the cache again", "offset", rs.Offset)
 		}
 		return nil
 	}
-	g.lastErr = fmt.Errorf("clock offset %s to %s exceeds %s", worst, ref, g.cfg.Bound)
+	g.lastErr = fmt.Errorf("clock offset %s (± %s) to %s exceeds %s", out.Offset, out.Err, out.Ref, g.cfg.Bound)
 	if !g.inEpisode {
 		g.inEpisode = true
-		g.log.Error("clock out of bounds; not answering from the cache", "offset", worst, "reference", ref, "bound", g.cfg.Bound)
+		g.log.Error("clock out of bounds; not answering from the cache", "offset", out.Offset, "uncertainty", out.Err, "reference", out.Ref, "bound", g.cfg.Bound)
 	}
 	return g.lastErr
 }
 
-// redisOffset is the largest offset (by magnitude) to any master.
-func (g *Guard) redisOffset(ctx context.Context) (time.Duration, error) {
-	one := func(ctx context.Context, c redis.Cmdable) (time.Duration, error) {
-		return measure(ctx, 3, g.Wall, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() })
+// inconclusive records why this round decided nothing; Trusted keeps the
+// last conclusive answer until it is older than maxAge.
+func (g *Guard) inconclusive(err error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastErr = err
+	return err
+}
+
+// redisOffset is the sample of the master whose offset is the largest by
+// magnitude.
+func (g *Guard) redisOffset(ctx context.Context) (sample, error) {
+	one := func(ctx context.Context, c redis.Cmdable) (sample, error) {
+		s, err := measure(ctx, 3, g.Wall, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() })
+		s.Ref = "redis"
+		return s, err
 	}
 	cc, ok := g.rdb.(*redis.ClusterClient)
 	if !ok {
-		d, err := one(ctx, g.rdb)
+		s, err := one(ctx, g.rdb)
 		if err != nil {
-			return 0, fmt.Errorf("redis TIME: %w", err)
+			return sample{}, fmt.Errorf("redis TIME: %w", err)
 		}
-		return d, nil
+		return s, nil
 	}
 	var mu sync.Mutex
-	var worst time.Duration
+	var worst sample
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		d, err := one(ctx, node)
+		s, err := one(ctx, node)
 		if err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, err)
 		}
 		mu.Lock()
-		if abs(d) > abs(worst) {
-			worst = d
+		if abs(s.Offset)+s.Err > abs(worst.Offset)+worst.Err {
+			worst = s
 		}
 		mu.Unlock()
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("redis TIME: %w", err)
+		return sample{}, fmt.Errorf("redis TIME: %w", err)
 	}
 	return worst, nil
 }
@@ -266,9 +303,11 @@ func (g *Guard) pgTime(ctx context.Context) (time.Time, error) {
 
 // measure asks the reference n times and keeps the sample with the shortest
 // round trip: offset = midpoint of the local send and receive times minus the
-// reference's reading, so an asymmetric delay costs at most half the trip.
-func measure(ctx context.Context, n int, wall func() time.Time, ref func(context.Context) (time.Time, error)) (time.Duration, error) {
-	best, bestRTT := time.Duration(0), time.Duration(math.MaxInt64)
+// reference's reading; an asymmetric delay costs at most half the trip, which
+// is the sample's Err.
+func measure(ctx context.Context, n int, wall func() time.Time, ref func(context.Context) (time.Time, error)) (sample, error) {
+	var best sample
+	bestRTT := time.Duration(math.MaxInt64)
 	var lastErr error
 	for range n {
 		t0 := wall()
@@ -280,11 +319,11 @@ func measure(ctx context.Context, n int, wall func() time.Time, ref func(context
 		}
 		if rtt := t1.Sub(t0); rtt < bestRTT {
 			bestRTT = rtt
-			best = t0.Add(rtt / 2).Sub(r)
+			best = sample{Offset: t0.Add(rtt / 2).Sub(r), Err: rtt / 2}
 		}
 	}
 	if bestRTT == time.Duration(math.MaxInt64) {
-		return 0, lastErr
+		return sample{}, lastErr
 	}
 	return best, nil
 }

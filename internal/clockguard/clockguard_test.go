@@ -2,10 +2,13 @@ package clockguard_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"tidemark/internal/clockguard"
 	"tidemark/internal/testenv"
@@ -84,5 +87,66 @@ func TestOffsetFromEnv(t *testing.T) {
 	t.Setenv(clockguard.EnvTestOffset, "two seconds")
 	if _, err := clockguard.TestOffsetFromEnv(); err == nil {
 		t.Fatal("a malformed offset was accepted")
+	}
+}
+
+// delayTime holds every TIME command back for delay before it is sent, as a
+// loaded host or a slow network would: the reply then reads the reference's
+// clock late in the round trip, so the midpoint rule is off by up to half of
+// it.
+type delayTime struct{ delay atomic.Int64 }
+
+func (h *delayTime) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *delayTime) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *delayTime) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "time" {
+			time.Sleep(time.Duration(h.delay.Load()))
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A reading too slow to tell (round trip past twice the bound) neither trips
+// a good clock nor vouches for one: the last conclusive measurement stands
+// until it ages out. A clock far enough off is still caught through the same
+// slow round trips.
+func TestSlowRoundTripIsInconclusive(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	hook := &delayTime{}
+	rdb.AddHook(hook)
+	cfg := clockguard.DefaultConfig()
+	g, err := clockguard.New(cfg, clockguard.Deps{Redis: rdb, Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(context.Background()); err != nil || !g.Trusted() {
+		t.Fatalf("fast round trip, no offset: trusted %v, %v", g.Trusted(), err)
+	}
+	hook.delay.Store(int64(600 * time.Millisecond)) // the midpoint rule would read about -300ms
+	measured := time.Now()
+	err = g.Check(context.Background())
+	if err == nil || !g.Trusted() {
+		t.Fatalf("a slow reading decided: trusted %v, Check %v; want still trusted and an inconclusive error", g.Trusted(), err)
+	}
+	t.Logf("slow round: %v", err)
+	testenv.Eventually(t, 30*time.Second, "the last conclusive measurement ages out", func() error {
+		g.Check(context.Background())
+		if g.Trusted() {
+			return fmt.Errorf("still trusted %s after the last conclusive measurement", time.Since(measured))
+		}
+		return nil
+	})
+
+	cfg.TestOffset = 3 * time.Second
+	bad, err := clockguard.New(cfg, clockguard.Deps{Redis: rdb, Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Check(context.Background()); err == nil || bad.Trusted() {
+		t.Fatalf("3s off through 600ms round trips: trusted %v, Check %v", bad.Trusted(), err)
 	}
 }
