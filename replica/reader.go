@@ -1,0 +1,130 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/cache"
+)
+
+// ReplicaReader is the part of *cache.Client a Reader uses.
+type ReplicaReader interface {
+	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
+}
+
+// Reader serves reads of hot keys from their copies. It holds each
+// manifest a lookup handed out for at most ManifestTTL from when that
+// lookup was sent (never past the set's deadline); with no held manifest the
+// caller reads the primary as usual. Safe for concurrent use.
+type Reader struct {
+	c   ReplicaReader
+	ttl time.Duration
+	now func() time.Time
+	m   *metrics
+
+	mu   sync.Mutex
+	held map[string]heldManifest
+}
+
+type heldManifest struct {
+	m     cache.Manifest
+	until time.Time
+}
+
+// maxHeld bounds the manifests held: only hot keys have one.
+const maxHeld = 4096
+
+// NewReader builds a Reader keeping manifests for ttl (0: never held, so
+// every read goes to the primary). now is the clock deadlines are checked
+// against (nil: time.Now); the API passes its Redis-synchronised clock.
+func NewReader(c ReplicaReader, ttl time.Duration, now func() time.Time, reg prometheus.Registerer) (*Reader, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if c == nil {
+		return nil, errors.New("replica: nil cache client")
+	}
+	if ttl < 0 || ttl > MaxManifestTTL {
+		return nil, fmt.Errorf("replica: ManifestTTL must be between 0 and %s, got %s", MaxManifestTTL, ttl)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("replica: metrics: %w", err)
+	}
+	return &Reader{c: c, ttl: ttl, now: now, m: m, held: make(map[string]heldManifest)}, nil
+}
+
+func heldKey(tenant, item string) string { return tenant + "\x00" + item }
+
+// Offer records what a lookup of (tenant, item) sent at sent said about
+// replicas: m is its manifest, nil when it had none (the manifest was
+// revoked or retired, or the answer was not a hit), which drops a held one.
+func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
+	k := heldKey(tenant, item)
+	if m == nil || r.ttl == 0 {
+		r.mu.Lock()
+		delete(r.held, k)
+		r.mu.Unlock()
+		return
+	}
+	until := sent.Add(r.ttl)
+	if m.Soft.Before(until) {
+		until = m.Soft
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.held[k]; ok && old.m.Version > m.Version {
+		return // never step back to an older version
+	}
+	if len(r.held) >= maxHeld {
+		for k, h := range r.held {
+			if !sent.Before(h.until) {
+				delete(r.held, k)
+			}
+		}
+		if len(r.held) >= maxHeld {
+			return
+		}
+	}
+	r.held[k] = heldManifest{m: *m, until: until}
+}
+
+// Read answers from a copy when a manifest of at least minVersion is held:
+// copy (reader mod N) first, the next one on retry. ok is false when the
+// caller must read the primary; a copy found missing, mismatched or expired
+// also drops the manifest so the next read asks the primary for a new one.
+// Nothing is answered at or after the copy's soft deadline by the Reader's
+// clock, checked after the copy arrived.
+func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64, reader uint64) (cache.Entry, bool) {
+	k := heldKey(tenant, item)
+	now := r.now()
+	r.mu.Lock()
+	h, ok := r.held[k]
+	r.mu.Unlock()
+	if !ok || !now.Before(h.until) || h.m.Version < minVersion || h.m.N() == 0 {
+		return cache.Entry{}, false
+	}
+	n := uint64(h.m.N())
+	for try := uint64(0); try < min(2, n); try++ {
+		e, err := r.c.ReadReplica(ctx, tenant, item, h.m, int((reader+try)%n))
+		if err == nil && e.Version == h.m.Version && r.now().Before(e.Soft) && !e.Soft.After(e.Hard) {
+			r.m.reads.WithLabelValues("copy").Inc()
+			return e, true
+		}
+		if err != nil && !errors.Is(err, cache.ErrReplicaUnusable) {
+			break // Redis trouble: the primary path has its own handling
+		}
+	}
+	r.mu.Lock()
+	if cur, ok := r.held[k]; ok && cur.m.Set == h.m.Set {
+		delete(r.held, k)
+	}
+	r.mu.Unlock()
+	r.m.reads.WithLabelValues("fallback").Inc()
+	return cache.Entry{}, false
+}
