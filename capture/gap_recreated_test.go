@@ -18,10 +18,7 @@ import (
 // slot dropped too, the reset names both reasons.
 func TestGapWhenTopicRecreated(t *testing.T) {
 	t.Parallel()
-	pg := testenv.SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	k := testenv.StartKafka(t)
-	cfg := testConfig(t, dsn, k)
+	dsn, k, cfg := newRig(t, testenv.SharedPostgres(t))
 	conn := connect(t, dsn)
 
 	r := start(t, cfg)
