@@ -79,10 +79,10 @@ lint:
 	$(GO) vet -tags realkafka $(PKGS)
 
 bench: build
-	./$(BIN) bench capture
-	./$(BIN) bench cache
-	./$(BIN) bench apply
-	./$(BIN) bench serve
+	./$(BIN) bench capture --svg bin/bench/capture.svg
+	./$(BIN) bench cache --svg bin/bench/cache.svg
+	./$(BIN) bench apply --svg bin/bench/apply.svg
+	./$(BIN) bench serve --svg bin/bench/serve.svg
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema

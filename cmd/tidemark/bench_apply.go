@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/apply"
 	"tidemark/internal/localserver"
 )
@@ -25,6 +26,7 @@ type benchApplyCmd struct {
 	Partitions int           `name:"partitions" default:"12" help:"Partitions of the bench topics."`
 	Rate       int           `name:"rate" default:"2000" help:"Events/s of the steady latency phase."`
 	Duration   time.Duration `name:"duration" default:"15s" help:"Length of the steady latency phase."`
+	SVG        string        `name:"svg" default:"apply.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchApplyCmd) config() apply.BenchConfig {
@@ -86,7 +88,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "| noise floor: redis-benchmark -c 1 PING p99, same run | %s | |\n", ms(res.PingP99))
 	fmt.Fprintf(w, "| commit-to-apply at %.0f events/s (%d samples) | p50 %s, **p99 %s**, max %s | p99 < 20 ms |\n",
 		res.SteadyRate, res.SteadyEvents, ms(res.P50), ms(res.P99), ms(res.Max))
-	return nil
+	return bench.WriteChart(c.SVG, apply.Chart(cfg, res), w)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

@@ -18,12 +18,13 @@ type benchCacheCmd struct {
 	Pipeline       int    `name:"pipeline" default:"100" help:"redis-benchmark -P for the pipelined ceilings."`
 	Rounds         int    `name:"rounds" default:"5" help:"Rounds, each measuring tidemark beside its ceilings; the table shows medians."`
 	RedisBenchmark string `name:"redis-benchmark" default:"redis-benchmark" help:"redis-benchmark binary."`
+	SVG            string `name:"svg" default:"cache.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchCacheCmd) config() cachebench.BenchConfig {
 	return cachebench.BenchConfig{
 		RedisURL: c.Redis, Keys: c.Keys, Batch: c.Batch, Workers: c.Workers, Lookups: c.Lookups,
-		Clients: c.Clients, Pipeline: c.Pipeline, BenchmarkPath: c.RedisBenchmark, Rounds: c.Rounds,
+		Clients: c.Clients, Pipeline: c.Pipeline, BenchmarkPath: c.RedisBenchmark, Rounds: c.Rounds, SVG: c.SVG,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/capture"
 )
 
@@ -22,6 +23,7 @@ type benchCaptureCmd struct {
 	Rounds      int           `name:"rounds" default:"3" help:"Drains of each kind, alternating; the median is reported."`
 	MaxProcs    int           `name:"max-procs" default:"1" help:"GOMAXPROCS while benchmarking, as tidemark capture's --max-procs (0 = one per core)."`
 	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+	SVG         string        `name:"svg" default:"capture.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchCaptureCmd) Validate() error {
@@ -80,5 +82,5 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "\nGOMAXPROCS %d; ratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", runtime.GOMAXPROCS(0), res.CaptureRate()/res.RecvlogicalRate())
 	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
 		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
-	return nil
+	return bench.WriteChart(c.SVG, capture.Chart(res), w)
 }

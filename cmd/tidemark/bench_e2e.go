@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/e2e"
 )
 
@@ -23,6 +24,7 @@ type benchE2ECmd struct {
 	Dir         string        `name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
 	Profile     bool          `name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
 	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+	SVG         string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchE2ECmd) config() e2e.Config {
@@ -48,5 +50,5 @@ func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	e2e.Report(e.stdout, cfg, res)
-	return nil
+	return bench.WriteChart(c.SVG, e2e.Chart(cfg, res), e.stdout)
 }

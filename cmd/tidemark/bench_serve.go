@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/serve"
 )
 
@@ -22,6 +24,7 @@ type benchServeCmd struct {
 	Steps       []float64     `name:"steps" default:"0.25,0.5,0.7,0.85" help:"Open-loop rates as fractions of the saturated rate."`
 	P99Goal     time.Duration `name:"p99-goal" default:"10ms" help:"Latency goal the report checks."`
 	ServeArg    []string      `name:"serve-arg" help:"Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0."`
+	SVG         string        `name:"svg" default:"serve.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchServeCmd) config() serve.BenchConfig {
@@ -36,6 +39,7 @@ func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
 	rep, err := serve.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
 	if len(rep.Rows) > 0 {
 		fmt.Fprintln(e.stdout, rep.Markdown())
+		err = errors.Join(err, bench.WriteChart(c.SVG, serve.Chart(rep), e.stdout))
 	}
 	return err
 }

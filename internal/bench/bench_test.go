@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,5 +74,45 @@ func TestTableMarkdown(t *testing.T) {
 	want := "| a | b |\n|---|---|\n| 1 | 2 |\n"
 	if got := tb.Markdown(); got != want {
 		t.Errorf("Markdown =\n%s\nwant\n%s", got, want)
+	}
+}
+
+type svgString string
+
+func (s svgString) String() string { return string(s) }
+
+// WriteChart creates the chart's directory, writes the file and names it
+// under the report; without a path it writes nothing.
+func TestWriteChart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "docs", "bench", "x.svg")
+	var out strings.Builder
+	if err := WriteChart(path, svgString("<svg/>"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "<svg/>\n" {
+		t.Errorf("file: %q, %v", b, err)
+	}
+	if out.String() != "\nchart: "+path+"\n" {
+		t.Errorf("report line %q", out.String())
+	}
+	out.Reset()
+	if err := WriteChart("", svgString("<svg/>"), &out); err != nil || out.Len() != 0 {
+		t.Errorf("empty path: %v, wrote %q", err, out.String())
+	}
+}
+
+func TestRateTick(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 950: "950", 12_000: "12k", 307_956: "308k", 1_500_000: "1.5M"} {
+		if got := RateTick(v); got != want {
+			t.Errorf("RateTick(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestMsTick(t *testing.T) {
+	for v, want := range map[float64]string{0.5: "0.5 ms", 20: "20 ms", 1000: "1 s", 2500: "2.5 s"} {
+		if got := MsTick(v); got != want {
+			t.Errorf("MsTick(%v) = %q, want %q", v, got, want)
+		}
 	}
 }

@@ -1,7 +1,8 @@
-// Package svgchart draws small self-contained SVG line charts: the status
-// page's freshness plot and the benchmark charts. The output is one <svg>
-// element with inline styles and no script or external reference, so it can
-// be embedded in a page or saved as a file.
+// Package svgchart draws small self-contained SVG charts: line charts (the
+// status page's freshness plot, benchmark latency against offered rate) and
+// grouped bar charts (benchmark throughput against its ceiling). The output
+// is one <svg> element with inline styles and no script or external
+// reference, so it can be embedded in a page or saved as a file.
 package svgchart
 
 import (
@@ -11,6 +12,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Point is one sample; a NaN or infinite Y leaves a gap in the line.
@@ -21,6 +23,9 @@ type Series struct {
 	Name   string
 	Color  string // CSS color; a palette color when empty
 	Points []Point
+	// Markers draws a dot on every finite point: for a few measured points
+	// (a lone point has no line to show it).
+	Markers bool
 }
 
 // Rule is a horizontal reference line (a threshold).
@@ -42,6 +47,10 @@ type Chart struct {
 	XMin, XMax float64
 	// YMin is the bottom of the Y axis (0 by default); the top is fitted.
 	YMin float64
+	// LogY draws the Y axis on a log scale fitted to whole decades (YMin is
+	// ignored): for latencies that span milliseconds to seconds. Values
+	// that are not positive leave gaps.
+	LogY bool
 	// XTick formats an X tick; %g when nil.
 	XTick func(x float64) string
 	// YTick formats a Y tick; %g when nil.
@@ -70,24 +79,30 @@ func (c Chart) String() string {
 		ht = 300
 	}
 	xmin, xmax := c.XMin, c.XMax
-	ymax := c.YMin
+	ymin, ymax := c.YMin, c.YMin
+	if c.LogY {
+		ymin, ymax = math.Inf(1), math.Inf(-1)
+	}
 	fitX := xmin == xmax
 	if fitX {
 		xmin, xmax = math.Inf(1), math.Inf(-1)
 	}
+	drawn := func(p Point) bool { return finite(p.Y) && finite(p.X) && (!c.LogY || p.Y > 0) }
 	for _, s := range c.Series {
 		for _, p := range s.Points {
-			if !finite(p.Y) || !finite(p.X) {
+			if !drawn(p) {
 				continue
 			}
 			if fitX {
 				xmin, xmax = math.Min(xmin, p.X), math.Max(xmax, p.X)
 			}
-			ymax = math.Max(ymax, p.Y)
+			ymin, ymax = math.Min(ymin, p.Y), math.Max(ymax, p.Y)
 		}
 	}
 	for _, r := range c.Rules {
-		ymax = math.Max(ymax, r.Y)
+		if !c.LogY || r.Y > 0 {
+			ymin, ymax = math.Min(ymin, r.Y), math.Max(ymax, r.Y)
+		}
 	}
 	if !finite(xmin) || !finite(xmax) {
 		xmin, xmax = 0, 1
@@ -95,16 +110,30 @@ func (c Chart) String() string {
 	if xmax <= xmin {
 		xmax = xmin + 1
 	}
-	ymax = niceCeil(ymax - c.YMin)
-	ymax += c.YMin
-	if ymax <= c.YMin {
-		ymax = c.YMin + 1
-	}
 	plotW, plotH := float64(wd-padLeft-padRight), float64(ht-padTop-padBottom)
 	px := func(x float64) float64 { return padLeft + (x-xmin)/(xmax-xmin)*plotW }
-	py := func(y float64) float64 {
-		y = math.Min(math.Max(y, c.YMin), ymax)
-		return padTop + plotH - (y-c.YMin)/(ymax-c.YMin)*plotH
+	var py func(y float64) float64
+	var yticks []float64
+	if c.LogY {
+		ymin, ymax, yticks = logAxis(ymin, ymax)
+		lo, hi := math.Log10(ymin), math.Log10(ymax)
+		py = func(y float64) float64 {
+			y = math.Min(math.Max(y, ymin), ymax)
+			return padTop + plotH - (math.Log10(y)-lo)/(hi-lo)*plotH
+		}
+	} else {
+		ymin = c.YMin
+		ymax = niceCeil(ymax-ymin) + ymin
+		if ymax <= ymin {
+			ymax = ymin + 1
+		}
+		for i := 0; i <= 5; i++ {
+			yticks = append(yticks, ymin+(ymax-ymin)*float64(i)/5)
+		}
+		py = func(y float64) float64 {
+			y = math.Min(math.Max(y, ymin), ymax)
+			return padTop + plotH - (y-ymin)/(ymax-ymin)*plotH
+		}
 	}
 	xfmt, yfmt := c.XTick, c.YTick
 	if xfmt == nil {
@@ -121,10 +150,11 @@ func (c Chart) String() string {
 		fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, esc(c.Title))
 	}
 	// Grid and ticks: five steps on each axis.
-	for i := 0; i <= 5; i++ {
-		y := c.YMin + (ymax-c.YMin)*float64(i)/5
+	for _, y := range yticks {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`, padLeft, padLeft+plotW, py(y), py(y))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`, padLeft-6, py(y)+4, esc(yfmt(y)))
+	}
+	for i := 0; i <= 5; i++ {
 		x := xmin + (xmax-xmin)*float64(i)/5
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, px(x), padTop+plotH+16, esc(xfmt(x)))
 	}
@@ -144,6 +174,11 @@ func (c Chart) String() string {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="%s">%s</text>`, padLeft+plotW-4, py(r.Y)-3, esc(col), esc(r.Label))
 	}
 	// Lines: one polyline per unbroken run of finite points.
+	names := make([]string, len(c.Series))
+	for i, s := range c.Series {
+		names[i] = s.Name
+	}
+	legend := legendX(names)
 	for i, s := range c.Series {
 		col := s.Color
 		if col == "" {
@@ -157,15 +192,23 @@ func (c Chart) String() string {
 			run = run[:0]
 		}
 		for _, p := range s.Points {
-			if !finite(p.Y) || !finite(p.X) {
+			if !drawn(p) {
 				flush()
 				continue
 			}
 			run = append(run, fmt.Sprintf("%.1f,%.1f", px(p.X), py(p.Y)))
 		}
 		flush()
+		if s.Markers {
+			for _, p := range s.Points {
+				if drawn(p) {
+					fmt.Fprintf(&b, `<circle class="point" data-series="%s" cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %s at %s</title></circle>`,
+						esc(s.Name), px(p.X), py(p.Y), esc(col), esc(s.Name), esc(yfmt(p.Y)), esc(xfmt(p.X)))
+				}
+			}
+		}
 		// Legend below the X label.
-		lx := padLeft + i*170
+		lx := legend[i]
 		ly := ht - 8
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, lx, lx+16, ly-4, ly-4, esc(col))
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`, lx+20, ly, esc(s.Name))
@@ -174,7 +217,60 @@ func (c Chart) String() string {
 	return b.String()
 }
 
+// legendX places legend entries side by side from the plot's left edge,
+// each as wide as its name (about 6 px a character at font-size 11).
+func legendX(names []string) []int {
+	xs := make([]int, len(names))
+	x := padLeft
+	for i, n := range names {
+		xs[i] = x
+		x += 20 + 6*utf8.RuneCountInString(n) + 24
+	}
+	return xs
+}
+
+// logAxis widens [lo, hi] to whole decades and picks its ticks: 1, 2 and 5
+// times each power of ten over at most three decades, the powers alone over
+// more.
+func logAxis(lo, hi float64) (float64, float64, []float64) {
+	if !finite(lo) || !finite(hi) || lo <= 0 {
+		lo, hi = 1, 10
+	}
+	lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	if hi <= lo {
+		hi = lo * 10
+	}
+	steps := []float64{1, 2, 5}
+	if hi/lo > 1000*1.001 {
+		steps = []float64{1}
+	}
+	var ticks []float64
+	for d := lo; d < hi*0.999; d *= 10 {
+		for _, m := range steps {
+			ticks = append(ticks, d*m)
+		}
+	}
+	return lo, hi, append(ticks, hi)
+}
+
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// AxisMax is a top for an axis that starts at 0 and holds v: five equal
+// steps of 1, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten, so the ticks
+// read round without leaving much of the axis empty.
+func AxisMax(v float64) float64 {
+	if v <= 0 || !finite(v) {
+		return 1
+	}
+	step := v / 5
+	p := math.Pow(10, math.Floor(math.Log10(step)))
+	for _, m := range []float64{1, 2, 2.5, 3, 4, 5, 6, 8, 10} {
+		if m*p >= step {
+			return 5 * m * p
+		}
+	}
+	return 50 * p
+}
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
 func niceCeil(v float64) float64 {

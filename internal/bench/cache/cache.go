@@ -22,6 +22,7 @@ import (
 	"tidemark/cache"
 	"tidemark/internal/bench"
 	"tidemark/internal/localserver"
+	"tidemark/internal/svgchart"
 )
 
 // BenchConfig configures RunBench (`tidemark bench cache`).
@@ -35,6 +36,7 @@ type BenchConfig struct {
 	Pipeline      int    // redis-benchmark -P
 	BenchmarkPath string // redis-benchmark binary
 	Rounds        int    // figures are medians over this many rounds
+	SVG           string // the throughput chart is written here; "" writes none
 }
 
 // DefaultBenchConfig is 200k keys in batches of 500.
@@ -74,7 +76,8 @@ const trivialLua = "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])"
 
 // RunBench measures batched InvalidateBatch throughput and single Lookup hit
 // latency, runs redis-benchmark against the same server for the ceilings,
-// and writes a Markdown table with the ratios to w.
+// and writes a Markdown table with the ratios to w and the throughput chart
+// to cfg.SVG.
 func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -131,7 +134,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 		}
 	}
 	writeReport(w, cfg, bench.RedactURL(url), rb, rounds)
-	return nil
+	return bench.WriteChart(cfg.SVG, chart(cfg, rounds), w)
 }
 
 // benchRound is one round's figures: pipelined throughputs in ops/s,
@@ -187,70 +190,115 @@ func runRound(ctx context.Context, c *cache.Client, cfg BenchConfig, rb *redisBe
 	return err
 }
 
+// pair is one measurement of every round beside its ceiling of the same
+// round.
+type pair struct{ ours, ceiling []float64 }
+
+func collect(rounds []benchRound, f func(r benchRound) (float64, float64)) pair {
+	var p pair
+	for _, r := range rounds {
+		a, b := f(r)
+		p.ours, p.ceiling = append(p.ours, a), append(p.ceiling, b)
+	}
+	return p
+}
+
+// ratios are the per-round ratios ours / ceiling.
+func (p pair) ratios() []float64 {
+	var out []float64
+	for i := range p.ours {
+		if p.ceiling[i] > 0 {
+			out = append(out, p.ours[i]/p.ceiling[i])
+		}
+	}
+	return out
+}
+
+// throughput is one throughput row of the report and one group of its
+// chart: InvalidateBatch keys/s beside a pipelined redis-benchmark ceiling.
+type throughput struct {
+	what, ceilingName string // the table's wording
+	label             string // the chart's, shorter
+	pair
+}
+
+// throughputs are the report's throughput rows; the first is the goal's.
+func throughputs(cfg BenchConfig, rounds []benchRound) []throughput {
+	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
+	trivial := "pipelined EVALSHA, trivial HSET script, " + pipe
+	newKeys := fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers)
+	return []throughput{
+		{newKeys, trivial, fmt.Sprintf("new keys, %d workers\nceiling: HSET script", cfg.Workers),
+			collect(rounds, func(r benchRound) (float64, float64) { return r.invN, r.trivial.RPS })},
+		{fmt.Sprintf("InvalidateBatch, %d workers, newer version of the same keys", cfg.Workers), trivial,
+			fmt.Sprintf("newer versions, %d workers\nceiling: HSET script", cfg.Workers),
+			collect(rounds, func(r benchRound) (float64, float64) { return r.invAgain, r.trivial.RPS })},
+		{"InvalidateBatch, 1 worker, new keys", trivial, "new keys, 1 worker\nceiling: HSET script",
+			collect(rounds, func(r benchRound) (float64, float64) { return r.inv1, r.trivial.RPS })},
+		{newKeys, "pipelined SET, " + pipe, fmt.Sprintf("new keys, %d workers\nceiling: SET", cfg.Workers),
+			collect(rounds, func(r benchRound) (float64, float64) { return r.invN, r.set.RPS })},
+		{newKeys, "pipelined EVALSHA of tidemark's INVALIDATE script, " + pipe,
+			fmt.Sprintf("new keys, %d workers\nceiling: INVALIDATE script", cfg.Workers),
+			collect(rounds, func(r benchRound) (float64, float64) { return r.invN, r.script.RPS })},
+	}
+}
+
+// chart is the throughput chart: each row of throughputs as a group of
+// medians, noted with the median per-round ratio (as the table).
+func chart(cfg BenchConfig, rounds []benchRound) svgchart.BarChart {
+	var groups []svgchart.BarGroup
+	for _, t := range throughputs(cfg, rounds) {
+		groups = append(groups, svgchart.BarGroup{Label: t.label, Values: []float64{bench.Median(t.ours), bench.Median(t.ceiling)},
+			Note: fmt.Sprintf("%.2fx", bench.Median(t.ratios()))})
+	}
+	return svgchart.BarChart{
+		Title: fmt.Sprintf("tidemark bench cache: InvalidateBatch, %d keys per round in batches of %d, medians of %d rounds",
+			cfg.Keys, cfg.Batch, len(rounds)),
+		YLabel: "keys/s (tidemark), requests/s (ceiling)",
+		Width:  900,
+		Series: []string{"tidemark InvalidateBatch", fmt.Sprintf("redis-benchmark -P %d -c %d, same round (ceiling)", cfg.Pipeline, cfg.Clients)},
+		Groups: groups,
+		YTick:  bench.RateTick,
+	}
+}
+
 func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, rounds []benchRound) {
-	type pair struct{ ours, ceiling []float64 }
-	collect := func(f func(r benchRound) (float64, float64)) pair {
-		var p pair
-		for _, r := range rounds {
-			a, b := f(r)
-			p.ours, p.ceiling = append(p.ours, a), append(p.ceiling, b)
-		}
-		return p
-	}
-	ratios := func(p pair) []float64 {
-		var out []float64
-		for i := range p.ours {
-			if p.ceiling[i] > 0 {
-				out = append(out, p.ours[i]/p.ceiling[i])
-			}
-		}
-		return out
-	}
 	fmt.Fprintf(w, "server: %s (redis-server %s); %d keys per round in batches of %d; %d rounds, medians shown\n\n",
 		url, rb.version, cfg.Keys, cfg.Batch, cfg.Rounds)
 	fmt.Fprintln(w, "| measurement | tidemark | ceiling (redis-benchmark, same server, same round) | ratio |")
 	fmt.Fprintln(w, "|---|---|---|---|")
-	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
-	thr := func(what, ceilingName string, p pair) {
-		fmt.Fprintf(w, "| %s | %.0f keys/s | %s: %.0f/s | %.2fx |\n", what, bench.Median(p.ours), ceilingName, bench.Median(p.ceiling), bench.Median(ratios(p)))
-	}
+	of := func(f func(r benchRound) (float64, float64)) pair { return collect(rounds, f) }
 	lat := func(what, ceilingName string, p pair) {
-		fmt.Fprintf(w, "| %s | %.0f µs | %s: %.0f µs | %.2fx |\n", what, bench.Median(p.ours), ceilingName, bench.Median(p.ceiling), bench.Median(ratios(p)))
+		fmt.Fprintf(w, "| %s | %.0f µs | %s: %.0f µs | %.2fx |\n", what, bench.Median(p.ours), ceilingName, bench.Median(p.ceiling), bench.Median(p.ratios()))
 	}
-	trivial := "pipelined EVALSHA, trivial HSET script, " + pipe
-	headline := collect(func(r benchRound) (float64, float64) { return r.invN, r.trivial.RPS })
-	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), trivial, headline)
-	thr(fmt.Sprintf("InvalidateBatch, %d workers, newer version of the same keys", cfg.Workers), trivial,
-		collect(func(r benchRound) (float64, float64) { return r.invAgain, r.trivial.RPS }))
-	thr("InvalidateBatch, 1 worker, new keys", trivial,
-		collect(func(r benchRound) (float64, float64) { return r.inv1, r.trivial.RPS }))
-	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined SET, "+pipe,
-		collect(func(r benchRound) (float64, float64) { return r.invN, r.set.RPS }))
-	thr(fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers), "pipelined EVALSHA of tidemark's INVALIDATE script, "+pipe,
-		collect(func(r benchRound) (float64, float64) { return r.invN, r.script.RPS }))
+	thr := throughputs(cfg, rounds)
+	for _, t := range thr {
+		fmt.Fprintf(w, "| %s | %.0f keys/s | %s: %.0f/s | %.2fx |\n", t.what, bench.Median(t.ours), t.ceilingName, bench.Median(t.ceiling), bench.Median(t.ratios()))
+	}
+	headline := thr[0].pair
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	lat("Lookup hit latency p50", "EVALSHA trivial script, -c 1, p50",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latEval.P50) }))
+		of(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latEval.P50) }))
 	lat("Lookup hit latency p99", "EVALSHA trivial script, -c 1, p99",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latEval.P99) }))
+		of(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latEval.P99) }))
 	lat("Lookup hit latency p50", "GET, -c 1, p50",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latGet.P50) }))
+		of(func(r benchRound) (float64, float64) { return us(r.lookup.p50), us(r.latGet.P50) }))
 	lat("Lookup hit latency p99", "GET, -c 1, p99",
-		collect(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latGet.P99) }))
+		of(func(r benchRound) (float64, float64) { return us(r.lookup.p99), us(r.latGet.P99) }))
 
 	if rounds[0].cpuInvN > 0 {
 		ns := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-		p := collect(func(r benchRound) (float64, float64) { return ns(r.cpuTrivial), ns(r.cpuInvN) })
+		p := of(func(r benchRound) (float64, float64) { return ns(r.cpuTrivial), ns(r.cpuInvN) })
 		// Capacity ratio: how many invalidations the server can run per
 		// trivial script, from CPU spent rather than wall-clock time.
 		fmt.Fprintf(w, "| redis-server CPU per invalidation (/proc, %d workers, new keys) | %.2f µs | trivial HSET script: %.2f µs | %.2fx capacity |\n",
-			cfg.Workers, bench.Median(p.ceiling), bench.Median(p.ours), bench.Median(ratios(p)))
+			cfg.Workers, bench.Median(p.ceiling), bench.Median(p.ours), bench.Median(p.ratios()))
 	}
 	hits := 0.0
 	for _, r := range rounds {
 		hits += r.lookup.hitRate
 	}
-	rs := ratios(headline)
+	rs := headline.ratios()
 	verdict := "met"
 	if bench.Median(rs) < 0.6 {
 		verdict = "NOT met"
