@@ -1,14 +1,14 @@
 package api
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config is the serve stage's configuration. Every field maps to one flag of
-// `tidemark serve`; Validate names the flag of each problem.
+// `tidemark serve`; Validate names the field of each problem.
 type Config struct {
 	Addr      string // --addr: where the API listens
 	Namespace string // --namespace: Redis namespace, also of the shared source budget
@@ -69,62 +69,54 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem at once, each naming its flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var p []string
+	var p config.Problems
 	if strings.TrimSpace(c.Addr) == "" {
-		p = append(p, "--addr must not be empty")
+		p.Add("Addr", "must not be empty")
 	}
 	if strings.TrimSpace(c.Namespace) == "" {
-		p = append(p, "--namespace must not be empty")
+		p.Add("Namespace", "must not be empty")
 	}
-	pos := func(flag string, d time.Duration) {
-		if d <= 0 {
-			p = append(p, fmt.Sprintf("%s must be positive (got %s)", flag, d))
-		}
-	}
-	pos("--request-timeout", c.RequestTimeout)
-	pos("--source-timeout", c.SourceTimeout)
-	pos("--write-timeout", c.WriteTimeout)
-	pos("--lookup-timeout", c.LookupTimeout)
-	pos("--source-burst", c.BudgetBurst)
-	pos("--source-inflight-wait", c.InFlightWait)
-	pos("--auth-ttl", c.AuthTTL)
+	p.Positive("RequestTimeout", c.RequestTimeout)
+	p.Positive("SourceTimeout", c.SourceTimeout)
+	p.Positive("WriteTimeout", c.WriteTimeout)
+	p.Positive("LookupTimeout", c.LookupTimeout)
+	p.Positive("BudgetBurst", c.BudgetBurst)
+	p.Positive("InFlightWait", c.InFlightWait)
+	p.Positive("AuthTTL", c.AuthTTL)
 	if c.AuthStale < 0 {
-		p = append(p, "--auth-stale must not be negative")
+		p.Add("AuthStale", "must not be negative (got %s)", c.AuthStale)
 	}
-	rate := func(flag string, r float64) {
+	rate := func(field string, r float64) {
 		if !(r > 0) {
-			p = append(p, fmt.Sprintf("%s must be a positive rate per second (got %v)", flag, r))
+			p.Add(field, "must be a positive rate per second (got %v)", r)
 		}
 	}
-	rate("--source-foreground-rate", c.ForegroundRate)
-	rate("--source-background-rate", c.BackgroundRate)
-	rate("--source-ryw-rate", c.ReadYourWritesRate)
+	rate("ForegroundRate", c.ForegroundRate)
+	rate("BackgroundRate", c.BackgroundRate)
+	rate("ReadYourWritesRate", c.ReadYourWritesRate)
 	if c.MaxInFlight <= 0 {
-		p = append(p, fmt.Sprintf("--source-max-inflight must be positive (got %d)", c.MaxInFlight))
+		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)
 	}
 	if c.L1TTL < 0 || c.L1TTL > 500*time.Millisecond {
-		p = append(p, fmt.Sprintf("--l1-ttl must be between 0 and 500ms (got %s)", c.L1TTL))
+		p.Add("L1TTL", "must be between 0 and 500ms (got %s)", c.L1TTL)
 	}
 	if c.L1Size < 0 {
-		p = append(p, fmt.Sprintf("--l1-size must not be negative (got %d)", c.L1Size))
+		p.Add("L1Size", "must not be negative (got %d)", c.L1Size)
 	}
-	pos("--idempotency-retention", c.IdempotencyRetention)
+	p.Positive("IdempotencyRetention", c.IdempotencyRetention)
 	if c.MaxWaitersPerKey < 1 {
-		p = append(p, fmt.Sprintf("--max-waiters-per-key must be at least 1 (got %d)", c.MaxWaitersPerKey))
+		p.Add("MaxWaitersPerKey", "must be at least 1 (got %d)", c.MaxWaitersPerKey)
 	}
 	if c.MinVersionSlack < 1 {
-		p = append(p, fmt.Sprintf("--min-version-slack must be at least 1 (got %d)", c.MinVersionSlack))
+		p.Add("MinVersionSlack", "must be at least 1 (got %d)", c.MinVersionSlack)
 	}
 	if c.MinVersionMemo < 0 {
-		p = append(p, fmt.Sprintf("--min-version-memo must not be negative (got %s)", c.MinVersionMemo))
+		p.Add("MinVersionMemo", "must not be negative (got %s)", c.MinVersionMemo)
 	}
 	if c.MaxBodyBytes <= 0 {
-		p = append(p, fmt.Sprintf("--max-body must be positive (got %d)", c.MaxBodyBytes))
+		p.Add("MaxBodyBytes", "must be positive (got %d)", c.MaxBodyBytes)
 	}
-	if len(p) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(p, "\n"))
+	return p.Err()
 }

@@ -30,13 +30,14 @@ package applier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tidemark/cache"
+
+	"tidemark/internal/config"
 )
 
 // Cache is what the applier needs from the cache tier (*cache.Client).
@@ -121,45 +122,38 @@ func (c Config) dlqTopic() string {
 	return c.Topic + ".dlq"
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	var p config.Problems
 	if len(c.Brokers) == 0 {
-		bad("--kafka is required (comma-separated host:port list)")
+		p.Add("Brokers", "is required (host:port list)")
 	}
 	if c.Topic == "" {
-		bad("--topic must not be empty")
+		p.Add("Topic", "must not be empty")
 	}
 	if c.Group == "" {
-		bad("--group must not be empty")
+		p.Add("Group", "must not be empty")
 	}
 	if c.SessionTimeout < time.Second || c.SessionTimeout > 5*time.Minute {
-		bad("--session-timeout %s must be between 1s and 5m", c.SessionTimeout)
+		p.Add("SessionTimeout", "must be between 1s and 5m (got %s)", c.SessionTimeout)
 	}
 	if c.MaxBatch < 1 {
-		bad("--max-batch %d must be at least 1", c.MaxBatch)
+		p.Add("MaxBatch", "must be at least 1 (got %d)", c.MaxBatch)
 	}
 	if c.Linger < 0 {
-		bad("--linger %s must not be negative", c.Linger)
+		p.Add("Linger", "must not be negative (got %s)", c.Linger)
 	}
 	if c.MaxQueue < c.MaxBatch {
-		bad("--max-queue %d must be at least --max-batch (%d)", c.MaxQueue, c.MaxBatch)
+		p.Add("MaxQueue", "must be at least the batch size %d (got %d)", c.MaxBatch, c.MaxQueue)
 	}
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
-		{"--commit-interval", c.CommitInterval}, {"--identity-interval", c.IdentityInterval},
-		{"--metrics-interval", c.MetricsInterval}, {"--topic-interval", c.TopicInterval},
-		{"--cache-hard-lifetime", c.HardLifetime}, {"--backoff-min", c.BackoffMin},
-	} {
-		if d.v <= 0 {
-			bad("%s %s must be positive", d.flag, d.v)
-		}
-	}
+	p.Positive("CommitInterval", c.CommitInterval)
+	p.Positive("IdentityInterval", c.IdentityInterval)
+	p.Positive("MetricsInterval", c.MetricsInterval)
+	p.Positive("TopicInterval", c.TopicInterval)
+	p.Positive("HardLifetime", c.HardLifetime)
+	p.Positive("BackoffMin", c.BackoffMin)
 	if c.BackoffMax < c.BackoffMin {
-		bad("--backoff-max %s must be >= --backoff-min (%s)", c.BackoffMax, c.BackoffMin)
+		p.Add("BackoffMax", "must be at least the minimum backoff %s (got %s)", c.BackoffMin, c.BackoffMax)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

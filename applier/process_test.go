@@ -140,7 +140,7 @@ func TestConfigValidateNamesEveryFlag(t *testing.T) {
 	c := DefaultConfig()
 	c.Topic, c.Group, c.SessionTimeout, c.MaxBatch = "", "", 0, 0
 	err := c.Validate()
-	for _, flag := range []string{"--kafka", "--topic", "--group", "--session-timeout", "--max-batch"} {
+	for _, flag := range []string{"Brokers:", "Topic:", "Group:", "SessionTimeout:", "MaxBatch:"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Fatalf("Validate() = %v, want it to name %s", err, flag)
 		}

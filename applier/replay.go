@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/internal/config"
 )
 
 // ReplayConfig configures a replay (tidemark replay).
@@ -37,36 +39,36 @@ func DefaultReplayConfig() ReplayConfig {
 	return ReplayConfig{Topic: d.Topic, MaxBatch: d.MaxBatch, Window: 50_000, BackoffMin: d.BackoffMin, BackoffMax: d.BackoffMax}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c ReplayConfig) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	var p config.Problems
 	if len(c.Brokers) == 0 {
-		bad("--kafka is required (comma-separated host:port list)")
+		p.Add("Brokers", "is required (host:port list)")
 	}
 	if c.Topic == "" {
-		bad("--topic must not be empty")
+		p.Add("Topic", "must not be empty")
 	}
 	if c.Since.IsZero() {
-		bad("--since is required (a duration such as 10m, or an RFC 3339 time)")
+		p.Add("Since", "is required (a duration such as 10m, or an RFC 3339 time)")
 	} else if c.Since.After(time.Now().Add(time.Minute)) {
-		bad("--since %s is in the future", c.Since.Format(time.RFC3339))
+		p.Add("Since", "%s is in the future", c.Since.Format(time.RFC3339))
 	}
-	for _, p := range c.Partitions {
-		if p < 0 {
-			bad("--partitions: %d is not a partition number", p)
+	for _, n := range c.Partitions {
+		if n < 0 {
+			p.Add("Partitions", "%d is not a partition number", n)
 		}
 	}
 	if c.MaxBatch < 1 {
-		bad("--max-batch %d must be at least 1", c.MaxBatch)
+		p.Add("MaxBatch", "must be at least 1 (got %d)", c.MaxBatch)
 	}
 	if c.Window < c.MaxBatch {
-		bad("--window %d must be at least --max-batch (%d)", c.Window, c.MaxBatch)
+		p.Add("Window", "must be at least the batch size %d (got %d)", c.MaxBatch, c.Window)
 	}
-	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
-		bad("--backoff-min/--backoff-max (%s/%s) must be positive and ordered", c.BackoffMin, c.BackoffMax)
+	p.Positive("BackoffMin", c.BackoffMin)
+	if c.BackoffMax < c.BackoffMin {
+		p.Add("BackoffMax", "must be at least the minimum backoff %s (got %s)", c.BackoffMin, c.BackoffMax)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // ReplaySummary is what a replay did.

@@ -1,9 +1,9 @@
 package cache
 
 import (
-	"errors"
-	"fmt"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config is the cache tier's protocol configuration. Every process that talks
@@ -39,53 +39,52 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem at once, each naming its flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	var p config.Problems
 	if c.Namespace == "" {
-		bad("--namespace must not be empty")
+		p.Add("Namespace", "must not be empty")
 	}
 	for _, b := range []byte(c.Namespace) {
 		// A brace would break the Cluster hash tag; ':' and space would make
 		// keys ambiguous for operators.
 		if b == '{' || b == '}' || b == ':' || b <= ' ' || b >= 0x7f {
-			bad("--namespace %q: must not contain braces, ':', spaces or control bytes", c.Namespace)
+			p.Add("Namespace", "%q must not contain braces, ':', spaces or control bytes", c.Namespace)
 			break
 		}
 	}
-	ms := func(flag string, d time.Duration) {
+	ms := func(field string, d time.Duration) {
 		if d < time.Millisecond {
-			bad("%s must be at least 1ms, got %s", flag, d)
+			p.Add(field, "must be at least 1ms (got %s)", d)
 		}
 	}
-	ms("--cache-lease", c.Lease)
-	ms("--cache-hard-lifetime", c.HardLifetime)
-	ms("--cache-soft-min", c.SoftMin)
-	ms("--cache-soft-max", c.SoftMax)
-	ms("--cache-negative-ttl", c.NegativeTTL)
-	ms("--cache-floor-ttl", c.FloorTTL)
-	ms("--cache-max-age", c.MaxAge)
-	ms("--watermark-poll", c.WatermarkPoll)
+	ms("Lease", c.Lease)
+	ms("HardLifetime", c.HardLifetime)
+	ms("SoftMin", c.SoftMin)
+	ms("SoftMax", c.SoftMax)
+	ms("NegativeTTL", c.NegativeTTL)
+	ms("FloorTTL", c.FloorTTL)
+	ms("MaxAge", c.MaxAge)
+	ms("WatermarkPoll", c.WatermarkPoll)
 	if c.SoftMax < c.SoftMin {
-		bad("--cache-soft-max (%s) must be >= --cache-soft-min (%s)", c.SoftMax, c.SoftMin)
+		p.Add("SoftMax", "(%s) must be >= the soft minimum (%s)", c.SoftMax, c.SoftMin)
 	}
 	if c.SoftMax > c.HardLifetime {
-		bad("--cache-soft-max (%s) must be <= --cache-hard-lifetime (%s)", c.SoftMax, c.HardLifetime)
+		p.Add("SoftMax", "(%s) must be <= the hard lifetime (%s)", c.SoftMax, c.HardLifetime)
 	}
 	if c.NegativeTTL > c.HardLifetime {
-		bad("--cache-negative-ttl (%s) must be <= --cache-hard-lifetime (%s)", c.NegativeTTL, c.HardLifetime)
+		p.Add("NegativeTTL", "(%s) must be <= the hard lifetime (%s)", c.NegativeTTL, c.HardLifetime)
 	}
 	if c.MaxAge < c.HardLifetime+c.Lease {
-		bad("--cache-max-age (%s) must be >= --cache-hard-lifetime + --cache-lease (%s)", c.MaxAge, c.HardLifetime+c.Lease)
+		p.Add("MaxAge", "(%s) must be >= the hard lifetime + the lease (%s)", c.MaxAge, c.HardLifetime+c.Lease)
 	}
 	// An invalidated value stays servable (stale) until its hard deadline;
 	// INVALIDATE sets the key's TTL to FloorTTL, which must not cut it short.
 	if c.FloorTTL < c.HardLifetime || c.FloorTTL < c.NegativeTTL {
-		bad("--cache-floor-ttl (%s) must be >= --cache-hard-lifetime (%s) and --cache-negative-ttl (%s)", c.FloorTTL, c.HardLifetime, c.NegativeTTL)
+		p.Add("FloorTTL", "(%s) must be >= the hard lifetime (%s) and the negative TTL (%s)", c.FloorTTL, c.HardLifetime, c.NegativeTTL)
 	}
 	if c.MaxAge < c.FloorTTL {
-		bad("--cache-max-age (%s) must be >= --cache-floor-ttl (%s)", c.MaxAge, c.FloorTTL)
+		p.Add("MaxAge", "(%s) must be >= the floor TTL (%s)", c.MaxAge, c.FloorTTL)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

@@ -26,7 +26,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	if err == nil {
 		t.Fatal("bad config accepted")
 	}
-	for _, flag := range []string{"--namespace", "--cache-lease", "--cache-soft-max", "--cache-max-age"} {
+	for _, flag := range []string{"Namespace:", "Lease:", "SoftMax:", "MaxAge:"} {
 		if !strings.Contains(err.Error(), flag) {
 			t.Errorf("error does not name %s: %v", flag, err)
 		}

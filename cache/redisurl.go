@@ -17,24 +17,24 @@ import (
 func ParseRedisURL(s string) (redis.UniversalClient, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %q: %w", redact(s), err)
+		return nil, fmt.Errorf("cache: redis URL %q: %w", redact(s), err)
 	}
 	hosts := strings.Split(u.Host, ",")
 	if len(hosts) == 1 {
 		opt, err := redis.ParseURL(s)
 		if err != nil {
-			return nil, fmt.Errorf("--redis %q: %w", redact(s), err)
+			return nil, fmt.Errorf("cache: redis URL %q: %w", redact(s), err)
 		}
 		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), nil
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("--redis %q: Redis Cluster has only db 0, got %q", redact(s), p)
+		return nil, fmt.Errorf("cache: redis URL %q: Redis Cluster has only db 0, got %q", redact(s), p)
 	}
 	q := u.Query()
 	for _, h := range hosts[1:] {
 		if h == "" {
-			return nil, fmt.Errorf("--redis %q: empty address in seed list", redact(s))
+			return nil, fmt.Errorf("cache: redis URL %q: empty address in seed list", redact(s))
 		}
 		q.Add("addr", h)
 	}
@@ -42,7 +42,7 @@ func ParseRedisURL(s string) (redis.UniversalClient, error) {
 	cu.Host, cu.Path, cu.RawQuery = hosts[0], "", q.Encode()
 	opt, err := redis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("--redis %q: %w", redact(s), err)
+		return nil, fmt.Errorf("cache: redis URL %q: %w", redact(s), err)
 	}
 	opt.ContextTimeoutEnabled = true
 	return redis.NewClusterClient(opt), nil

@@ -6,13 +6,13 @@
 package capture
 
 import (
-	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
 	"tidemark/relay"
+
+	"tidemark/internal/config"
 )
 
 // Heartbeat modes.
@@ -78,59 +78,54 @@ func DefaultConfig() Config {
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field
+// (the relay's under "Relay.").
 func (c Config) Validate() error {
-	var errs []error
-	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	var p config.Problems
 	if strings.TrimSpace(c.PG) == "" {
-		add("--pg (TIDEMARK_PG) is required")
+		p.Add("PG", "is required")
 	}
-	if err := c.Relay.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	p.Nested("Relay", c.Relay.Validate())
 	if !slotName.MatchString(c.Slot) {
-		add("--slot %q must be 1-63 lowercase letters, digits or underscores", c.Slot)
+		p.Add("Slot", "%q must be 1-63 lowercase letters, digits or underscores", c.Slot)
 	}
 	if strings.TrimSpace(c.Publication) == "" {
-		add("--publication must not be empty")
+		p.Add("Publication", "must not be empty")
 	}
 	if _, _, ok := splitTable(c.Table); !ok {
-		add("--table %q must be schema.table", c.Table)
+		p.Add("Table", "%q must be schema.table", c.Table)
 	}
-	for _, f := range [][2]string{{"--tenant-column", c.TenantColumn}, {"--item-column", c.ItemColumn}, {"--version-column", c.VersionColumn}} {
+	for _, f := range [][2]string{{"TenantColumn", c.TenantColumn}, {"ItemColumn", c.ItemColumn}, {"VersionColumn", c.VersionColumn}} {
 		if strings.TrimSpace(f[1]) == "" {
-			add("%s must not be empty", f[0])
+			p.Add(f[0], "must not be empty")
 		}
 	}
 	if c.Heartbeat < 10*time.Millisecond {
-		add("--heartbeat %s must be at least 10ms", c.Heartbeat)
+		p.Add("Heartbeat", "must be at least 10ms (got %s)", c.Heartbeat)
 	}
 	if c.HeartbeatMargin < 0 {
-		add("--heartbeat-margin %s must not be negative", c.HeartbeatMargin)
+		p.Add("HeartbeatMargin", "must not be negative (got %s)", c.HeartbeatMargin)
 	}
 	switch c.HeartbeatMode {
 	case HeartbeatAuto, HeartbeatMessage, HeartbeatRow:
 	default:
-		add("--heartbeat-mode %q must be auto, message or row", c.HeartbeatMode)
+		p.Add("HeartbeatMode", "%q must be auto, message or row", c.HeartbeatMode)
 	}
 	if c.HeartbeatMode != HeartbeatMessage {
 		if _, _, ok := splitTable(c.HeartbeatTable); !ok {
-			add("--heartbeat-table %q must be schema.table", c.HeartbeatTable)
+			p.Add("HeartbeatTable", "%q must be schema.table", c.HeartbeatTable)
 		}
 	}
 	if c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second {
-		add("status interval %s must be in (0, 10s]", c.StatusInterval)
+		p.Add("StatusInterval", "must be in (0, 10s] (got %s)", c.StatusInterval)
 	}
-	if c.SlotPoll <= 0 {
-		add("--slot-poll %s must be positive", c.SlotPoll)
+	p.Positive("SlotPoll", c.SlotPoll)
+	p.Positive("RetryMin", c.RetryMin)
+	if c.RetryMax < c.RetryMin {
+		p.Add("RetryMax", "must be at least the minimum retry %s (got %s)", c.RetryMin, c.RetryMax)
 	}
-	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
-		add("retry backoff %s..%s must be positive and ordered", c.RetryMin, c.RetryMax)
-	}
-	if c.ShutdownTimeout <= 0 {
-		add("--shutdown-timeout %s must be positive", c.ShutdownTimeout)
-	}
-	return errors.Join(errs...)
+	p.Positive("ShutdownTimeout", c.ShutdownTimeout)
+	return p.Err()
 }
 
 func splitTable(t string) (schemaName, table string, ok bool) {

@@ -97,7 +97,7 @@ func TestConfigValidateNamesEveryFlag(t *testing.T) {
 	cfg.Heartbeat = 0
 	cfg.Table = "items"
 	err := cfg.Validate()
-	for _, flag := range []string{"--pg", "--kafka", "--slot", "--heartbeat", "--table"} {
+	for _, flag := range []string{"PG:", "Relay.Brokers:", "Slot:", "Heartbeat:", "Table:"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("Validate() = %v, want it to name %s", err, flag)
 		}

@@ -18,6 +18,8 @@ import (
 	"tidemark/internal/localserver"
 	"tidemark/internal/telemetry"
 	"tidemark/migrations"
+
+	"tidemark/internal/config"
 )
 
 // Config of `tidemark dev`.
@@ -37,25 +39,24 @@ func DefaultConfig() Config {
 	return Config{DataDir: ".tidemark", MetricsAddr: "127.0.0.1:9100", Pipeline: DefaultPipelineConfig()}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field
+// (the cache tier's under "Pipeline.Cache.").
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("--data-dir must not be empty"))
+		p.Add("DataDir", "must not be empty")
 	}
 	if c.DemoLoad < 0 || c.DemoLoad > 100000 {
-		errs = append(errs, fmt.Errorf("--demo-load %v must be between 0 and 100000 requests/s", c.DemoLoad))
+		p.Add("DemoLoad", "must be between 0 and 100000 requests/s (got %v)", c.DemoLoad)
 	}
 	if c.Pipeline.APIAddr == "" {
-		errs = append(errs, errors.New("--api-addr must not be empty"))
+		p.Add("Pipeline.APIAddr", "must not be empty")
 	}
 	if c.Pipeline.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Pipeline.Partitions))
+		p.Add("Pipeline.Partitions", "must be at least 1 (got %d)", c.Pipeline.Partitions)
 	}
-	if err := c.Pipeline.Cache.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	p.Nested("Pipeline.Cache", c.Pipeline.Cache.Validate())
+	return p.Err()
 }
 
 // Deps of a dev run.

@@ -18,6 +18,8 @@ import (
 
 	"tidemark/cache"
 	"tidemark/schema"
+
+	"tidemark/internal/config"
 )
 
 // Config of one inspection.
@@ -36,25 +38,22 @@ func DefaultConfig() Config {
 	return Config{Namespace: "catalog", Sample: 1000, SLO: 30 * time.Second, Table: "catalog.items"}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Redis == "" {
-		errs = append(errs, errors.New("--redis (TIDEMARK_REDIS) is required"))
+		p.Add("Redis", "is required")
 	}
 	if c.PG == "" {
-		errs = append(errs, errors.New("--pg (TIDEMARK_PG) is required"))
+		p.Add("PG", "is required")
+	} else if _, err := pgx.ParseConfig(c.PG); err != nil {
+		p.Add("PG", "%v", err)
 	}
 	if c.Sample < 1 {
-		errs = append(errs, fmt.Errorf("--sample %d must be at least 1", c.Sample))
+		p.Add("Sample", "must be at least 1 (got %d)", c.Sample)
 	}
-	if c.SLO <= 0 {
-		errs = append(errs, fmt.Errorf("--slo %s must be positive", c.SLO))
-	}
-	if _, err := pgx.ParseConfig(c.PG); c.PG != "" && err != nil {
-		errs = append(errs, fmt.Errorf("--pg: %v", err))
-	}
-	return errors.Join(errs...)
+	p.Positive("SLO", c.SLO)
+	return p.Err()
 }
 
 // Finding is one entry that disagrees with the source.

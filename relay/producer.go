@@ -20,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/schema"
+
+	"tidemark/internal/config"
 )
 
 // ErrProduce wraps a record Kafka refused for good (retriable errors are
@@ -52,30 +54,36 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("--kafka (TIDEMARK_KAFKA) is required"))
+		p.Add("Brokers", "is required (host:port list)")
 	}
 	if strings.TrimSpace(c.Topic) == "" {
-		errs = append(errs, errors.New("--topic must not be empty"))
+		p.Add("Topic", "must not be empty")
 	}
 	if c.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+		p.Add("Partitions", "must be at least 1 (got %d)", c.Partitions)
 	}
 	if c.MaxInflight < 1 {
-		errs = append(errs, fmt.Errorf("--max-inflight %d must be at least 1", c.MaxInflight))
+		p.Add("MaxInflight", "must be at least 1 (got %d)", c.MaxInflight)
 	}
 	if c.Linger < 0 {
-		errs = append(errs, fmt.Errorf("--linger %s must not be negative", c.Linger))
+		p.Add("Linger", "must not be negative (got %s)", c.Linger)
 	}
-	if c.Require != (TopicRequirements{}) {
-		if err := c.Require.validate(); err != nil {
-			errs = append(errs, err)
+	if c.Require != (TopicRequirements{}) { // zero: DefaultTopicRequirements
+		if c.Require.ReplicationFactor < 1 {
+			p.Add("Require.ReplicationFactor", "must be at least 1 (got %d)", c.Require.ReplicationFactor)
+		}
+		if c.Require.MinInsync < 1 {
+			p.Add("Require.MinInsync", "must be at least 1 (got %d)", c.Require.MinInsync)
+		}
+		if c.Require.Retention < 0 {
+			p.Add("Require.Retention", "must not be negative (got %s)", c.Require.Retention)
 		}
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // Deps are what the producer is given.

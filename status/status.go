@@ -18,6 +18,8 @@ import (
 
 	"tidemark/applier"
 	"tidemark/cache"
+
+	"tidemark/internal/config"
 )
 
 // Verdicts, from the watermark age (the bound on the oldest pending event's age).
@@ -47,31 +49,27 @@ func DefaultConfig() Config {
 		Slot: "tidemark", SLO: 30 * time.Second, Warn: 5 * time.Second, Timeout: 10 * time.Second}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("--kafka (TIDEMARK_KAFKA) is required"))
+		p.Add("Brokers", "is required")
 	}
 	if c.Redis == "" {
-		errs = append(errs, errors.New("--redis (TIDEMARK_REDIS) is required"))
+		p.Add("Redis", "is required")
 	}
 	if c.Topic == "" {
-		errs = append(errs, errors.New("--topic must not be empty"))
+		p.Add("Topic", "must not be empty")
 	}
 	if c.Group == "" {
-		errs = append(errs, errors.New("--group must not be empty"))
+		p.Add("Group", "must not be empty")
 	}
-	if c.SLO <= 0 {
-		errs = append(errs, fmt.Errorf("--slo %s must be positive", c.SLO))
-	}
+	p.Positive("SLO", c.SLO)
 	if c.Warn <= 0 || c.Warn > c.SLO {
-		errs = append(errs, fmt.Errorf("--warn %s must be positive and at most --slo %s", c.Warn, c.SLO))
+		p.Add("Warn", "must be positive and at most the SLO %s (got %s)", c.SLO, c.Warn)
 	}
-	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout %s must be positive", c.Timeout))
-	}
-	return errors.Join(errs...)
+	p.Positive("Timeout", c.Timeout)
+	return p.Err()
 }
 
 // Partition is one partition's line of the report.

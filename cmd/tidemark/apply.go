@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"tidemark/applier"
 	"tidemark/cache"
+	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
 )
 
@@ -14,43 +14,52 @@ import (
 // the metrics endpoint.
 type applyCmd struct {
 	statusPageFlag
-	Kafka          string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis          string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
-	Topic          string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
-	Group          string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"Kafka consumer group."`
-	Namespace      string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	SessionTimeout time.Duration `name:"session-timeout" env:"TIDEMARK_SESSION_TIMEOUT" default:"6s" help:"Group session timeout: how fast a dead applier's partitions move."`
-	MaxBatch       int           `name:"max-batch" env:"TIDEMARK_MAX_BATCH" default:"500" help:"Invalidations per batched cache-tier call."`
-	Linger         time.Duration `name:"linger" env:"TIDEMARK_LINGER" default:"0s" help:"How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch)."`
-	CommitInterval time.Duration `name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"1s" help:"How often applied offsets are committed."`
-	HardLifetime   time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Cache hard lifetime: the span re-applied after a cache-tier failover (plus lag)."`
-	MetricsAddr    string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
-	AllowEviction  bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
-	PG             string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
-	Slot           string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page (with --pg)."`
+	Kafka            string        `field:"applier.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Redis            string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Topic            string        `field:"applier.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
+	Group            string        `field:"applier.Group" name:"group" env:"TIDEMARK_GROUP" default:"${applier_Group}" help:"Kafka consumer group."`
+	Namespace        string        `field:"cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
+	SessionTimeout   time.Duration `field:"applier.SessionTimeout" name:"session-timeout" env:"TIDEMARK_SESSION_TIMEOUT" default:"${applier_SessionTimeout}" help:"Group session timeout: how fast a dead applier's partitions move."`
+	MaxBatch         int           `field:"applier.MaxBatch" name:"max-batch" env:"TIDEMARK_MAX_BATCH" default:"${applier_MaxBatch}" help:"Invalidations per batched cache-tier call."`
+	Linger           time.Duration `field:"applier.Linger" name:"linger" env:"TIDEMARK_LINGER" default:"${applier_Linger}" help:"How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch)."`
+	CommitInterval   time.Duration `field:"applier.CommitInterval" name:"commit-interval" env:"TIDEMARK_COMMIT_INTERVAL" default:"${applier_CommitInterval}" help:"How often applied offsets are committed."`
+	MaxQueue         int           `field:"applier.MaxQueue" name:"max-queue" env:"TIDEMARK_MAX_QUEUE" default:"${applier_MaxQueue}" help:"Records a partition worker may hold before fetching pauses (at least --max-batch)."`
+	IdentityInterval time.Duration `field:"applier.IdentityInterval" name:"identity-interval" env:"TIDEMARK_IDENTITY_INTERVAL" default:"${applier_IdentityInterval}" help:"How often the cache tier's identity (run_id, replication id, topology) is checked for a restart or failover."`
+	MetricsInterval  time.Duration `field:"applier.MetricsInterval" name:"metrics-interval" env:"TIDEMARK_METRICS_INTERVAL" default:"${applier_MetricsInterval}" help:"How often consumer lag and watermark ages are refreshed."`
+	TopicInterval    time.Duration `field:"applier.TopicInterval" name:"topic-interval" env:"TIDEMARK_TOPIC_INTERVAL" default:"${applier_TopicInterval}" help:"How often the topic's partition count is re-read."`
+	BackoffMin       time.Duration `field:"applier.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${applier_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
+	BackoffMax       time.Duration `field:"applier.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${applier_BackoffMax}" help:"Longest retry delay."`
+	cacheFlags
+	MetricsAddr   string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
+	AllowEviction bool   `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
+	PG            string `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
+	Slot          string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page (with --pg)."`
 }
 
 func (c *applyCmd) config() applier.Config {
 	cfg := applier.DefaultConfig()
 	cfg.Brokers = splitList(c.Kafka)
 	cfg.Topic, cfg.Group, cfg.SessionTimeout = c.Topic, c.Group, c.SessionTimeout
-	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.HardLifetime
+	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.CacheHardLifetime
+	cfg.MaxQueue, cfg.IdentityInterval, cfg.MetricsInterval, cfg.TopicInterval = c.MaxQueue, c.IdentityInterval, c.MetricsInterval, c.TopicInterval
+	cfg.BackoffMin, cfg.BackoffMax = c.BackoffMin, c.BackoffMax
 	return cfg
 }
 
 func (c *applyCmd) cacheConfig() cache.Config {
-	cfg := cache.DefaultConfig()
-	cfg.Namespace, cfg.HardLifetime = c.Namespace, c.HardLifetime
+	cfg := c.cacheTier(c.Namespace)
 	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
 
 func (c *applyCmd) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Redis == "" {
-		errs = append(errs, errors.New("--redis is required (redis://host:port/db or a Cluster seed list)"))
+		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
-	return errors.Join(append(errs, c.config().Validate(), c.cacheConfig().Validate())...)
+	validateAs(&p, "applier", c.config().Validate())
+	validateAs(&p, "cache", c.cacheConfig().Validate())
+	return flagErrors(c, p.Err())
 }
 
 func (c *applyCmd) Run(ctx context.Context, e *env) error {

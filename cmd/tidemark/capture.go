@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
 	"tidemark/capture"
+	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
+	"tidemark/relay"
 )
 
 // captureCmd wires flags into capture.Config and runs the stage with the
@@ -16,26 +16,33 @@ import (
 type captureCmd struct {
 	pgFlag
 	statusPageFlag
-	Kafka           string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Topic           string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events."`
-	Partitions      int           `name:"partitions" env:"TIDEMARK_PARTITIONS" default:"12" help:"Partitions of the topic when capture creates it."`
-	Slot            string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Logical replication slot."`
-	Publication     string        `name:"publication" env:"TIDEMARK_PUBLICATION" default:"tidemark" help:"Publication to stream."`
+	Kafka           string        `field:"capture.Relay.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Topic           string        `field:"capture.Relay.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
+	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
+	Slot            string        `field:"capture.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${capture_Slot}" help:"Logical replication slot."`
+	Publication     string        `field:"capture.Publication" name:"publication" env:"TIDEMARK_PUBLICATION" default:"${capture_Publication}" help:"Publication to stream."`
 	CreateSlot      bool          `name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"true" negatable:"" help:"Create the slot when missing."`
-	Table           string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Captured table (schema.table)."`
-	TenantColumn    string        `name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"tenant_id" help:"Tenant column of the captured table."`
-	ItemColumn      string        `name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"item_id" help:"Item column of the captured table."`
-	VersionColumn   string        `name:"version-column" env:"TIDEMARK_VERSION_COLUMN" default:"version" help:"Version column (bigint) of the captured table."`
-	StateColumn     string        `name:"state-column" env:"TIDEMARK_STATE_COLUMN" default:"state" help:"State column; an update setting it to --deleted-state is a delete (empty: no tombstones)."`
-	DeletedState    string        `name:"deleted-state" env:"TIDEMARK_DELETED_STATE" default:"deleted" help:"State value of a tombstone."`
-	Heartbeat       time.Duration `name:"heartbeat" env:"TIDEMARK_HEARTBEAT" default:"1s" help:"Heartbeat interval (resolved markers follow it)."`
-	HeartbeatMargin time.Duration `name:"heartbeat-margin" env:"TIDEMARK_HEARTBEAT_MARGIN" default:"500ms" help:"Resolved marker time = heartbeat time - margin."`
-	HeartbeatMode   string        `name:"heartbeat-mode" env:"TIDEMARK_HEARTBEAT_MODE" default:"auto" help:"auto, message (pg_logical_emit_message) or row (update --heartbeat-table)."`
-	HeartbeatTable  string        `name:"heartbeat-table" env:"TIDEMARK_HEARTBEAT_TABLE" default:"catalog.tidemark_heartbeat" help:"Heartbeat table for row mode."`
-	MaxInflight     int           `name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"20000" help:"Records in flight to Kafka before WAL reading pauses."`
-	SlotPoll        time.Duration `name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"5s" help:"How often slot health is polled."`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"30s" help:"Bound on the final flush to Kafka at shutdown."`
-	MaxProcs        int           `name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
+	Table           string        `field:"capture.Table" name:"table" env:"TIDEMARK_TABLE" default:"${capture_Table}" help:"Captured table (schema.table)."`
+	TenantColumn    string        `field:"capture.TenantColumn" name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"${capture_TenantColumn}" help:"Tenant column of the captured table."`
+	ItemColumn      string        `field:"capture.ItemColumn" name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"${capture_ItemColumn}" help:"Item column of the captured table."`
+	VersionColumn   string        `field:"capture.VersionColumn" name:"version-column" env:"TIDEMARK_VERSION_COLUMN" default:"${capture_VersionColumn}" help:"Version column (bigint) of the captured table."`
+	StateColumn     string        `field:"capture.StateColumn" name:"state-column" env:"TIDEMARK_STATE_COLUMN" default:"${capture_StateColumn}" help:"State column; an update setting it to --deleted-state is a delete (empty: no tombstones)."`
+	DeletedState    string        `field:"capture.DeletedState" name:"deleted-state" env:"TIDEMARK_DELETED_STATE" default:"${capture_DeletedState}" help:"State value of a tombstone."`
+	Heartbeat       time.Duration `field:"capture.Heartbeat" name:"heartbeat" env:"TIDEMARK_HEARTBEAT" default:"${capture_Heartbeat}" help:"Heartbeat interval (resolved markers follow it)."`
+	HeartbeatMargin time.Duration `field:"capture.HeartbeatMargin" name:"heartbeat-margin" env:"TIDEMARK_HEARTBEAT_MARGIN" default:"${capture_HeartbeatMargin}" help:"Resolved marker time = heartbeat time - margin."`
+	HeartbeatMode   string        `field:"capture.HeartbeatMode" name:"heartbeat-mode" env:"TIDEMARK_HEARTBEAT_MODE" default:"${capture_HeartbeatMode}" help:"auto, message (pg_logical_emit_message) or row (update --heartbeat-table)."`
+	HeartbeatTable  string        `field:"capture.HeartbeatTable" name:"heartbeat-table" env:"TIDEMARK_HEARTBEAT_TABLE" default:"${capture_HeartbeatTable}" help:"Heartbeat table for row mode."`
+	MaxInflight     int           `field:"capture.Relay.MaxInflight" name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"${capture_Relay_MaxInflight}" help:"Records in flight to Kafka before WAL reading pauses."`
+	SlotPoll        time.Duration `field:"capture.SlotPoll" name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"${capture_SlotPoll}" help:"How often slot health is polled."`
+	ShutdownTimeout time.Duration `field:"capture.ShutdownTimeout" name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"${capture_ShutdownTimeout}" help:"Bound on the final flush to Kafka at shutdown."`
+	StatusInterval  time.Duration `field:"capture.StatusInterval" name:"status-interval" env:"TIDEMARK_STATUS_INTERVAL" default:"${capture_StatusInterval}" help:"Standby status to Postgres at least this often (at most 10s)."`
+	RetryMin        time.Duration `field:"capture.RetryMin" name:"retry-min" env:"TIDEMARK_RETRY_MIN" default:"${capture_RetryMin}" help:"First retry delay while the slot is active elsewhere or Postgres is down."`
+	RetryMax        time.Duration `field:"capture.RetryMax" name:"retry-max" env:"TIDEMARK_RETRY_MAX" default:"${capture_RetryMax}" help:"Longest retry delay."`
+	Linger          time.Duration `field:"capture.Relay.Linger" name:"linger" env:"TIDEMARK_LINGER" default:"${capture_Relay_Linger}" help:"How long the producer waits to fill a batch."`
+	TopicReplicas   int           `field:"capture.Relay.Require.ReplicationFactor" name:"topic-replication-factor" env:"TIDEMARK_TOPIC_REPLICATION_FACTOR" default:"${require_ReplicationFactor}" help:"Replication factor the data topic must have (a smaller cluster is held to its broker count)."`
+	TopicMinInsync  int           `field:"capture.Relay.Require.MinInsync" name:"topic-min-insync" env:"TIDEMARK_TOPIC_MIN_INSYNC" default:"${require_MinInsync}" help:"min.insync.replicas the data topic must have."`
+	TopicRetention  time.Duration `field:"capture.Relay.Require.Retention" name:"topic-min-retention" env:"TIDEMARK_TOPIC_MIN_RETENTION" default:"${require_Retention}" help:"Shortest retention.ms the data topic may have when it deletes old segments."`
+	MaxProcs        int           `field:"MaxProcs" name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
 	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	Redis           string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
 	Group           string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page's lag table."`
@@ -52,15 +59,18 @@ func (c *captureCmd) config() capture.Config {
 	cfg.StateColumn, cfg.DeletedState = c.StateColumn, c.DeletedState
 	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
 	cfg.SlotPoll, cfg.ShutdownTimeout = c.SlotPoll, c.ShutdownTimeout
+	cfg.StatusInterval, cfg.RetryMin, cfg.RetryMax, cfg.Relay.Linger = c.StatusInterval, c.RetryMin, c.RetryMax, c.Linger
+	cfg.Relay.Require = relay.TopicRequirements{ReplicationFactor: c.TopicReplicas, MinInsync: c.TopicMinInsync, Retention: c.TopicRetention}
 	return cfg
 }
 
 func (c *captureCmd) Validate() error {
-	err := c.config().Validate()
+	var p config.Problems
+	validateAs(&p, "capture", c.config().Validate())
 	if c.MaxProcs < 0 {
-		err = errors.Join(err, fmt.Errorf("--max-procs %d must not be negative", c.MaxProcs))
+		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
-	return err
+	return flagErrors(c, p.Err())
 }
 
 func (c *captureCmd) Run(ctx context.Context, e *env) error {

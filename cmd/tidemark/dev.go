@@ -7,20 +7,22 @@ import (
 	"golang.org/x/term"
 
 	"tidemark/dev"
+	"tidemark/internal/config"
 )
 
 type devCmd struct {
-	DataDir     string  `name:"data-dir" env:"TIDEMARK_DATA_DIR" default:".tidemark" help:"Private servers' data (Postgres, Redis, Kafka) and demo keys; reused on the next start."`
+	DataDir     string  `field:"dev.DataDir" name:"data-dir" env:"TIDEMARK_DATA_DIR" default:"${dev_DataDir}" help:"Private servers' data (Postgres, Redis, Kafka) and demo keys; reused on the next start."`
 	PG          string  `name:"pg" env:"TIDEMARK_PG" help:"Use this catalog database instead of a private Postgres."`
 	Redis       string  `name:"redis" env:"TIDEMARK_REDIS" help:"Use this cache tier instead of a private redis-server."`
 	Kafka       string  `name:"kafka" env:"TIDEMARK_KAFKA" help:"Use these Kafka brokers instead of an embedded one."`
-	SyncWrites  bool    `name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"The embedded broker fsyncs every produced batch before acknowledging it (survives a machine crash; slower). Default: page cache, fsync on segment roll and shutdown (survives kill -9)."`
-	APIAddr     string  `name:"api-addr" env:"TIDEMARK_API_ADDR" default:"127.0.0.1:8080" help:"Where the catalog API listens."`
+	SyncWrites  bool    `field:"dev.SyncWrites" name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"The embedded broker fsyncs every produced batch before acknowledging it (survives a machine crash; slower). Default: page cache, fsync on segment roll and shutdown (survives kill -9)."`
+	APIAddr     string  `field:"dev.Pipeline.APIAddr" name:"api-addr" env:"TIDEMARK_API_ADDR" default:"${dev_Pipeline_APIAddr}" help:"Where the catalog API listens."`
 	MetricsAddr string  `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9100" help:"Serve /metrics, /healthz, /readyz here."`
-	DemoLoad    float64 `name:"demo-load" env:"TIDEMARK_DEMO_LOAD" default:"0" help:"Requests/s of demo traffic against the API (1 in 10 a merchant update, the rest zipf visitor reads); 0: none."`
+	DemoLoad    float64 `field:"dev.DemoLoad" name:"demo-load" env:"TIDEMARK_DEMO_LOAD" default:"${dev_DemoLoad}" help:"Requests/s of demo traffic against the API (1 in 10 a merchant update, the rest zipf visitor reads); 0: none."`
 	Topic       string  `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic."`
-	Namespace   string  `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	Partitions  int     `name:"partitions" env:"TIDEMARK_PARTITIONS" default:"12" help:"Partitions of the topic when it is created."`
+	Namespace   string  `field:"dev.Pipeline.Cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${dev_Pipeline_Cache_Namespace}" help:"Cache-tier key namespace."`
+	Partitions  int     `field:"dev.Pipeline.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${dev_Pipeline_Partitions}" help:"Partitions of the topic when it is created."`
+	cacheFlags
 }
 
 func (c *devCmd) config() dev.Config {
@@ -29,10 +31,15 @@ func (c *devCmd) config() dev.Config {
 	cfg.Kafka, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.MetricsAddr, cfg.DemoLoad = c.MetricsAddr, c.DemoLoad
 	cfg.Pipeline.APIAddr, cfg.Pipeline.Topic, cfg.Pipeline.Namespace, cfg.Pipeline.Partitions = c.APIAddr, c.Topic, c.Namespace, c.Partitions
+	cfg.Pipeline.Cache = c.cacheTier(c.Namespace)
 	return cfg
 }
 
-func (c *devCmd) Validate() error { return c.config().Validate() }
+func (c *devCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "dev", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *devCmd) Run(ctx context.Context, e *env) error {
 	d, err := dev.New(c.config(), dev.Deps{Log: e.log, Out: e.stdout, Terminal: e.stdout == os.Stdout && term.IsTerminal(int(os.Stdout.Fd()))})

@@ -10,15 +10,16 @@ import (
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/inspect"
+	"tidemark/internal/config"
 )
 
 type inspectCmd struct {
-	PG        string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
-	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	PG        string        `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
+	Redis     string        `field:"inspect.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	Sample    int           `name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"1000" help:"Cached entries to check."`
+	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
 	Tenant    string        `name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
-	SLO       time.Duration `name:"slo" env:"TIDEMARK_SLO" default:"30s" help:"Freshness SLO."`
+	SLO       time.Duration `field:"inspect.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${inspect_SLO}" help:"Freshness SLO."`
 	Table     string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
 	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates and tenants (only --redis needed)."`
@@ -44,7 +45,9 @@ func (c *inspectCmd) Validate() error {
 		}
 		return nil
 	}
-	return c.config().Validate()
+	var p config.Problems
+	validateAs(&p, "inspect", c.config().Validate())
+	return flagErrors(c, p.Err())
 }
 
 // Run exits 1 when an entry would be served while older than the SLO, 2 when

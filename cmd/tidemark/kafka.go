@@ -4,22 +4,27 @@ import (
 	"context"
 
 	"tidemark/internal/broker"
+	"tidemark/internal/config"
 )
 
 type kafkaCmd struct {
-	DataDir    string `name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:".tidemark/kafka" help:"Persist topics and offsets here (page cache, fsync on segment roll and shutdown: survives kill -9, not a machine crash); empty keeps them in memory."`
-	SyncWrites bool   `name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"Fsync every produced batch before acknowledging it (survives a machine crash; every produce waits for the disk). Embedded broker only."`
-	Port       int    `name:"port" env:"TIDEMARK_KAFKA_PORT" default:"9092" help:"Port of the first broker; broker i listens on port+i."`
-	Brokers    int    `name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"1" help:"Number of brokers."`
-	Partitions int    `name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"12" help:"Partitions of auto-created topics."`
-	Real       bool   `name:"real" env:"TIDEMARK_KAFKA_REAL" help:"Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i."`
+	DataDir    string `field:"broker.DataDir" name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:"${broker_DataDir}" help:"Persist topics and offsets here (page cache, fsync on segment roll and shutdown: survives kill -9, not a machine crash); empty keeps them in memory."`
+	SyncWrites bool   `field:"broker.SyncWrites" name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"Fsync every produced batch before acknowledging it (survives a machine crash; every produce waits for the disk). Embedded broker only."`
+	Port       int    `field:"broker.Port" name:"port" env:"TIDEMARK_KAFKA_PORT" default:"${broker_Port}" help:"Port of the first broker; broker i listens on port+i."`
+	Brokers    int    `field:"broker.Brokers" name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"${broker_Brokers}" help:"Number of brokers."`
+	Partitions int    `field:"broker.Partitions" name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"${broker_Partitions}" help:"Partitions of auto-created topics."`
+	Real       bool   `field:"broker.Real" name:"real" env:"TIDEMARK_KAFKA_REAL" help:"Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i."`
 }
 
 func (c *kafkaCmd) config() broker.Config {
 	return broker.Config{DataDir: c.DataDir, SyncWrites: c.SyncWrites, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions, Real: c.Real}
 }
 
-func (c *kafkaCmd) Validate() error { return c.config().Validate() }
+func (c *kafkaCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "broker", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *kafkaCmd) Run(ctx context.Context, e *env) error {
 	b, err := broker.New(c.config(), e.log)

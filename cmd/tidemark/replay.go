@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,19 +15,23 @@ import (
 
 	"tidemark/applier"
 	"tidemark/cache"
+	"tidemark/internal/config"
 )
 
 // replayCmd wires flags into applier.ReplayConfig, runs the replay with a
 // progress display and prints the summary.
 type replayCmd struct {
-	Kafka      string  `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis      string  `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
-	Topic      string  `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic of invalidation events."`
-	Namespace  string  `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	Since      string  `name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
-	Partitions []int32 `name:"partitions" sep:"," help:"Only these partitions (comma-separated); default all."`
-	MaxBatch   int     `name:"max-batch" default:"500" help:"Invalidations per batched cache-tier call."`
-	Window     int     `name:"window" default:"50000" help:"Records a partition gathers and dedupes by key before applying."`
+	Kafka      string        `field:"replay.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Redis      string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Topic      string        `field:"replay.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${replay_Topic}" help:"Kafka topic of invalidation events."`
+	Namespace  string        `field:"cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
+	Since      string        `field:"replay.Since" name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
+	Partitions []int32       `field:"replay.Partitions" name:"partitions" sep:"," help:"Only these partitions (comma-separated); default all."`
+	MaxBatch   int           `field:"replay.MaxBatch" name:"max-batch" default:"${replay_MaxBatch}" help:"Invalidations per batched cache-tier call."`
+	Window     int           `field:"replay.Window" name:"window" default:"${replay_Window}" help:"Records a partition gathers and dedupes by key before applying."`
+	BackoffMin time.Duration `field:"replay.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${replay_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
+	BackoffMax time.Duration `field:"replay.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${replay_BackoffMax}" help:"Longest retry delay."`
+	cacheFlags
 
 	now time.Time // fixed at Validate, so --since is resolved once
 }
@@ -58,6 +61,7 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 	cfg := applier.DefaultReplayConfig()
 	cfg.Brokers = splitList(c.Kafka)
 	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
+	cfg.BackoffMin, cfg.BackoffMax = c.BackoffMin, c.BackoffMax
 	var err error
 	cfg.Since, err = parseSince(c.Since, c.now)
 	return cfg, err
@@ -65,17 +69,18 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 
 func (c *replayCmd) Validate() error {
 	cfg, err := c.config()
-	var errs []error
+	var p config.Problems
 	if c.Redis == "" {
-		errs = append(errs, errors.New("--redis is required (redis://host:port/db or a Cluster seed list)"))
+		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
-	ccfg := cache.DefaultConfig()
-	ccfg.Namespace = c.Namespace
+	ccfg := c.cacheTier(c.Namespace)
 	if err != nil {
-		errs = append(errs, err)
+		p.Add("replay.Since", "%v", err)
 		cfg.Since = c.now // reported above; keep Validate from repeating it
 	}
-	return errors.Join(append(errs, cfg.Validate(), ccfg.Validate())...)
+	validateAs(&p, "replay", cfg.Validate())
+	validateAs(&p, "cache", ccfg.Validate())
+	return flagErrors(c, p.Err())
 }
 
 func (c *replayCmd) Run(ctx context.Context, e *env) error {
@@ -89,9 +94,7 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	}
 	defer rdb.Close()
 	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
-	ccfg := cache.DefaultConfig()
-	ccfg.Namespace = c.Namespace
-	cc, err := cache.New(ccfg, rdb, e.log, reg)
+	cc, err := cache.New(c.cacheTier(c.Namespace), rdb, e.log, reg)
 	if err != nil {
 		return err
 	}

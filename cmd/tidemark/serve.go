@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/hotset"
+	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
 	"tidemark/warm"
 )
@@ -24,45 +23,41 @@ import (
 type serveCmd struct {
 	pgFlag
 	statusPageFlag
-	Redis       string `name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
-	Namespace   string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
-	Addr        string `name:"addr" env:"TIDEMARK_ADDR" default:"127.0.0.1:8080" help:"Listen address of the API."`
+	Redis       string `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
+	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
+	Addr        string `field:"api.Addr" name:"addr" env:"TIDEMARK_ADDR" default:"${api_Addr}" help:"Listen address of the API."`
 	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	Kafka       string `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers (optional): adds the partition table, lag and DLQ depth to the status page, which needs them to judge freshness."`
 	Topic       string `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic, for the status page."`
 	Group       string `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page."`
 	Slot        string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page."`
 
-	RequestTimeout       time.Duration `name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"1s" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
-	SourceTimeout        time.Duration `name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"1s" help:"Statement timeout of one source read."`
-	WriteTimeout         time.Duration `name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"5s" help:"Deadline of one write transaction."`
-	LookupTimeout        time.Duration `name:"lookup-timeout" env:"TIDEMARK_LOOKUP_TIMEOUT" default:"250ms" help:"Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget."`
-	ForegroundRate       float64       `name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"12000" help:"Source reads/s for request-path misses, shared by all serve processes."`
-	BackgroundRate       float64       `name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"8000" help:"Source reads/s for stale refreshes, shared by all serve processes."`
-	Burst                time.Duration `name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"100ms" help:"Burst tolerance of the source budget, as a window of its rate."`
-	RYWRate              float64       `name:"source-ryw-rate" env:"TIDEMARK_SOURCE_RYW_RATE" default:"3000" help:"Source reads/s for read-your-writes (min_version) reads, shared by all serve processes; each tenant gets a fair share."`
-	MaxInFlight          int           `name:"source-max-inflight" env:"TIDEMARK_SOURCE_MAX_INFLIGHT" default:"32" help:"Concurrent source reads per process."`
-	InFlightWait         time.Duration `name:"source-inflight-wait" env:"TIDEMARK_SOURCE_INFLIGHT_WAIT" default:"100ms" help:"Longest wait for a free in-flight slot before 503."`
-	L1TTL                time.Duration `name:"l1-ttl" env:"TIDEMARK_L1_TTL" default:"500ms" help:"Lifetime of the in-process hot-key cache (at most 500ms; 0 disables)."`
-	L1Size               int           `name:"l1-size" env:"TIDEMARK_L1_SIZE" default:"10000" help:"Entries of the in-process hot-key cache (0 disables)."`
-	IdempotencyRetention time.Duration `name:"idempotency-retention" env:"TIDEMARK_IDEMPOTENCY_RETENTION" default:"24h" help:"How long a write's answer is kept for retries with the same Idempotency-Key; older records are deleted in the background."`
-	MaxWaitersPerKey     int           `name:"max-waiters-per-key" env:"TIDEMARK_MAX_WAITERS_PER_KEY" default:"256" help:"Concurrent GETs of one item per process; beyond it 503 at once."`
-	MinVersionSlack      int64         `name:"min-version-slack" env:"TIDEMARK_MIN_VERSION_SLACK" default:"1000" help:"How far min_version may be above the newest version the cache knows for the item; beyond it, 400."`
-	MinVersionMemo       time.Duration `name:"min-version-memo" env:"TIDEMARK_MIN_VERSION_MEMO" default:"1s" help:"How long a source read below min_version answers repeats with 412 without another read (0: off)."`
-	MaxBody              int64         `name:"max-body" env:"TIDEMARK_MAX_BODY" default:"65536" help:"Largest accepted request body in bytes."`
-	AuthTTL              time.Duration `name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"30s" help:"How long a resolved API key is trusted before Postgres is asked again."`
-	AuthStale            time.Duration `name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"10m" help:"How long a known API key keeps working while Postgres cannot be asked."`
+	RequestTimeout       time.Duration `field:"api.RequestTimeout" name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"${api_RequestTimeout}" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
+	SourceTimeout        time.Duration `field:"api.SourceTimeout" name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"${api_SourceTimeout}" help:"Statement timeout of one source read."`
+	WriteTimeout         time.Duration `field:"api.WriteTimeout" name:"write-timeout" env:"TIDEMARK_WRITE_TIMEOUT" default:"${api_WriteTimeout}" help:"Deadline of one write transaction."`
+	LookupTimeout        time.Duration `field:"api.LookupTimeout" name:"lookup-timeout" env:"TIDEMARK_LOOKUP_TIMEOUT" default:"${api_LookupTimeout}" help:"Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget."`
+	ForegroundRate       float64       `field:"api.ForegroundRate" name:"source-foreground-rate" env:"TIDEMARK_SOURCE_FOREGROUND_RATE" default:"${api_ForegroundRate}" help:"Source reads/s for request-path misses, shared by all serve processes."`
+	BackgroundRate       float64       `field:"api.BackgroundRate,warm.MaxRate,warm.StartRate,warm.Step" name:"source-background-rate" env:"TIDEMARK_SOURCE_BACKGROUND_RATE" default:"${api_BackgroundRate}" help:"Source reads/s for stale refreshes, shared by all serve processes."`
+	Burst                time.Duration `field:"api.BudgetBurst" name:"source-burst" env:"TIDEMARK_SOURCE_BURST" default:"${api_BudgetBurst}" help:"Burst tolerance of the source budget, as a window of its rate."`
+	RYWRate              float64       `field:"api.ReadYourWritesRate" name:"source-ryw-rate" env:"TIDEMARK_SOURCE_RYW_RATE" default:"${api_ReadYourWritesRate}" help:"Source reads/s for read-your-writes (min_version) reads, shared by all serve processes; each tenant gets a fair share."`
+	MaxInFlight          int           `field:"api.MaxInFlight" name:"source-max-inflight" env:"TIDEMARK_SOURCE_MAX_INFLIGHT" default:"${api_MaxInFlight}" help:"Concurrent source reads per process."`
+	InFlightWait         time.Duration `field:"api.InFlightWait" name:"source-inflight-wait" env:"TIDEMARK_SOURCE_INFLIGHT_WAIT" default:"${api_InFlightWait}" help:"Longest wait for a free in-flight slot before 503."`
+	L1TTL                time.Duration `field:"api.L1TTL" name:"l1-ttl" env:"TIDEMARK_L1_TTL" default:"${api_L1TTL}" help:"Lifetime of the in-process hot-key cache (at most 500ms; 0 disables)."`
+	L1Size               int           `field:"api.L1Size" name:"l1-size" env:"TIDEMARK_L1_SIZE" default:"${api_L1Size}" help:"Entries of the in-process hot-key cache (0 disables)."`
+	IdempotencyRetention time.Duration `field:"api.IdempotencyRetention" name:"idempotency-retention" env:"TIDEMARK_IDEMPOTENCY_RETENTION" default:"${api_IdempotencyRetention}" help:"How long a write's answer is kept for retries with the same Idempotency-Key; older records are deleted in the background."`
+	MaxWaitersPerKey     int           `field:"api.MaxWaitersPerKey" name:"max-waiters-per-key" env:"TIDEMARK_MAX_WAITERS_PER_KEY" default:"${api_MaxWaitersPerKey}" help:"Concurrent GETs of one item per process; beyond it 503 at once."`
+	MinVersionSlack      int64         `field:"api.MinVersionSlack" name:"min-version-slack" env:"TIDEMARK_MIN_VERSION_SLACK" default:"${api_MinVersionSlack}" help:"How far min_version may be above the newest version the cache knows for the item; beyond it, 400."`
+	MinVersionMemo       time.Duration `field:"api.MinVersionMemo" name:"min-version-memo" env:"TIDEMARK_MIN_VERSION_MEMO" default:"${api_MinVersionMemo}" help:"How long a source read below min_version answers repeats with 412 without another read (0: off)."`
+	MaxBody              int64         `field:"api.MaxBodyBytes" name:"max-body" env:"TIDEMARK_MAX_BODY" default:"${api_MaxBodyBytes}" help:"Largest accepted request body in bytes."`
+	AuthTTL              time.Duration `field:"api.AuthTTL" name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"${api_AuthTTL}" help:"How long a resolved API key is trusted before Postgres is asked again."`
+	AuthStale            time.Duration `field:"api.AuthStale" name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"${api_AuthStale}" help:"How long a known API key keeps working while Postgres cannot be asked."`
 
-	CacheLease        time.Duration `name:"cache-lease" env:"TIDEMARK_CACHE_LEASE" default:"1s" help:"Fill lease lifetime (must match the applier's)."`
-	CacheHardLifetime time.Duration `name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"29.8s" help:"Hard lifetime of a cached value from its effective observation."`
-	CacheSoftMin      time.Duration `name:"cache-soft-min" env:"TIDEMARK_CACHE_SOFT_MIN" default:"3s" help:"Soft expiry lower bound (jittered up to --cache-soft-max)."`
-	CacheSoftMax      time.Duration `name:"cache-soft-max" env:"TIDEMARK_CACHE_SOFT_MAX" default:"5s" help:"Soft expiry upper bound."`
-	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
-	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
+	cacheFlags
+	AllowEviction bool `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
-	AuditRate  float64       `name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"200" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
-	WarmTop    int           `name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"20000" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
-	AuditGrace time.Duration `name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"5s" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
+	AuditRate  float64       `field:"AuditRate,audit.Rate" name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"${audit_Rate}" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
+	WarmTop    int           `field:"WarmTop,warm.Top" name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"${warm_Top}" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
+	AuditGrace time.Duration `field:"audit.Grace" name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"${audit_Grace}" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
 }
 
 func (c *serveCmd) apiConfig() api.Config {
@@ -80,47 +75,52 @@ func (c *serveCmd) apiConfig() api.Config {
 }
 
 func (c *serveCmd) cacheConfig() cache.Config {
-	cfg := cache.DefaultConfig()
-	cfg.Namespace = c.Namespace
-	cfg.Lease, cfg.HardLifetime = c.CacheLease, c.CacheHardLifetime
-	cfg.SoftMin, cfg.SoftMax, cfg.NegativeTTL = c.CacheSoftMin, c.CacheSoftMax, c.CacheNegativeTTL
+	cfg := c.cacheTier(c.Namespace)
 	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
 
+// auditConfig is the elected auditor's; --audit-rate 0 runs none.
+func (c *serveCmd) auditConfig() audit.Config {
+	cfg := audit.DefaultConfig()
+	cfg.Namespace, cfg.Grace = c.Namespace, c.AuditGrace
+	if c.AuditRate > 0 {
+		cfg.Rate = c.AuditRate
+	}
+	return cfg
+}
+
+// warmConfig is the elected warmer's: it paces itself within the background
+// budget, from an eighth of it; --warm-top 0 runs none.
+func (c *serveCmd) warmConfig() warm.Config {
+	cfg := warm.DefaultConfig()
+	cfg.Namespace, cfg.MaxRate = c.Namespace, c.BackgroundRate
+	cfg.StartRate, cfg.Step = c.BackgroundRate/8, c.BackgroundRate/8
+	if c.WarmTop > 0 {
+		cfg.Top = c.WarmTop
+	}
+	return cfg
+}
+
 func (c *serveCmd) Validate() error {
-	p := c.problems()
+	var p config.Problems
+	if strings.TrimSpace(c.PG) == "" {
+		p.Add("PG", "is required")
+	}
 	if c.Redis == "" {
-		p = append(p, "--redis (TIDEMARK_REDIS) is required")
+		p.Add("Redis", "is required")
 	}
 	if c.AuditRate < 0 {
-		p = append(p, "--audit-rate must not be negative (0 turns the auditor off)")
+		p.Add("AuditRate", "must not be negative (0 turns the auditor off)")
 	}
 	if c.WarmTop < 0 {
-		p = append(p, "--warm-top must not be negative (0 turns the warmer off)")
+		p.Add("WarmTop", "must not be negative (0 turns the warmer off)")
 	}
-	if c.AuditGrace <= 0 {
-		p = append(p, "--audit-grace must be positive")
-	}
-	var errs []error
-	if len(p) > 0 {
-		errs = append(errs, joinProblems(p))
-	}
-	errs = append(errs, c.apiConfig().Validate())
-	if err := c.cacheConfig().Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		// Both configs check --namespace: say each problem once.
-		var lines []string
-		for _, l := range strings.Split(err.Error(), "\n") {
-			if !slices.Contains(lines, l) {
-				lines = append(lines, l)
-			}
-		}
-		return errors.New(strings.Join(lines, "\n"))
-	}
-	return nil
+	validateAs(&p, "api", c.apiConfig().Validate())
+	validateAs(&p, "cache", c.cacheConfig().Validate())
+	validateAs(&p, "audit", c.auditConfig().Validate())
+	validateAs(&p, "warm", c.warmConfig().Validate())
+	return flagErrors(c, p.Err())
 }
 
 func (c *serveCmd) Run(ctx context.Context, e *env) error {
@@ -159,22 +159,11 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	acfgAudit := audit.DefaultConfig()
-	acfgAudit.Namespace, acfgAudit.Grace = c.Namespace, c.AuditGrace
-	if c.AuditRate > 0 {
-		acfgAudit.Rate = c.AuditRate
-	}
-	aud, err := audit.New(acfgAudit, audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: log, Registerer: reg})
+	aud, err := audit.New(c.auditConfig(), audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	wcfg := warm.DefaultConfig()
-	wcfg.Namespace, wcfg.MaxRate = c.Namespace, c.BackgroundRate
-	wcfg.StartRate, wcfg.Step = c.BackgroundRate/8, c.BackgroundRate/8
-	if c.WarmTop > 0 {
-		wcfg.Top = c.WarmTop
-	}
-	warmer, err := warm.New(wcfg, warm.Deps{Redis: rdb, Cache: cc, Source: srv, Log: log, Registerer: reg})
+	warmer, err := warm.New(c.warmConfig(), warm.Deps{Redis: rdb, Cache: cc, Source: srv, Log: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -4,20 +4,21 @@ import (
 	"context"
 	"time"
 
+	"tidemark/internal/config"
 	"tidemark/status"
 )
 
 type statusCmd struct {
-	Kafka     string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated."`
-	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Kafka     string        `field:"status.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated."`
+	Redis     string        `field:"status.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	PG        string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds slot lag and wal_status."`
-	Topic     string        `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic."`
-	Group     string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group."`
+	Topic     string        `field:"status.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${status_Topic}" help:"Kafka topic."`
+	Group     string        `field:"status.Group" name:"group" env:"TIDEMARK_GROUP" default:"${status_Group}" help:"The applier's consumer group."`
 	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
 	Slot      string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot (with --pg)."`
-	SLO       time.Duration `name:"slo" env:"TIDEMARK_SLO" default:"30s" help:"Freshness SLO: BREACHED when the watermark is older."`
-	Warn      time.Duration `name:"warn" env:"TIDEMARK_WARN" default:"5s" help:"AT RISK when the watermark is older than this."`
-	Timeout   time.Duration `name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"10s" help:"Give up reading after this long (exit 2)."`
+	SLO       time.Duration `field:"status.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${status_SLO}" help:"Freshness SLO: BREACHED when the watermark is older."`
+	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`
+	Timeout   time.Duration `field:"status.Timeout" name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"${status_Timeout}" help:"Give up reading after this long (exit 2)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
 }
 
@@ -26,7 +27,11 @@ func (c *statusCmd) config() status.Config {
 		Namespace: c.Namespace, Slot: c.Slot, SLO: c.SLO, Warn: c.Warn, Timeout: c.Timeout}
 }
 
-func (c *statusCmd) Validate() error { return c.config().Validate() }
+func (c *statusCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "status", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 // Run exits 0 when OK, 1 when AT RISK or BREACHED, 2 when the state could
 // not be read: the contract deploy scripts and alerts gate on.

@@ -21,7 +21,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,6 +33,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"tidemark/internal/localserver"
+
+	"tidemark/internal/config"
 )
 
 // Config of the embedded broker.
@@ -58,28 +59,31 @@ func DefaultConfig() Config {
 	return Config{DataDir: ".tidemark/kafka", Port: 9092, Brokers: 1, Partitions: 12}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Port < 0 || c.Port > 65535-c.Brokers {
-		errs = append(errs, fmt.Errorf("--port %d is not a usable TCP port", c.Port))
+		p.Add("Port", "%d is not a usable TCP port", c.Port)
 	}
 	if c.Brokers < 1 || c.Brokers > 16 {
-		errs = append(errs, fmt.Errorf("--brokers %d must be between 1 and 16", c.Brokers))
+		p.Add("Brokers", "must be between 1 and 16 (got %d)", c.Brokers)
 	}
 	if c.Real && (c.Brokers > 9 || c.Port > 65535-2*c.Brokers) {
-		errs = append(errs, fmt.Errorf("--real runs at most 9 brokers and needs 2 ports each from --port (got --brokers %d, --port %d)", c.Brokers, c.Port))
+		p.Add("Real", "runs at most 9 brokers and needs 2 ports each from the base port (got %d brokers, port %d)", c.Brokers, c.Port)
 	}
 	if c.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+		p.Add("Partitions", "must be at least 1 (got %d)", c.Partitions)
 	}
 	if c.SyncWrites && (c.DataDir == "" || c.Real) {
-		errs = append(errs, errors.New("--sync-writes needs --data-dir and the embedded broker (Apache Kafka has its own flush settings)"))
+		p.Add("SyncWrites", "needs a data directory and the embedded broker (Apache Kafka has its own flush settings)")
 	}
-	if c.SealedSyncInterval < 0 || c.SegmentBytes < 0 {
-		errs = append(errs, errors.New("sealed-segment sync interval and segment size must not be negative"))
+	if c.SealedSyncInterval < 0 {
+		p.Add("SealedSyncInterval", "must not be negative (got %s)", c.SealedSyncInterval)
 	}
-	return errors.Join(errs...)
+	if c.SegmentBytes < 0 {
+		p.Add("SegmentBytes", "must not be negative (got %d)", c.SegmentBytes)
+	}
+	return p.Err()
 }
 
 // Broker is a running kfake cluster, or an Apache Kafka cluster (Real).

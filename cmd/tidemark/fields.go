@@ -1,0 +1,152 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"tidemark/api"
+	"tidemark/applier"
+	"tidemark/cache"
+	"tidemark/capture"
+	"tidemark/dev"
+	"tidemark/inspect"
+	"tidemark/internal/broker"
+	"tidemark/internal/config"
+	"tidemark/relay"
+	"tidemark/status"
+)
+
+// Packages report configuration problems by Go field (config.FieldError);
+// the command owns the wording users see. A flag that fills a config field
+// says which in its tag, `field:"api.RequestTimeout"` (several: comma
+// separated), where the prefix names the config the command validates under
+// that name (see validateAs). flagErrors rewrites each field error into the
+// flag's terms; TestEveryValidatedFieldHasAFlag holds every field a Validate
+// can report to having such a flag.
+
+// validateAs collects the field errors of one config under name ("api").
+func validateAs(p *config.Problems, name string, err error) { p.Nested(name, err) }
+
+// flagErrors words every field error of err with the flag of cmd that fills
+// the field: "--request-timeout: must be positive (got 0s)". Other errors
+// are kept as they are.
+func flagErrors(cmd any, err error) error {
+	if err == nil {
+		return nil
+	}
+	flags := fieldFlags(cmd)
+	var lines []string
+	for _, e := range unjoin(err) {
+		msg := e.Error()
+		var fe *config.FieldError
+		if errors.As(e, &fe) {
+			if f, ok := flags[fe.Field]; ok {
+				msg = f + ": " + fe.Problem
+			}
+		}
+		if !contains(lines, msg) { // two configs may check one flag (--namespace)
+			lines = append(lines, msg)
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// fieldFlags maps "api.RequestTimeout" to "--request-timeout (TIDEMARK_REQUEST_TIMEOUT)"
+// for every flag of cmd (a pointer to a kong command struct) with a field tag.
+func fieldFlags(cmd any) map[string]string {
+	out := map[string]string{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			sf := t.Field(i)
+			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+				walk(sf.Type)
+				continue
+			}
+			fields, name := sf.Tag.Get("field"), sf.Tag.Get("name")
+			if fields == "" || name == "" {
+				continue
+			}
+			flag := "--" + name
+			if env := sf.Tag.Get("env"); env != "" {
+				flag += " (" + env + ")"
+			}
+			for _, f := range strings.Split(fields, ",") {
+				out[strings.TrimSpace(f)] = flag
+			}
+		}
+	}
+	walk(reflect.TypeOf(cmd).Elem())
+	return out
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultConfigs are the package defaults flags take theirs from, by the
+// name their field tags use.
+func defaultConfigs() map[string]any {
+	return map[string]any{
+		"capture": capture.DefaultConfig(), "applier": applier.DefaultConfig(), "replay": applier.DefaultReplayConfig(),
+		"cache": cache.DefaultConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
+		"inspect": inspect.DefaultConfig(), "broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(),
+		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
+	}
+}
+
+// defaultVars are the package defaults as kong variables, so a flag says
+// default:"${api_RequestTimeout}" and the value has one source: the
+// package's DefaultConfig. Names are the field tag with '.' as '_'.
+func defaultVars() kong.Vars {
+	vars := kong.Vars{}
+	for name, cfg := range defaultConfigs() {
+		var walk func(prefix string, v reflect.Value)
+		walk = func(prefix string, v reflect.Value) {
+			for i := 0; i < v.NumField(); i++ {
+				sf := v.Type().Field(i)
+				if !sf.IsExported() {
+					continue
+				}
+				key := prefix + "_" + sf.Name
+				f := v.Field(i)
+				switch x := f.Interface().(type) {
+				case time.Duration:
+					vars[key] = x.String()
+				case []string:
+					vars[key] = strings.Join(x, ",")
+				case time.Time:
+				default:
+					if f.Kind() == reflect.Struct {
+						walk(key, f)
+						continue
+					}
+					vars[key] = fmt.Sprint(x)
+				}
+			}
+		}
+		walk(name, reflect.ValueOf(cfg))
+	}
+	return vars
+}
