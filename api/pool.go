@@ -15,7 +15,7 @@ import (
 func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("api: --pg: %w", err)
+		return nil, fmt.Errorf("api: Postgres DSN: %w", err)
 	}
 	pc.MaxConns = int32(cfg.MaxInFlight + max(1, cfg.MaxInFlight/4) + authLookupSlots + 16)
 	if pc.ConnConfig.RuntimeParams == nil {

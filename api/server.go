@@ -168,7 +168,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("api: listen on --addr %s: %w", s.cfg.Addr, err)
+		return fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
 	}
 	return s.Serve(ctx, ln)
 }

@@ -199,7 +199,7 @@ func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("applier: replay: list offsets at --since: %w", err)
+		return nil, nil, fmt.Errorf("applier: replay: list offsets at Since: %w", err)
 	}
 	logStarts, err := adm.ListStartOffsets(ctx, r.cfg.Topic)
 	if err == nil {
@@ -216,7 +216,7 @@ func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64
 		return nil, nil, fmt.Errorf("applier: replay: list end offsets: %w", err)
 	}
 	if _, ok := ends[r.cfg.Topic]; !ok {
-		return nil, nil, fmt.Errorf("applier: replay: topic %q does not exist (--topic)", r.cfg.Topic)
+		return nil, nil, fmt.Errorf("applier: replay: topic %q does not exist", r.cfg.Topic)
 	}
 	gaps := map[int32]RetentionGap{}
 	out := map[int32][2]int64{}
@@ -247,7 +247,7 @@ func (r *Replay) plan(ctx context.Context, adm *kadm.Client) (map[int32][2]int64
 		}
 	}
 	if len(missing) > 0 {
-		return nil, nil, fmt.Errorf("applier: replay: --partitions %v do not exist in %s", missing, r.cfg.Topic)
+		return nil, nil, fmt.Errorf("applier: replay: partitions %v do not exist in %s", missing, r.cfg.Topic)
 	}
 	return out, gaps, nil
 }

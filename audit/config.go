@@ -10,9 +10,9 @@ package audit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config of the auditor.
@@ -35,28 +35,26 @@ func DefaultConfig() Config {
 		SLO: 30 * time.Second, Window: 10 * time.Minute, LeaseTTL: 5 * time.Second}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("audit: "+format, a...)) }
+	var p config.Problems
 	if c.Namespace == "" {
-		bad("Namespace must not be empty")
+		p.Add("Namespace", "must not be empty")
 	}
 	if c.Table == "" {
-		bad("Table must not be empty")
+		p.Add("Table", "must not be empty")
 	}
 	if !(c.Rate > 0) {
-		bad("Rate must be positive, got %v", c.Rate)
+		p.Add("Rate", "must be positive (got %v)", c.Rate)
 	}
 	if c.Batch < 1 {
-		bad("Batch must be at least 1, got %d", c.Batch)
+		p.Add("Batch", "must be at least 1 (got %d)", c.Batch)
 	}
-	for name, d := range map[string]time.Duration{"Grace": c.Grace, "SLO": c.SLO, "Window": c.Window, "LeaseTTL": c.LeaseTTL} {
-		if d <= 0 {
-			bad("%s must be positive, got %s", name, d)
-		}
-	}
-	return errors.Join(errs...)
+	p.Positive("Grace", c.Grace)
+	p.Positive("SLO", c.SLO)
+	p.Positive("Window", c.Window)
+	p.Positive("LeaseTTL", c.LeaseTTL)
+	return p.Err()
 }
 
 // Budget is the source budget's background class (api.Server).

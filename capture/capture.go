@@ -204,7 +204,7 @@ func (c *Capture) session(ctx context.Context) error {
 	var flushErr error
 	if err := c.relay.Flush(fctx); err != nil {
 		// Not data loss (nothing unacked is confirmed), but not a clean exit.
-		flushErr = fmt.Errorf("capture: kafka did not ack %d record(s) within --shutdown-timeout; they stay unconfirmed and are re-sent on restart: %w",
+		flushErr = fmt.Errorf("capture: kafka did not ack %d record(s) within the shutdown timeout; they stay unconfirmed and are re-sent on restart: %w",
 			st.tr.Inflight(), err)
 	}
 	st.finish(fctx)
@@ -217,7 +217,7 @@ func (c *Capture) session(ctx context.Context) error {
 func (c *Capture) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	pc, err := pgconn.ParseConfig(c.cfg.PG)
 	if err != nil {
-		return nil, fmt.Errorf("capture: --pg: %w", err)
+		return nil, fmt.Errorf("capture: Postgres DSN: %w", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, pc)

@@ -1,11 +1,11 @@
 package chaos
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config of one chaos run.
@@ -102,43 +102,42 @@ func (c Config) Kinds() []string {
 	return out
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Duration < 10*time.Second {
-		errs = append(errs, fmt.Errorf("duration %s is too short (at least 10s)", c.Duration))
+		p.Add("Duration", "%s is too short (at least 10s)", c.Duration)
 	}
-	if c.RateUpdates <= 0 || c.RateReads <= 0 {
-		errs = append(errs, fmt.Errorf("update and read rates must be positive (got %g and %g)", c.RateUpdates, c.RateReads))
+	if !(c.RateUpdates > 0) {
+		p.Add("RateUpdates", "must be a positive rate per second (got %g)", c.RateUpdates)
 	}
-	if c.FaultEvery <= 0 {
-		errs = append(errs, fmt.Errorf("fault spacing %s must be positive", c.FaultEvery))
+	if !(c.RateReads > 0) {
+		p.Add("RateReads", "must be a positive rate per second (got %g)", c.RateReads)
 	}
-	if c.Bound <= 0 {
-		errs = append(errs, fmt.Errorf("freshness bound %s must be positive", c.Bound))
+	p.Positive("FaultEvery", c.FaultEvery)
+	p.Positive("Bound", c.Bound)
+	if c.Tenants < 2 {
+		p.Add("Tenants", "must be at least 2 (got %d): the tenant check needs two tenants sharing item ids", c.Tenants)
 	}
-	if c.Tenants < 2 || c.Items < 10 {
-		errs = append(errs, fmt.Errorf("need at least 2 tenants and 10 items each (got %d, %d): the tenant check needs two tenants sharing item ids", c.Tenants, c.Items))
+	if c.Items < 10 {
+		p.Add("Items", "must be at least 10 per tenant (got %d)", c.Items)
 	}
-	if c.SourceBudget <= 0 {
-		errs = append(errs, fmt.Errorf("source budget %g must be positive", c.SourceBudget))
+	if !(c.SourceBudget > 0) {
+		p.Add("SourceBudget", "must be positive (got %g)", c.SourceBudget)
 	}
 	if c.Binary == "" {
-		errs = append(errs, errors.New("the tidemark binary to run the stages is not set"))
+		p.Add("Binary", "the tidemark binary to run the stages is not set")
 	}
 	known := append(slices.Clone(AllFaults), "all", "none")
 	for _, f := range c.Faults {
 		if !slices.Contains(known, f) {
-			errs = append(errs, fmt.Errorf("unknown fault kind %q (known: %s)", f, strings.Join(known, ", ")))
+			p.Add("Faults", "unknown fault kind %q (known: %s)", f, strings.Join(known, ", "))
 		}
 	}
 	for _, f := range c.Faults {
 		if slices.Contains(AllFaults, f) && !slices.Contains(c.Applicable(), f) {
-			errs = append(errs, fmt.Errorf("fault kind %q does not apply here (broker faults need the embedded broker, cluster faults a Redis Cluster)", f))
+			p.Add("Faults", "fault kind %q does not apply here (broker faults need the embedded broker, cluster faults a Redis Cluster)", f)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("chaos: invalid config:\n  %w", errors.Join(errs...))
-	}
-	return nil
+	return p.Err()
 }

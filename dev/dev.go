@@ -98,7 +98,7 @@ func New(cfg Config, deps Deps) (*Dev, error) {
 // and shutdown order").
 func (d *Dev) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("dev: --data-dir: %w", err)
+		return fmt.Errorf("dev: data directory: %w", err)
 	}
 	ep, stopServers, err := d.servers(ctx)
 	defer stopServers()

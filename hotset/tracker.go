@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/internal/config"
 	"tidemark/schema"
 )
 
@@ -46,24 +47,27 @@ func DefaultConfig() Config {
 		MergeInterval: 5 * time.Second, MaxKeys: 50_000}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Namespace == "" {
-		errs = append(errs, errors.New("hotset: Namespace must not be empty"))
+		p.Add("Namespace", "must not be empty")
 	}
-	for name, n := range map[string]int{"PerTenant": c.PerTenant, "MaxTenants": c.MaxTenants, "MaxKeys": c.MaxKeys} {
-		if n < 1 {
-			errs = append(errs, fmt.Errorf("hotset: %s must be at least 1, got %d", name, n))
+	for _, f := range []struct {
+		field string
+		n     int
+	}{{"PerTenant", c.PerTenant}, {"MaxTenants", c.MaxTenants}, {"MaxKeys", c.MaxKeys}} {
+		if f.n < 1 {
+			p.Add(f.field, "must be at least 1 (got %d)", f.n)
 		}
 	}
 	if c.TimeConstant < time.Second {
-		errs = append(errs, fmt.Errorf("hotset: TimeConstant must be at least 1s, got %s", c.TimeConstant))
+		p.Add("TimeConstant", "must be at least 1s (got %s)", c.TimeConstant)
 	}
 	if c.MergeInterval < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("hotset: MergeInterval must be at least 10ms, got %s", c.MergeInterval))
+		p.Add("MergeInterval", "must be at least 10ms (got %s)", c.MergeInterval)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // Key is the namespace's hot-set sorted set; members are schema.Key(tenant,

@@ -120,7 +120,7 @@ func checkPartial(ctx context.Context, db *sql.DB, p *goose.Provider) error {
 
 func openDB(dsn string) (*sql.DB, error) {
 	if strings.TrimSpace(dsn) == "" {
-		return nil, errors.New("migrations: no Postgres DSN (--pg / TIDEMARK_PG)")
+		return nil, errors.New("migrations: no Postgres DSN")
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tidemark/internal/config"
 	"tidemark/internal/svgchart"
 )
 
@@ -40,16 +41,14 @@ func DefaultPageConfig() PageConfig {
 	return PageConfig{Check: DefaultConfig(), Every: 5 * time.Second, Window: 15 * time.Minute}
 }
 
-// Validate checks the page's own fields.
+// Validate checks the page's own fields, one config.FieldError per field.
 func (c PageConfig) Validate() error {
-	var errs []error
-	if c.Every <= 0 {
-		errs = append(errs, fmt.Errorf("status page: sample interval %s must be positive", c.Every))
+	var p config.Problems
+	p.Positive("Every", c.Every)
+	if c.Every > 0 && c.Window < c.Every {
+		p.Add("Every", "must be at most the plotted window %s (got %s)", c.Window, c.Every)
 	}
-	if c.Window < c.Every {
-		errs = append(errs, fmt.Errorf("status page: window %s must be at least the sample interval %s", c.Window, c.Every))
-	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // PageDeps are the page's collaborators.

@@ -23,6 +23,7 @@ import (
 	"tidemark/api"
 	"tidemark/cache"
 	"tidemark/elect"
+	"tidemark/internal/config"
 )
 
 // Config of the warmer.
@@ -50,31 +51,39 @@ func DefaultConfig() Config {
 		HotSetWait: 15 * time.Second, LeaseTTL: 5 * time.Second}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("warm: "+format, a...)) }
+	var p config.Problems
 	if c.Namespace == "" {
-		bad("Namespace must not be empty")
+		p.Add("Namespace", "must not be empty")
 	}
-	if c.Top < 1 || c.Workers < 1 {
-		bad("Top and Workers must be at least 1, got %d and %d", c.Top, c.Workers)
+	if c.Top < 1 {
+		p.Add("Top", "must be at least 1 (got %d)", c.Top)
 	}
-	if !(c.MaxRate > 0 && c.StartRate > 0 && c.Step > 0) || c.StartRate > c.MaxRate {
-		bad("rates must be positive with StartRate <= MaxRate, got start %v step %v max %v", c.StartRate, c.Step, c.MaxRate)
+	if c.Workers < 1 {
+		p.Add("Workers", "must be at least 1 (got %d)", c.Workers)
 	}
-	if !(c.SlowFactor > 1) || !(c.Collapse > 0 && c.Collapse < 1) {
-		bad("SlowFactor must be above 1 and Collapse within (0, 1), got %v and %v", c.SlowFactor, c.Collapse)
-	}
-	for name, d := range map[string]time.Duration{"StepEvery": c.StepEvery, "CheckEvery": c.CheckEvery, "LeaseTTL": c.LeaseTTL} {
-		if d <= 0 {
-			bad("%s must be positive, got %s", name, d)
+	for field, r := range map[string]float64{"MaxRate": c.MaxRate, "StartRate": c.StartRate, "Step": c.Step} {
+		if !(r > 0) {
+			p.Add(field, "must be a positive rate per second (got %v)", r)
 		}
 	}
-	if c.HotSetWait < 0 {
-		bad("HotSetWait must not be negative")
+	if c.StartRate > c.MaxRate {
+		p.Add("StartRate", "must be at most MaxRate (got %v > %v)", c.StartRate, c.MaxRate)
 	}
-	return errors.Join(errs...)
+	if !(c.SlowFactor > 1) {
+		p.Add("SlowFactor", "must be above 1 (got %v)", c.SlowFactor)
+	}
+	if !(c.Collapse > 0 && c.Collapse < 1) {
+		p.Add("Collapse", "must be within (0, 1) (got %v)", c.Collapse)
+	}
+	p.Positive("StepEvery", c.StepEvery)
+	p.Positive("CheckEvery", c.CheckEvery)
+	p.Positive("LeaseTTL", c.LeaseTTL)
+	if c.HotSetWait < 0 {
+		p.Add("HotSetWait", "must not be negative (got %s)", c.HotSetWait)
+	}
+	return p.Err()
 }
 
 // Source is the API's background surface (api.Server).

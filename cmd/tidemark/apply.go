@@ -59,6 +59,7 @@ func (c *applyCmd) Validate() error {
 	}
 	validateAs(&p, "applier", c.config().Validate())
 	validateAs(&p, "cache", c.cacheConfig().Validate())
+	validateAs(&p, "page", c.pageConfig().Validate())
 	return flagErrors(c, p.Err())
 }
 

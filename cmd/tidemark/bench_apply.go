@@ -12,6 +12,7 @@ import (
 	"tidemark/cache"
 	"tidemark/internal/bench"
 	"tidemark/internal/bench/apply"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 )
 
@@ -19,13 +20,13 @@ import (
 // (a private redis-server and in-process kfake unless given) and prints the
 // table.
 type benchApplyCmd struct {
-	Kafka      string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers; empty starts an in-process kfake."`
+	Kafka      string        `field:"benchapply.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers; empty starts an in-process kfake."`
 	Redis      string        `name:"redis" env:"TIDEMARK_REDIS" help:"A standalone Redis (redis://host:port/db) to benchmark; empty starts a private redis-server. Its data is used: point it at a scratch server."`
-	Events     int           `name:"events" default:"1000000" help:"Events replayed."`
-	Keys       int           `name:"keys" default:"100000" help:"Keys the replayed events spread over."`
-	Partitions int           `name:"partitions" default:"12" help:"Partitions of the bench topics."`
-	Rate       int           `name:"rate" default:"2000" help:"Events/s of the steady latency phase."`
-	Duration   time.Duration `name:"duration" default:"15s" help:"Length of the steady latency phase."`
+	Events     int           `field:"benchapply.Events" name:"events" default:"${benchapply_Events}" help:"Events replayed."`
+	Keys       int           `field:"benchapply.Keys" name:"keys" default:"${benchapply_Keys}" help:"Keys the replayed events spread over."`
+	Partitions int           `field:"benchapply.Partitions" name:"partitions" default:"${benchapply_Partitions}" help:"Partitions of the bench topics."`
+	Rate       int           `field:"benchapply.Rate" name:"rate" default:"${benchapply_Rate}" help:"Events/s of the steady latency phase."`
+	Duration   time.Duration `field:"benchapply.Duration" name:"duration" default:"${benchapply_Duration}" help:"Length of the steady latency phase."`
 	SVG        string        `name:"svg" default:"apply.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
@@ -36,7 +37,11 @@ func (c *benchApplyCmd) config() apply.BenchConfig {
 	return cfg
 }
 
-func (c *benchApplyCmd) Validate() error { return c.config().Validate() }
+func (c *benchApplyCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "benchapply", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()

@@ -7,23 +7,24 @@ import (
 
 	"tidemark/internal/bench"
 	"tidemark/internal/bench/e2e"
+	"tidemark/internal/config"
 )
 
 // benchE2ECmd wires flags into e2e.Config and prints the report.
 type benchE2ECmd struct {
-	Kafka       string        `name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
-	SyncWrites  bool          `name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
-	TxRate      int           `name:"tx-rate" default:"2000" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
-	ChangeRate  int           `name:"change-rate" default:"20000" help:"Changes/s of the multi-row phase."`
-	RowsPerTx   int           `name:"rows-per-tx" default:"20" help:"Rows per transaction of the multi-row phase."`
-	Duration    time.Duration `name:"duration" default:"60s" help:"Length of each measured phase."`
-	Drain       time.Duration `name:"drain" default:"30s" help:"How long the tail may take to arrive after a phase's load stops."`
-	Keys        int           `name:"keys" default:"100000" help:"Rows each phase cycles through."`
-	Partitions  int           `name:"partitions" default:"12" help:"Partitions of the bench topic."`
-	Workers     int           `name:"workers" default:"32" help:"Postgres connections of the load generator."`
-	Dir         string        `name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
-	Profile     bool          `name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
-	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+	Kafka       string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
+	SyncWrites  bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
+	TxRate      int           `field:"e2e.TxRate" name:"tx-rate" default:"${e2e_TxRate}" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
+	ChangeRate  int           `field:"e2e.ChangeRate" name:"change-rate" default:"${e2e_ChangeRate}" help:"Changes/s of the multi-row phase."`
+	RowsPerTx   int           `field:"e2e.RowsPerTx" name:"rows-per-tx" default:"${e2e_RowsPerTx}" help:"Rows per transaction of the multi-row phase."`
+	Duration    time.Duration `field:"e2e.Duration" name:"duration" default:"${e2e_Duration}" help:"Length of each measured phase."`
+	Drain       time.Duration `field:"e2e.Drain" name:"drain" default:"${e2e_Drain}" help:"How long the tail may take to arrive after a phase's load stops."`
+	Keys        int           `field:"e2e.Keys" name:"keys" default:"${e2e_Keys}" help:"Rows each phase cycles through."`
+	Partitions  int           `field:"e2e.Partitions" name:"partitions" default:"${e2e_Partitions}" help:"Partitions of the bench topic."`
+	Workers     int           `field:"e2e.Workers" name:"workers" default:"${e2e_Workers}" help:"Postgres connections of the load generator."`
+	Dir         string        `field:"e2e.Dir" name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
+	Profile     bool          `field:"e2e.Profile" name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
+	Recvlogical string        `field:"e2e.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
 	SVG         string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
@@ -36,7 +37,11 @@ func (c *benchE2ECmd) config() e2e.Config {
 	return cfg
 }
 
-func (c *benchE2ECmd) Validate() error { return c.config().Validate() }
+func (c *benchE2ECmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "e2e", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()

@@ -70,6 +70,7 @@ func (c *captureCmd) Validate() error {
 	if c.MaxProcs < 0 {
 		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
+	validateAs(&p, "page", c.pageConfig().Validate())
 	return flagErrors(c, p.Err())
 }
 

@@ -7,25 +7,26 @@ import (
 	"time"
 
 	"tidemark/chaos"
+	"tidemark/internal/config"
 )
 
 // chaosCmd wires flags into chaos.Config and prints the report; exit 0 only
 // with zero violations.
 type chaosCmd struct {
-	Duration    time.Duration `name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"2m" help:"How long load and faults run (setup and the final check come on top)."`
-	Seed        int64         `name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"1" help:"Seed of the fault schedule and the load."`
-	Faults      string        `name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master, long-outage, redis-loss-appliers-down."`
-	FaultEvery  time.Duration `name:"fault-every" env:"TIDEMARK_CHAOS_FAULT_EVERY" default:"20s" help:"Mean spacing of faults (closer when needed to fit every kind in the run)."`
-	RateUpdates float64       `name:"rate-updates" env:"TIDEMARK_CHAOS_RATE_UPDATES" default:"1000" help:"Source row updates per second (SQL transactions and API PATCHes)."`
-	RateReads   float64       `name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"3000" help:"API reads per second."`
-	Cluster     bool          `name:"cluster" env:"TIDEMARK_CHAOS_CLUSTER" help:"Run a 3-master Redis Cluster (adds resharding and master kills)."`
-	Kafka       string        `name:"kafka" env:"TIDEMARK_CHAOS_KAFKA" help:"Use these Kafka brokers (comma-separated) instead of an embedded broker process (no broker faults then)."`
-	Keep        string        `name:"keep" env:"TIDEMARK_CHAOS_KEEP" help:"Write the histories (answers, commits, violations) as JSON lines and the process logs here."`
+	Duration    time.Duration `field:"chaos.Duration" name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"${chaos_Duration}" help:"How long load and faults run (setup and the final check come on top)."`
+	Seed        int64         `field:"chaos.Seed" name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"${chaos_Seed}" help:"Seed of the fault schedule and the load."`
+	Faults      string        `field:"chaos.Faults" name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master, long-outage, redis-loss-appliers-down."`
+	FaultEvery  time.Duration `field:"chaos.FaultEvery" name:"fault-every" env:"TIDEMARK_CHAOS_FAULT_EVERY" default:"${chaos_FaultEvery}" help:"Mean spacing of faults (closer when needed to fit every kind in the run)."`
+	RateUpdates float64       `field:"chaos.RateUpdates" name:"rate-updates" env:"TIDEMARK_CHAOS_RATE_UPDATES" default:"${chaos_RateUpdates}" help:"Source row updates per second (SQL transactions and API PATCHes)."`
+	RateReads   float64       `field:"chaos.RateReads" name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"${chaos_RateReads}" help:"API reads per second."`
+	Cluster     bool          `field:"chaos.Cluster" name:"cluster" env:"TIDEMARK_CHAOS_CLUSTER" help:"Run a 3-master Redis Cluster (adds resharding and master kills)."`
+	Kafka       string        `field:"chaos.Kafka" name:"kafka" env:"TIDEMARK_CHAOS_KAFKA" help:"Use these Kafka brokers (comma-separated) instead of an embedded broker process (no broker faults then)."`
+	Keep        string        `field:"chaos.Keep" name:"keep" env:"TIDEMARK_CHAOS_KEEP" help:"Write the histories (answers, commits, violations) as JSON lines and the process logs here."`
 	JSON        bool          `name:"json" help:"Print the report as JSON."`
-	Bound       time.Duration `name:"bound" env:"TIDEMARK_CHAOS_BOUND" default:"30s" help:"The freshness promise checked on every answer."`
-	Items       int           `name:"items" env:"TIDEMARK_CHAOS_ITEMS" default:"2000" help:"Items per tenant."`
-	Budget      float64       `name:"source-budget" env:"TIDEMARK_CHAOS_SOURCE_BUDGET" default:"400" help:"Foreground source reads/s given to the serve processes (background gets half); the cold-read burst asks for three times this."`
-	Binary      string        `name:"binary" env:"TIDEMARK_CHAOS_BINARY" help:"tidemark binary to run the stages with (default: this one)."`
+	Bound       time.Duration `field:"chaos.Bound" name:"bound" env:"TIDEMARK_CHAOS_BOUND" default:"${chaos_Bound}" help:"The freshness promise checked on every answer."`
+	Items       int           `field:"chaos.Items" name:"items" env:"TIDEMARK_CHAOS_ITEMS" default:"${chaos_Items}" help:"Items per tenant."`
+	Budget      float64       `field:"chaos.SourceBudget" name:"source-budget" env:"TIDEMARK_CHAOS_SOURCE_BUDGET" default:"${chaos_SourceBudget}" help:"Foreground source reads/s given to the serve processes (background gets half); the cold-read burst asks for three times this."`
+	Binary      string        `field:"chaos.Binary" name:"binary" env:"TIDEMARK_CHAOS_BINARY" help:"tidemark binary to run the stages with (default: this one)."`
 }
 
 func (c *chaosCmd) config() chaos.Config {
@@ -42,7 +43,11 @@ func (c *chaosCmd) config() chaos.Config {
 	return cfg
 }
 
-func (c *chaosCmd) Validate() error { return c.config().Validate() }
+func (c *chaosCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "chaos", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *chaosCmd) Run(ctx context.Context, e *env) error {
 	r, err := chaos.New(c.config(), chaos.Deps{Log: e.log})

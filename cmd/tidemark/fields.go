@@ -11,14 +11,21 @@ import (
 
 	"tidemark/api"
 	"tidemark/applier"
+	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
+	"tidemark/chaos"
 	"tidemark/dev"
 	"tidemark/inspect"
+	applybench "tidemark/internal/bench/apply"
+	cachebench "tidemark/internal/bench/cache"
+	"tidemark/internal/bench/e2e"
+	servebench "tidemark/internal/bench/serve"
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
 	"tidemark/relay"
 	"tidemark/status"
+	"tidemark/warm"
 )
 
 // Packages report configuration problems by Go field (config.FieldError);
@@ -113,6 +120,9 @@ func defaultConfigs() map[string]any {
 		"cache": cache.DefaultConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
 		"inspect": inspect.DefaultConfig(), "broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(),
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
+		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
+		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
+		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(),
 	}
 }
 
@@ -134,10 +144,16 @@ func defaultVars() kong.Vars {
 				switch x := f.Interface().(type) {
 				case time.Duration:
 					vars[key] = x.String()
-				case []string:
-					vars[key] = strings.Join(x, ",")
 				case time.Time:
 				default:
+					if f.Kind() == reflect.Slice { // kong reads lists comma-separated
+						parts := make([]string, f.Len())
+						for j := range parts {
+							parts[j] = fmt.Sprint(f.Index(j).Interface())
+						}
+						vars[key] = strings.Join(parts, ",")
+						continue
+					}
 					if f.Kind() == reflect.Struct {
 						walk(key, f)
 						continue

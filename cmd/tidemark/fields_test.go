@@ -10,20 +10,28 @@ import (
 
 	"tidemark/api"
 	"tidemark/applier"
+	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
+	"tidemark/chaos"
 	"tidemark/dev"
 	"tidemark/inspect"
+	applybench "tidemark/internal/bench/apply"
+	cachebench "tidemark/internal/bench/cache"
+	"tidemark/internal/bench/e2e"
+	servebench "tidemark/internal/bench/serve"
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
 	"tidemark/status"
+	"tidemark/warm"
 )
 
 // validated is one config a command validates, under the name its flags'
 // field tags use.
 type validated struct {
 	name     string
-	defaults any // the package's DefaultConfig()
+	defaults any      // the package's DefaultConfig()
+	fixed    []string // fields the command leaves at the package default (no flag sets them)
 }
 
 // Every field a package's Validate can report, for every command that
@@ -32,26 +40,39 @@ type validated struct {
 // exist. Fields are found by breaking each one in turn (zero, negative,
 // malformed) in the package's defaults.
 func TestEveryValidatedFieldHasAFlag(t *testing.T) {
+	page := validated{"page", status.DefaultPageConfig(), nil}
 	commands := []struct {
 		name    string
 		cmd     any
 		configs []validated
 	}{
-		{"capture", &captureCmd{}, []validated{{"capture", capture.DefaultConfig()}}},
-		{"apply", &applyCmd{}, []validated{{"applier", applier.DefaultConfig()}, {"cache", cache.DefaultConfig()}}},
-		{"replay", &replayCmd{}, []validated{{"replay", withSince(applier.DefaultReplayConfig())}, {"cache", cache.DefaultConfig()}}},
-		{"serve", &serveCmd{}, []validated{{"api", api.DefaultConfig()}, {"cache", cache.DefaultConfig()}}},
-		{"status", &statusCmd{}, []validated{{"status", status.DefaultConfig()}}},
-		{"inspect", &inspectCmd{}, []validated{{"inspect", inspect.DefaultConfig()}}},
-		{"kafka", &kafkaCmd{}, []validated{{"broker", broker.DefaultConfig()}}},
-		{"dev", &devCmd{}, []validated{{"dev", dev.DefaultConfig()}}},
+		{"capture", &captureCmd{}, []validated{{"capture", capture.DefaultConfig(), nil}, page}},
+		{"apply", &applyCmd{}, []validated{{"applier", applier.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page}},
+		{"replay", &replayCmd{}, []validated{{"replay", withSince(applier.DefaultReplayConfig()), nil}, {"cache", cache.DefaultConfig(), nil}}},
+		{"serve", &serveCmd{}, []validated{{"api", api.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page,
+			{"audit", audit.DefaultConfig(), []string{"Table", "Batch", "SLO", "Window", "LeaseTTL"}},
+			{"warm", warm.DefaultConfig(), []string{"Workers", "SlowFactor", "Collapse", "StepEvery", "CheckEvery", "LeaseTTL", "HotSetWait"}}}},
+		{"status", &statusCmd{}, []validated{{"status", status.DefaultConfig(), nil}}},
+		{"inspect", &inspectCmd{}, []validated{{"inspect", inspect.DefaultConfig(), nil}}},
+		{"kafka", &kafkaCmd{}, []validated{{"broker", broker.DefaultConfig(), []string{"SealedSyncInterval", "SegmentBytes"}}}},
+		{"dev", &devCmd{}, []validated{{"dev", dev.DefaultConfig(), nil}}},
+		{"chaos", &chaosCmd{}, []validated{{"chaos", chaos.DefaultConfig(), []string{"Tenants"}}}},
+		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultBenchConfig(), nil}}},
+		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultBenchConfig(), nil}}},
+		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
+		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2e.DefaultConfig(), []string{"Binary"}}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
 		for _, v := range c.configs {
 			for _, f := range reportable(t, v.defaults) {
-				if _, ok := flags[v.name+"."+f]; !ok {
+				if _, ok := flags[v.name+"."+f]; !ok && !slices.Contains(v.fixed, f) {
 					t.Errorf("tidemark %s: %s.Validate can report %s, but no flag has field:%q", c.name, v.name, f, v.name+"."+f)
+				}
+			}
+			for _, f := range v.fixed {
+				if _, ok := flags[v.name+"."+f]; ok {
+					t.Errorf("tidemark %s: %s.%s is listed as fixed but a flag sets it", c.name, v.name, f)
 				}
 			}
 		}
@@ -61,13 +82,12 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 // The field tags name fields that exist, so a rename cannot leave a flag
 // mapped to nothing.
 func TestFieldTagsNameRealFields(t *testing.T) {
-	types := map[string]reflect.Type{
-		"capture": reflect.TypeOf(capture.Config{}), "applier": reflect.TypeOf(applier.Config{}),
-		"replay": reflect.TypeOf(applier.ReplayConfig{}), "cache": reflect.TypeOf(cache.Config{}),
-		"api": reflect.TypeOf(api.Config{}), "status": reflect.TypeOf(status.Config{}),
-		"inspect": reflect.TypeOf(inspect.Config{}), "broker": reflect.TypeOf(broker.Config{}), "dev": reflect.TypeOf(dev.Config{}),
+	types := map[string]reflect.Type{}
+	for name, cfg := range defaultConfigs() {
+		types[name] = reflect.TypeOf(cfg)
 	}
-	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{}} {
+	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
+		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

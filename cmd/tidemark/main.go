@@ -27,8 +27,8 @@ const (
 )
 
 type cli struct {
-	LogFormat string `name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
-	LogLevel  string `name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat string `field:"Format" name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
+	LogLevel  string `field:"Level" name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
 
 	Version versionCmd `cmd:"" help:"Print the version and exit."`
 	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := telemetry.NewLogger(stderr, c.LogFormat, c.LogLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "tidemark: %v\n", err)
+		fmt.Fprintf(stderr, "tidemark: %v\n", flagErrors(&c, err))
 		return exitUsage
 	}
 	stopProfile, err := startProfile()

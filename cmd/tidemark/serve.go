@@ -120,6 +120,7 @@ func (c *serveCmd) Validate() error {
 	validateAs(&p, "cache", c.cacheConfig().Validate())
 	validateAs(&p, "audit", c.auditConfig().Validate())
 	validateAs(&p, "warm", c.warmConfig().Validate())
+	validateAs(&p, "page", c.pageConfig().Validate())
 	return flagErrors(c, p.Err())
 }
 

@@ -11,7 +11,7 @@ import (
 // statusPageFlag is shared by the commands that serve the status page at /
 // of --metrics-addr.
 type statusPageFlag struct {
-	StatusEvery time.Duration `name:"status-every" env:"TIDEMARK_STATUS_EVERY" default:"5s" help:"How often the status page at / of --metrics-addr checks freshness (it plots the last 15 minutes)."`
+	StatusEvery time.Duration `field:"page.Every" name:"status-every" env:"TIDEMARK_STATUS_EVERY" default:"${page_Every}" help:"How often the status page at / of --metrics-addr checks freshness (it plots the last 15 minutes)."`
 }
 
 // statusTarget is what a process knows of the pipeline, from its flags.
@@ -20,10 +20,16 @@ type statusTarget struct{ kafka, redis, pg, topic, group, namespace, slot string
 // page builds the status page of a process (a page without Kafka or Redis
 // says what it cannot read).
 func (f statusPageFlag) page(e *env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
-	cfg := status.DefaultPageConfig()
-	cfg.Process, cfg.Every = process, f.StatusEvery
+	cfg := f.pageConfig()
+	cfg.Process = process
 	c := &cfg.Check
 	c.Brokers, c.Redis, c.PG = splitList(t.kafka), t.redis, t.pg
 	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
 	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.log})
+}
+
+func (f statusPageFlag) pageConfig() status.PageConfig {
+	cfg := status.DefaultPageConfig()
+	cfg.Every = f.StatusEvery
+	return cfg
 }

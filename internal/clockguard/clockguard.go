@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
 )
 
@@ -60,16 +61,12 @@ func DefaultConfig() Config {
 	return Config{Bound: 100 * time.Millisecond, Interval: 2 * time.Second}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Bound <= 0 {
-		errs = append(errs, fmt.Errorf("clock bound must be positive (got %s)", c.Bound))
-	}
-	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("clock check interval must be positive (got %s)", c.Interval))
-	}
-	return errors.Join(errs...)
+	var p config.Problems
+	p.Positive("Bound", c.Bound)
+	p.Positive("Interval", c.Interval)
+	return p.Err()
 }
 
 // Querier is the part of a pgx pool the Postgres measurement needs.

@@ -18,14 +18,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tidemark/internal/config"
 )
 
 // NewLogger builds the process logger. format is "text" or "json"; level is
-// debug, info, warn or error.
+// debug, info, warn or error. A bad argument is a config.FieldError naming
+// "Format" or "Level".
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+		return nil, &config.FieldError{Field: "Level", Problem: fmt.Sprintf("%q is not one of debug, info, warn, error", level)}
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
@@ -34,7 +37,7 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+	return nil, &config.FieldError{Field: "Format", Problem: fmt.Sprintf("%q is not text or json", format)}
 }
 
 // NewRegistry returns a registry with the Go and process collectors, the one
@@ -69,7 +72,7 @@ func NewServer(addr string, g prometheus.Gatherer, log *slog.Logger, ready ...Re
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: listen on --metrics-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("telemetry: listen on %s: %w", addr, err)
 	}
 	s.ln = ln
 	return s, nil

@@ -22,6 +22,7 @@ import (
 	"tidemark/applier"
 	"tidemark/cache"
 	"tidemark/internal/bench"
+	"tidemark/internal/config"
 	"tidemark/schema"
 )
 
@@ -42,19 +43,25 @@ func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{Events: 1_000_000, Keys: 100_000, Partitions: 12, Rate: 2000, Duration: 15 * time.Second}
 }
 
-// Validate reports every problem at once, naming the flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c BenchConfig) Validate() error {
-	var errs []error
-	if c.Events < 1 || c.Keys < 1 || c.Keys > c.Events {
-		errs = append(errs, fmt.Errorf("--events (%d) and --keys (%d) must be positive with keys <= events", c.Events, c.Keys))
+	var p config.Problems
+	if c.Events < 1 {
+		p.Add("Events", "must be positive (got %d)", c.Events)
+	}
+	if c.Keys < 1 || c.Keys > c.Events {
+		p.Add("Keys", "must be positive and at most the events (got %d keys, %d events)", c.Keys, c.Events)
 	}
 	if c.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
+		p.Add("Partitions", "must be at least 1 (got %d)", c.Partitions)
 	}
-	if c.Rate < 1 || c.Duration < time.Second {
-		errs = append(errs, fmt.Errorf("--rate (%d) must be positive and --duration (%s) at least 1s", c.Rate, c.Duration))
+	if c.Rate < 1 {
+		p.Add("Rate", "must be positive (got %d)", c.Rate)
 	}
-	return errors.Join(errs...)
+	if c.Duration < time.Second {
+		p.Add("Duration", "must be at least 1s (got %s)", c.Duration)
+	}
+	return p.Err()
 }
 
 // BenchResult is what the benchmark measured.

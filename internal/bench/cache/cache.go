@@ -21,6 +21,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/bench"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 	"tidemark/internal/svgchart"
 )
@@ -45,25 +46,21 @@ func DefaultBenchConfig() BenchConfig {
 		BenchmarkPath: "redis-benchmark", Rounds: 5}
 }
 
-// Validate reports every problem at once, each naming its flag.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c BenchConfig) Validate() error {
-	var errs []error
-	pos := func(flag string, n int) {
-		if n <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %d", flag, n))
+	var p config.Problems
+	for _, f := range []struct {
+		field string
+		n     int
+	}{{"Keys", c.Keys}, {"Batch", c.Batch}, {"Workers", c.Workers}, {"Lookups", c.Lookups}, {"Clients", c.Clients}, {"Pipeline", c.Pipeline}, {"Rounds", c.Rounds}} {
+		if f.n <= 0 {
+			p.Add(f.field, "must be positive (got %d)", f.n)
 		}
 	}
-	pos("--keys", c.Keys)
-	pos("--batch", c.Batch)
-	pos("--workers", c.Workers)
-	pos("--lookups", c.Lookups)
-	pos("--clients", c.Clients)
-	pos("--pipeline", c.Pipeline)
-	pos("--rounds", c.Rounds)
 	if c.BenchmarkPath == "" {
-		errs = append(errs, errors.New("--redis-benchmark must name the redis-benchmark binary"))
+		p.Add("BenchmarkPath", "must name the redis-benchmark binary")
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // benchNamespace keeps benchmark keys apart from real data; they expire by

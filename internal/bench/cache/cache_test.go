@@ -39,7 +39,7 @@ func TestRunBenchSmoke(t *testing.T) {
 		t.Errorf("report does not name the chart %s:\n%s", cfg.SVG, out.String())
 	}
 	cfg.Keys = 0
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--keys") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Keys:") {
 		t.Errorf("Validate(keys=0) = %v", err)
 	}
 }

@@ -15,9 +15,9 @@
 package e2e
 
 import (
-	"errors"
-	"fmt"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config drives Run.
@@ -45,26 +45,34 @@ func DefaultConfig() Config {
 		Partitions: 12, Drain: 30 * time.Second, Workers: 32}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Binary == "" {
-		errs = append(errs, errors.New("bench e2e: the tidemark binary path is required"))
+		p.Add("Binary", "the tidemark binary path is required")
 	}
-	if c.TxRate < 1 || c.ChangeRate < 1 || c.RowsPerTx < 1 {
-		errs = append(errs, fmt.Errorf("bench e2e: rates (%d tx/s, %d changes/s) and rows per transaction (%d) must be positive", c.TxRate, c.ChangeRate, c.RowsPerTx))
+	for _, f := range []struct {
+		field string
+		n     int
+	}{{"TxRate", c.TxRate}, {"ChangeRate", c.ChangeRate}, {"RowsPerTx", c.RowsPerTx}, {"Partitions", c.Partitions}, {"Workers", c.Workers}} {
+		if f.n < 1 {
+			p.Add(f.field, "must be positive (got %d)", f.n)
+		}
 	}
-	if c.Duration < time.Second || c.Drain < time.Second {
-		errs = append(errs, fmt.Errorf("bench e2e: duration (%s) and drain (%s) must be at least 1s", c.Duration, c.Drain))
+	if c.Duration < time.Second {
+		p.Add("Duration", "must be at least 1s (got %s)", c.Duration)
 	}
-	if c.Keys < c.RowsPerTx || c.Partitions < 1 || c.Workers < 1 {
-		errs = append(errs, fmt.Errorf("bench e2e: keys (%d) must be at least rows per transaction, partitions (%d) and workers (%d) positive", c.Keys, c.Partitions, c.Workers))
+	if c.Drain < time.Second {
+		p.Add("Drain", "must be at least 1s (got %s)", c.Drain)
+	}
+	if c.Keys < c.RowsPerTx {
+		p.Add("Keys", "must be at least the rows per transaction (got %d < %d)", c.Keys, c.RowsPerTx)
 	}
 	if c.Profile && c.Dir == "" {
-		errs = append(errs, errors.New("bench e2e: profiles are written to the work directory: set it"))
+		p.Add("Profile", "profiles are written to the work directory: set it")
 	}
 	if c.SyncWrites && len(c.Brokers) > 0 {
-		errs = append(errs, errors.New("bench e2e: sync writes configure the started broker; an external Kafka has its own settings"))
+		p.Add("SyncWrites", "sync writes configure the started broker; an external Kafka has its own settings")
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

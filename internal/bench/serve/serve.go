@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,6 +29,7 @@ import (
 
 	"tidemark/api"
 	"tidemark/internal/bench"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
@@ -52,37 +52,45 @@ type BenchConfig struct {
 	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
 }
 
-// Validate reports every problem at once, naming the flags.
+// DefaultBenchConfig is `tidemark bench serve` with no flags: 10,000 items,
+// zipf 1.1, 10 s steps at 25-85% of the saturated rate, a 10 ms p99 goal.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
+		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
+}
+
+// Validate reports every problem at once, one config.FieldError per field.
 func (c BenchConfig) Validate() error {
-	var p []string
+	var p config.Problems
 	if c.Binary == "" {
-		p = append(p, "the tidemark executable is unknown")
+		p.Add("Binary", "the tidemark executable is unknown")
 	}
 	if c.Items < 1 {
-		p = append(p, "--items must be positive")
+		p.Add("Items", "must be positive (got %d)", c.Items)
 	}
 	if !(c.ZipfS > 1) {
-		p = append(p, "--zipf-s must be greater than 1")
+		p.Add("ZipfS", "must be greater than 1 (got %v)", c.ZipfS)
 	}
-	if c.Duration <= 0 || c.Warmup < 0 {
-		p = append(p, "--duration must be positive and --warmup not negative")
+	p.Positive("Duration", c.Duration)
+	if c.Warmup < 0 {
+		p.Add("Warmup", "must not be negative (got %s)", c.Warmup)
 	}
-	if c.Concurrency < 1 || c.Workers < 1 {
-		p = append(p, "--concurrency and --workers must be positive")
+	if c.Concurrency < 1 {
+		p.Add("Concurrency", "must be positive (got %d)", c.Concurrency)
+	}
+	if c.Workers < 1 {
+		p.Add("Workers", "must be positive (got %d)", c.Workers)
 	}
 	for _, s := range c.Steps {
 		if !(s > 0) {
-			p = append(p, "--steps must be positive fractions")
+			p.Add("Steps", "must be positive fractions (got %v)", c.Steps)
 			break
 		}
 	}
 	if (c.PG == "") != (c.Redis == "") {
-		p = append(p, "give both --pg and --redis, or neither (then private servers are started)")
+		p.Add("Redis", "give both a Postgres and a Redis, or neither (then private servers are started)")
 	}
-	if len(p) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(p, "\n"))
+	return p.Err()
 }
 
 // BenchRow is one measured step.
@@ -165,7 +173,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	// A healthy pipeline: the watermark follows the clock (applier's part).
 	ropt, err := redis.ParseURL(cfg.Redis)
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: --redis: %w", err)
+		return BenchReport{}, fmt.Errorf("bench serve: Redis URL: %w", err)
 	}
 	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
