@@ -1,10 +1,10 @@
 package replica
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"time"
+
+	"tidemark/internal/config"
 )
 
 // Config is hot-key replication. Every serve process may run a Builder on
@@ -42,41 +42,40 @@ func DefaultConfig() Config {
 // MaxManifestTTL is the L1 bound: no reader uses a manifest longer.
 const MaxManifestTTL = 500 * time.Millisecond
 
-// Validate reports every problem at once, naming fields.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("replica: "+format, a...)) }
+	var p config.Problems
 	if c.Namespace == "" {
-		bad("Namespace must not be empty")
+		p.Add("Namespace", "must not be empty")
 	}
 	if c.Threshold < 0 || math.IsNaN(c.Threshold) {
-		bad("Threshold must be 0 (off) or a positive rate, got %v", c.Threshold)
+		p.Add("Threshold", "must be 0 (off) or a positive rate (got %v)", c.Threshold)
 	}
 	if c.Replicas < 0 {
-		bad("Replicas must be 0 (auto) or positive, got %d", c.Replicas)
+		p.Add("Replicas", "must be 0 (auto) or positive (got %d)", c.Replicas)
 	}
 	if !(c.SafeQPSPerShard > 0) {
-		bad("SafeQPSPerShard must be positive, got %v", c.SafeQPSPerShard)
+		p.Add("SafeQPSPerShard", "must be positive (got %v)", c.SafeQPSPerShard)
 	}
 	if c.AutoFactor < 1 || math.IsNaN(c.AutoFactor) {
-		bad("AutoFactor must be at least 1, got %v", c.AutoFactor)
+		p.Add("AutoFactor", "must be at least 1 (got %v)", c.AutoFactor)
 	}
 	if c.MaxReplicas < 1 {
-		bad("MaxReplicas must be at least 1, got %d", c.MaxReplicas)
+		p.Add("MaxReplicas", "must be at least 1 (got %d)", c.MaxReplicas)
 	}
 	if c.MaxKeys < 1 {
-		bad("MaxKeys must be at least 1, got %d", c.MaxKeys)
+		p.Add("MaxKeys", "must be at least 1 (got %d)", c.MaxKeys)
 	}
 	if c.Interval < 10*time.Millisecond {
-		bad("Interval must be at least 10ms, got %s", c.Interval)
+		p.Add("Interval", "must be at least 10ms (got %s)", c.Interval)
 	}
 	if c.RenewBefore <= c.Interval {
-		bad("RenewBefore (%s) must be longer than Interval (%s)", c.RenewBefore, c.Interval)
+		p.Add("RenewBefore", "must be longer than Interval (got %s <= %s)", c.RenewBefore, c.Interval)
 	}
 	if c.ManifestTTL < 0 || c.ManifestTTL > MaxManifestTTL {
-		bad("ManifestTTL must be between 0 and %s, got %s", MaxManifestTTL, c.ManifestTTL)
+		p.Add("ManifestTTL", "must be between 0 and %s (got %s)", MaxManifestTTL, c.ManifestTTL)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // Copies is N for a key read at rate reads/s.
