@@ -14,6 +14,7 @@ import (
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/internal/telemetry"
+	"tidemark/replica"
 	"tidemark/warm"
 )
 
@@ -60,6 +61,11 @@ type serveCmd struct {
 	CacheNegativeTTL  time.Duration `name:"cache-negative-ttl" env:"TIDEMARK_CACHE_NEGATIVE_TTL" default:"2s" help:"Lifetime of a not-found entry."`
 	AllowEviction     bool          `name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
+	HotThreshold   float64       `name:"hot-threshold" env:"TIDEMARK_HOT_THRESHOLD" default:"0" help:"Read rate (reads/s over every serve process, from the shared hot set) from which a key gets read replicas on other Redis masters (0: off)."`
+	HotReplicas    int           `name:"hot-replicas" env:"TIDEMARK_HOT_REPLICAS" default:"0" help:"Copies per hot key (0: auto, ceil(rate / --hot-safe-qps) x 2, at most 8)."`
+	HotSafeQPS     float64       `name:"hot-safe-qps" env:"TIDEMARK_HOT_SAFE_QPS" default:"20000" help:"Reads/s of one key a Redis master takes with headroom, for --hot-replicas auto."`
+	HotManifestTTL time.Duration `name:"hot-manifest-ttl" env:"TIDEMARK_HOT_MANIFEST_TTL" default:"500ms" help:"How long a process uses a hot key's replica manifest learnt from a lookup (at most 500ms; 0: never read replicas)."`
+
 	AuditRate  float64       `name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"200" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
 	WarmTop    int           `name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"20000" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
 	AuditGrace time.Duration `name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"5s" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
@@ -76,6 +82,14 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.AuthTTL, cfg.AuthStale = c.AuthTTL, c.AuthStale
 	cfg.MinVersionSlack, cfg.MinVersionMemo = c.MinVersionSlack, c.MinVersionMemo
 	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
+	cfg.ReplicaManifestTTL = c.HotManifestTTL
+	return cfg
+}
+
+func (c *serveCmd) replicaConfig() replica.Config {
+	cfg := replica.DefaultConfig()
+	cfg.Namespace, cfg.Threshold, cfg.Replicas, cfg.SafeQPSPerShard = c.Namespace, c.HotThreshold, c.HotReplicas, c.HotSafeQPS
+	cfg.ManifestTTL = c.HotManifestTTL
 	return cfg
 }
 
@@ -108,6 +122,9 @@ func (c *serveCmd) Validate() error {
 	}
 	errs = append(errs, c.apiConfig().Validate())
 	if err := c.cacheConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.replicaConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -178,6 +195,10 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	reps, err := replica.New(c.replicaConfig(), replica.Deps{Cache: cc, Hot: hotset.HotKeys(rdb, c.Namespace), Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
 	if err != nil {
 		return err
@@ -190,6 +211,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
+	g.Go(func() error { return reps.Run(ctx) })
 	g.Go(func() error { return clock.Run(ctx) })
 	if c.AuditRate > 0 {
 		g.Go(func() error { return aud.Run(ctx) })
