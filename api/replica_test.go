@@ -15,7 +15,9 @@ import (
 func TestHotKeyReplicasServeWithinDeadlineAndInvalidation(t *testing.T) {
 	e := newEnv(t)
 	soft := 2 * time.Second
-	ccfgFn := func(c *cache.Config) { c.SoftMin, c.SoftMax, c.HardLifetime, c.Lease = soft, soft, 4*time.Second, 300*time.Millisecond }
+	ccfgFn := func(c *cache.Config) {
+		c.SoftMin, c.SoftMax, c.HardLifetime, c.Lease = soft, soft, 4*time.Second, 300*time.Millisecond
+	}
 	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size = 0 }, ccfg: ccfgFn})
 	ccfg := testCacheConfig()
 	ccfgFn(&ccfg)
