@@ -29,6 +29,10 @@ type Config struct {
 
 	L1TTL  time.Duration // --l1-ttl: in-process hot-key cache lifetime (at most 500ms)
 	L1Size int           // --l1-size: entries in the L1 (0 disables it)
+	// ReplicaManifestTTL: --hot-manifest-ttl: how long a hot key's replica
+	// manifest learnt from a lookup is used (at most 500ms, the L1 bound; 0:
+	// never, every read goes to the primary)
+	ReplicaManifestTTL time.Duration
 
 	IdempotencyRetention time.Duration // --idempotency-retention: how long an Idempotency-Key's answer is kept
 	MaxWaitersPerKey     int           // --max-waiters-per-key: concurrent GETs of one key in this process; beyond it 503 at once
@@ -59,6 +63,7 @@ func DefaultConfig() Config {
 		InFlightWait:         100 * time.Millisecond,
 		L1TTL:                500 * time.Millisecond,
 		L1Size:               10000,
+		ReplicaManifestTTL:   500 * time.Millisecond,
 		IdempotencyRetention: 24 * time.Hour,
 		MaxWaitersPerKey:     256,
 		MinVersionSlack:      1000,
@@ -101,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.L1TTL < 0 || c.L1TTL > 500*time.Millisecond {
 		p.Add("L1TTL", "must be between 0 and 500ms (got %s)", c.L1TTL)
+	}
+	if c.ReplicaManifestTTL < 0 || c.ReplicaManifestTTL > 500*time.Millisecond {
+		p.Add("ReplicaManifestTTL", "must be between 0 and 500ms (got %s)", c.ReplicaManifestTTL)
 	}
 	if c.L1Size < 0 {
 		p.Add("L1Size", "must not be negative (got %d)", c.L1Size)

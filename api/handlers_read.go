@@ -69,6 +69,10 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
 		return
 	}
+	if rr, ok := s.replicaRead(ctx, r, tenant, id, minVersion); ok {
+		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
+		return
+	}
 	if !s.waiters.enter(key) {
 		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
 		return
@@ -155,8 +159,12 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 	waited, floorChecked := false, false
 	for {
 		lctx, lcancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
+		sent := s.clock.Now()
 		lr, err := s.cache.Lookup(lctx, tenant, id, minVersion)
 		lcancel()
+		if err == nil {
+			s.offerManifest(tenant, id, lr, sent)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second}

@@ -22,6 +22,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/clockguard"
+	"tidemark/replica"
 )
 
 // Cache is the part of the cache-tier client (*cache.Client) the API uses.
@@ -33,6 +34,7 @@ type Cache interface {
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
 	Config() cache.Config
 	Floor(ctx context.Context, tenant, item string) (int64, error)
+	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
 }
 
 // Deps are the connections the server uses; the caller owns them (and runs
@@ -59,6 +61,7 @@ type Server struct {
 	src      *source
 	auth     *authenticator
 	l1       *l1
+	replicas *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
 	belowMin *belowMinMemo
 	waiters  *keyWaiters
 	m        *metrics
@@ -138,6 +141,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		clock:        clock,
 		ownClock:     ownClock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
+	}
+	if s.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, clock.Now, reg); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()

@@ -21,3 +21,10 @@ func (c Counted) Lookup(ctx context.Context, tenant, item string, minVersion int
 	c.T.Observe(tenant, item)
 	return c.Cache.Lookup(ctx, tenant, item, minVersion)
 }
+
+// ReadReplica counts a read served from a hot key's copy: those reads keep
+// the key in the hot set (and so its copies) as the lookups did.
+func (c Counted) ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error) {
+	c.T.Observe(tenant, item)
+	return c.Cache.ReadReplica(ctx, tenant, item, m, i)
+}

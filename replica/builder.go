@@ -1,6 +1,6 @@
 // Package replica spreads the reads of a hot key over several Redis masters.
 // The Builder (one per serve process) finds keys above a read-rate threshold
-// in the shared hot set (package hotset) and keeps a verified copy set of
+// in the shared hot set (hotset.ReadTop) and keeps a verified copy set of
 // each one published through a manifest on the primary entry; the Reader
 // serves reads from a copy chosen by a stable hash of the reader, and falls
 // back to the primary whenever a copy is missing, mismatched or past its
@@ -19,16 +19,24 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
-	"tidemark/hotset"
 )
+
+// HotKey is a key of the shared hot set with its read rate over every
+// serve process.
+type HotKey struct {
+	Tenant, Item string
+	Rate         float64 // reads/s
+}
 
 // Deps are the Builder's connections.
 type Deps struct {
-	Cache      *cache.Client
-	Redis      redis.UniversalClient // for the hot set
+	Cache *cache.Client
+	// Hot returns the n hottest keys of the namespace, hottest first
+	// (hotset.ReadTop; a function so the API can use the Reader without
+	// depending on the hot set, which counts the API's reads).
+	Hot        func(ctx context.Context, n int) ([]HotKey, error)
 	Log        *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics kept, not exposed
 }
@@ -37,7 +45,7 @@ type Deps struct {
 type Builder struct {
 	cfg Config
 	c   *cache.Client
-	rdb redis.UniversalClient
+	hot func(ctx context.Context, n int) ([]HotKey, error)
 	log *slog.Logger
 	m   *metrics
 }
@@ -47,8 +55,8 @@ func New(cfg Config, deps Deps) (*Builder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.Cache == nil || deps.Redis == nil {
-		return nil, errors.New("replica: Cache and Redis are required")
+	if deps.Cache == nil || deps.Hot == nil {
+		return nil, errors.New("replica: Cache and Hot are required")
 	}
 	log := deps.Log
 	if log == nil {
@@ -58,7 +66,7 @@ func New(cfg Config, deps Deps) (*Builder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: metrics: %w", err)
 	}
-	return &Builder{cfg: cfg, c: deps.Cache, rdb: deps.Redis, log: log.With("component", "replica"), m: m}, nil
+	return &Builder{cfg: cfg, c: deps.Cache, hot: deps.Hot, log: log.With("component", "replica"), m: m}, nil
 }
 
 // Run makes a pass every Interval until ctx ends. With Threshold 0 it only
@@ -86,9 +94,9 @@ func (b *Builder) Run(ctx context.Context) error {
 
 // Pass checks the hottest keys once and (re)builds the sets that need it.
 func (b *Builder) Pass(ctx context.Context) error {
-	top, err := hotset.ReadTop(ctx, b.rdb, b.cfg.Namespace, b.cfg.MaxKeys, "")
+	top, err := b.hot(ctx, b.cfg.MaxKeys)
 	if err != nil {
-		return fmt.Errorf("replica: %w", err)
+		return fmt.Errorf("replica: hot set: %w", err)
 	}
 	live := 0
 	for _, h := range top {

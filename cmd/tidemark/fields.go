@@ -24,6 +24,7 @@ import (
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
 	"tidemark/relay"
+	"tidemark/replica"
 	"tidemark/status"
 	"tidemark/warm"
 )
@@ -122,7 +123,7 @@ func defaultConfigs() map[string]any {
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
-		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(),
+		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(), "replica": replica.DefaultConfig(),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	servebench "tidemark/internal/bench/serve"
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
+	"tidemark/replica"
 	"tidemark/status"
 	"tidemark/warm"
 )
@@ -51,7 +52,8 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"replay", &replayCmd{}, []validated{{"replay", withSince(applier.DefaultReplayConfig()), nil}, {"cache", cache.DefaultConfig(), nil}}},
 		{"serve", &serveCmd{}, []validated{{"api", api.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page,
 			{"audit", audit.DefaultConfig(), []string{"Table", "Batch", "SLO", "Window", "LeaseTTL"}},
-			{"warm", warm.DefaultConfig(), []string{"Workers", "SlowFactor", "Collapse", "StepEvery", "CheckEvery", "LeaseTTL", "HotSetWait"}}}},
+			{"warm", warm.DefaultConfig(), []string{"Workers", "SlowFactor", "Collapse", "StepEvery", "CheckEvery", "LeaseTTL", "HotSetWait"}},
+			{"replica", replica.DefaultConfig(), []string{"AutoFactor", "MaxReplicas", "MaxKeys", "Interval", "RenewBefore"}}}},
 		{"status", &statusCmd{}, []validated{{"status", status.DefaultConfig(), nil}}},
 		{"inspect", &inspectCmd{}, []validated{{"inspect", inspect.DefaultConfig(), nil}}},
 		{"kafka", &kafkaCmd{}, []validated{{"broker", broker.DefaultConfig(), []string{"SealedSyncInterval", "SegmentBytes"}}}},

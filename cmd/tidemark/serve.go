@@ -13,6 +13,7 @@ import (
 	"tidemark/hotset"
 	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
+	"tidemark/replica"
 	"tidemark/warm"
 )
 
@@ -24,7 +25,7 @@ type serveCmd struct {
 	pgFlag
 	statusPageFlag
 	Redis       string `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
-	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
+	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
 	Addr        string `field:"api.Addr" name:"addr" env:"TIDEMARK_ADDR" default:"${api_Addr}" help:"Listen address of the API."`
 	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	Kafka       string `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers (optional): adds the partition table, lag and DLQ depth to the status page, which needs them to judge freshness."`
@@ -55,6 +56,11 @@ type serveCmd struct {
 	cacheFlags
 	AllowEviction bool `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
+	HotThreshold   float64       `field:"replica.Threshold" name:"hot-threshold" env:"TIDEMARK_HOT_THRESHOLD" default:"${replica_Threshold}" help:"Read rate (reads/s over every serve process, from the shared hot set) from which a key gets read replicas on other Redis masters (0: off)."`
+	HotReplicas    int           `field:"replica.Replicas" name:"hot-replicas" env:"TIDEMARK_HOT_REPLICAS" default:"${replica_Replicas}" help:"Copies per hot key (0: auto, ceil(rate / --hot-safe-qps) x 2, at most 8)."`
+	HotSafeQPS     float64       `field:"replica.SafeQPSPerShard" name:"hot-safe-qps" env:"TIDEMARK_HOT_SAFE_QPS" default:"${replica_SafeQPSPerShard}" help:"Reads/s of one key a Redis master takes with headroom, for --hot-replicas auto."`
+	HotManifestTTL time.Duration `field:"api.ReplicaManifestTTL,replica.ManifestTTL" name:"hot-manifest-ttl" env:"TIDEMARK_HOT_MANIFEST_TTL" default:"${replica_ManifestTTL}" help:"How long a process uses a hot key's replica manifest learnt from a lookup (at most 500ms; 0: never read replicas)."`
+
 	AuditRate  float64       `field:"AuditRate,audit.Rate" name:"audit-rate" env:"TIDEMARK_AUDIT_RATE" default:"${audit_Rate}" help:"Cached entries per second the elected auditor compares with Postgres, under the background budget (0: no auditor in this process)."`
 	WarmTop    int           `field:"WarmTop,warm.Top" name:"warm-top" env:"TIDEMARK_WARM_TOP" default:"${warm_Top}" help:"Hottest keys the elected warmer fills after the cache tier loses data (0: no warmer in this process)."`
 	AuditGrace time.Duration `field:"audit.Grace" name:"audit-grace" env:"TIDEMARK_AUDIT_GRACE" default:"${audit_Grace}" help:"An entry behind its source for less than this is the pipeline still delivering, not a violation."`
@@ -71,6 +77,14 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.AuthTTL, cfg.AuthStale = c.AuthTTL, c.AuthStale
 	cfg.MinVersionSlack, cfg.MinVersionMemo = c.MinVersionSlack, c.MinVersionMemo
 	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
+	cfg.ReplicaManifestTTL = c.HotManifestTTL
+	return cfg
+}
+
+func (c *serveCmd) replicaConfig() replica.Config {
+	cfg := replica.DefaultConfig()
+	cfg.Namespace, cfg.Threshold, cfg.Replicas, cfg.SafeQPSPerShard = c.Namespace, c.HotThreshold, c.HotReplicas, c.HotSafeQPS
+	cfg.ManifestTTL = c.HotManifestTTL
 	return cfg
 }
 
@@ -120,6 +134,7 @@ func (c *serveCmd) Validate() error {
 	validateAs(&p, "cache", c.cacheConfig().Validate())
 	validateAs(&p, "audit", c.auditConfig().Validate())
 	validateAs(&p, "warm", c.warmConfig().Validate())
+	validateAs(&p, "replica", c.replicaConfig().Validate())
 	validateAs(&p, "page", c.pageConfig().Validate())
 	return flagErrors(c, p.Err())
 }
@@ -168,6 +183,10 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	reps, err := replica.New(c.replicaConfig(), replica.Deps{Cache: cc, Hot: hotset.HotKeys(rdb, c.Namespace), Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
 	if err != nil {
 		return err
@@ -180,6 +199,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.Run(ctx) })
 	g.Go(func() error { return hot.Run(ctx) })
+	g.Go(func() error { return reps.Run(ctx) })
 	g.Go(func() error { return clock.Run(ctx) })
 	if c.AuditRate > 0 {
 		g.Go(func() error { return aud.Run(ctx) })

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/cache"
+	"tidemark/internal/testenv"
+)
+
+// A hot key with published copies is answered from them (L1 off), never at
+// or after a copy's deadline, and, once an INVALIDATE of a newer version has
+// returned, never with the old version after the manifest lifetime.
+func TestHotKeyReplicasServeWithinDeadlineAndInvalidation(t *testing.T) {
+	e := newEnv(t)
+	soft := 2 * time.Second
+	ccfgFn := func(c *cache.Config) {
+		c.SoftMin, c.SoftMax, c.HardLifetime, c.Lease = soft, soft, 4*time.Second, 300*time.Millisecond
+	}
+	in := e.instance(instOpts{cfg: func(c *Config) { c.L1Size = 0 }, ccfg: ccfgFn})
+	ccfg := testCacheConfig()
+	ccfgFn(&ccfg)
+	builder := e.newCache(ccfg)
+	key := e.apiKey("acme")
+	ctx := testenv.Context(t, 60*time.Second)
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'hot', 1, '"one"')`)
+	if r := e.do("GET", in.item("hot"), key, ""); r.code != 200 {
+		t.Fatalf("cold GET: %d %s", r.code, r.raw)
+	}
+	snap, err := builder.ReplicaSource(ctx, "acme", "hot", time.Second, 0)
+	if err != nil || snap.Status != "ok" {
+		t.Fatalf("replica source = %+v, %v", snap, err)
+	}
+	m, err := builder.BuildReplicas(ctx, "acme", "hot", snap.Entry, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Served from copies until their deadline, then from the primary path.
+	replicaReads := 0
+	for time.Now().Before(m.Soft.Add(500 * time.Millisecond)) {
+		r := e.do("GET", in.item("hot"), key, "")
+		got := time.Now()
+		if r.code != 200 || r.version() != 1 {
+			t.Fatalf("GET: %d %s", r.code, r.raw)
+		}
+		if strings.Contains(r.cacheStatus(), "detail=replica") {
+			replicaReads++
+			if !got.Before(m.Soft.Add(20 * time.Millisecond)) {
+				t.Fatalf("a copy answered at %s, its deadline was %s", got.Format(time.StampMilli), m.Soft.Format(time.StampMilli))
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if replicaReads == 0 {
+		t.Fatal("no GET was answered from a copy")
+	}
+
+	// A fresh value and a fresh set; then v2 is committed and applied.
+	if r := e.do("GET", in.item("hot"), key, ""); r.code != 200 {
+		t.Fatalf("GET: %d %s", r.code, r.raw)
+	}
+	testenv.Eventually(t, 10*time.Second, "a fresh replica set", func() error {
+		snap, err := builder.ReplicaSource(ctx, "acme", "hot", time.Second, 0)
+		if err != nil {
+			return err
+		}
+		if snap.Status != "ok" {
+			e.do("GET", in.item("hot"), key, "") // refresh the primary
+			return errorString("replica source: " + snap.Status)
+		}
+		m, err = builder.BuildReplicas(ctx, "acme", "hot", snap.Entry, 3)
+		return err
+	})
+	testenv.Eventually(t, 5*time.Second, "a GET from a copy", func() error {
+		if r := e.do("GET", in.item("hot"), key, ""); !strings.Contains(r.cacheStatus(), "detail=replica") {
+			return errorString("GET: " + r.cacheStatus())
+		}
+		return nil
+	})
+	e.exec(`UPDATE catalog.items SET version = 2, display = '"two"' WHERE tenant_id = 'acme' AND item_id = 'hot'`)
+	if _, err := builder.Invalidate(ctx, "acme", "hot", 2); err != nil {
+		t.Fatal(err)
+	}
+	invalidated := time.Now()
+	for time.Since(invalidated) < time.Second {
+		sent := time.Now()
+		r := e.do("GET", in.item("hot"), key, "")
+		if r.code == 200 && r.version() == 1 && strings.Contains(r.cacheStatus(), "detail=replica") &&
+			sent.After(invalidated.Add(DefaultConfig().ReplicaManifestTTL+20*time.Millisecond)) {
+			t.Fatalf("GET sent %s after INVALIDATE v2 returned answered v1 from a copy", sent.Sub(invalidated))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := e.do("GET", in.item("hot"), key, ""); r.code != 200 || r.version() != 2 {
+		t.Fatalf("GET after the invalidation: %d %s", r.code, r.raw)
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
