@@ -13,6 +13,9 @@ import (
 	"tidemark/hotset"
 )
 
+// warmReadTimeout bounds one key's lookup, source read and fill.
+const warmReadTimeout = 5 * time.Second
+
 // pace is one step's observations.
 type pace struct {
 	mu       sync.Mutex
@@ -60,7 +63,7 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 	lim := rate.NewLimiter(rate.Limit(cur), w.cfg.Workers)
 	w.m.rate.Set(cur)
 	p := &pace{}
-	state := "running"
+	state := StateRunning
 	w.progress(ctx, state, reason, req, total, 0, 0, cur, start)
 
 	jobs := make(chan hotset.Hot)
@@ -108,12 +111,12 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 			switch {
 			case slow || rising:
 				cur = max(cur/2, w.cfg.Step/4)
-				state = "backing off"
+				state = StateBackingOff
 				w.m.backoffs.Inc()
 				log.Info("warm backing off", "rate", cur, "source_read_mean", mean, "best", best, "foreground_refusals", delta)
 			case refused == 0:
 				cur = min(w.cfg.MaxRate, cur+w.cfg.Step)
-				state = "running"
+				state = StateRunning
 			}
 			if reads > 0 && (best == 0 || mean < best) {
 				best = mean
@@ -136,7 +139,14 @@ feed:
 	<-stepDone
 	w.m.remaining.Set(0)
 	w.m.rate.Set(0)
-	w.progress(context.WithoutCancel(ctx), "done", reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
+	if ctx.Err() != nil {
+		// The lease moved (or the process stops): the next holder warms
+		// the loss again, from the hottest key.
+		w.progress(context.WithoutCancel(ctx), StateInterrupted, reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
+		log.Info("warm interrupted", "keys", total, "done", done.Load())
+		return
+	}
+	w.progress(ctx, StateDone, reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
 	log.Info("warm finished", "keys", total, "took", time.Since(start).Round(time.Millisecond))
 }
 
@@ -157,7 +167,11 @@ func (w *Warmer) one(ctx context.Context, lim *rate.Limiter, p *pace, k hotset.H
 		if err := lim.Wait(ctx); err != nil {
 			return ""
 		}
-		out, err := w.d.Source.Warm(ctx, k.Tenant, k.Item)
+		// A read under way finishes even when the lease moves: cancelled, it
+		// would leave the key's fill lease taken and unused until it expires.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmReadTimeout)
+		out, err := w.d.Source.Warm(wctx, k.Tenant, k.Item)
+		cancel()
 		switch {
 		case err == nil:
 			w.m.keys.WithLabelValues(string(out.Result)).Inc()
