@@ -13,6 +13,10 @@ import (
 	"tidemark/hotset"
 )
 
+// refusalNoise is how many more foreground refusals than usual in one step
+// still count as noise, not as a rise.
+const refusalNoise = 5
+
 // warmReadTimeout bounds one key's lookup, source read and fill.
 const warmReadTimeout = 5 * time.Second
 
@@ -88,7 +92,7 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 		defer t.Stop()
 		best := time.Duration(0)
 		lastRef := w.d.Source.ForegroundRefusals()
-		lastDelta := 0.0
+		usual := -1.0 // smoothed refusals per step; -1 until the first step
 		for {
 			select {
 			case <-ctx.Done():
@@ -105,9 +109,14 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 			// Foreground refusals right after a loss come from the misses
 			// the warmer is there to remove; only rising refusals mean the
 			// warmer takes what the foreground needs (in-flight slots,
-			// source capacity).
-			rising := delta > 0 && delta > 1.1*lastDelta
-			lastDelta = delta
+			// source capacity). Rising is well above the smoothed usual
+			// count, so that step-to-step noise does not hold the warmer
+			// back.
+			rising := usual >= 0 && delta > 1.5*usual+refusalNoise
+			if usual < 0 {
+				usual = delta
+			}
+			usual += 0.3 * (delta - usual)
 			switch {
 			case slow || rising:
 				cur = max(cur/2, w.cfg.Step/4)
@@ -118,8 +127,14 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 				cur = min(w.cfg.MaxRate, cur+w.cfg.Step)
 				state = StateRunning
 			}
-			if reads > 0 && (best == 0 || mean < best) {
+			// The baseline is the best step, forgotten by 10 % a step: a
+			// source (or host) that settles at a slower healthy speed
+			// becomes the new baseline within seconds, while a step that is
+			// suddenly several times slower still reads as slow.
+			if reads > 0 && (best == 0 || mean < best*11/10) {
 				best = mean
+			} else if reads > 0 {
+				best = best * 11 / 10
 			}
 			lim.SetLimit(rate.Limit(cur))
 			w.m.rate.Set(cur)
