@@ -50,6 +50,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
 		m.budgetRejections.WithLabelValues(class)
+		for _, result := range []string{"found", "not_found", "timeout", "error"} {
+			m.sourceReads.WithLabelValues(class, result)
+		}
 	}
 	return m, nil
 }

@@ -52,5 +52,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{string(api.WarmFilled), string(api.WarmCached), string(api.WarmBusy), string(api.WarmLost), "refused", "error"} {
 		m.keys.WithLabelValues(r)
 	}
+	for _, r := range []string{ReasonResetAt, ReasonIdentity, ReasonCollapse, ReasonRequested} {
+		m.runs.WithLabelValues(r)
+	}
 	return m, nil
 }

@@ -9,9 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// States of a warm run in its progress.
+const (
+	StateRunning     = "running"
+	StateBackingOff  = "backing off"
+	StateDone        = "done"
+	StateInterrupted = "interrupted" // the lease moved; the next holder warms again
+)
+
 // Progress is the last or current warm run as the warmer publishes it.
 type Progress struct {
-	State   string // running, backing off, done
+	State   string // one of the State constants
 	Reason  string
 	Tenant  string
 	Total   int
@@ -54,7 +62,7 @@ func (p Progress) String() string {
 	if p.Tenant != "" {
 		who = " of tenant " + p.Tenant
 	}
-	if p.State == "done" {
+	if p.State == StateDone {
 		return fmt.Sprintf("warm: last run (%s) filled %d of the %d hottest keys%s, finished %s ago",
 			p.Reason, p.Filled, p.Total, who, time.Since(p.Updated).Round(time.Second))
 	}

@@ -13,6 +13,13 @@ import (
 	"tidemark/hotset"
 )
 
+// refusalNoise is how many more foreground refusals than usual in one step
+// still count as noise, not as a rise.
+const refusalNoise = 5
+
+// warmReadTimeout bounds one key's lookup, source read and fill.
+const warmReadTimeout = 5 * time.Second
+
 // pace is one step's observations.
 type pace struct {
 	mu       sync.Mutex
@@ -60,7 +67,7 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 	lim := rate.NewLimiter(rate.Limit(cur), w.cfg.Workers)
 	w.m.rate.Set(cur)
 	p := &pace{}
-	state := "running"
+	state := StateRunning
 	w.progress(ctx, state, reason, req, total, 0, 0, cur, start)
 
 	jobs := make(chan hotset.Hot)
@@ -85,7 +92,7 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 		defer t.Stop()
 		best := time.Duration(0)
 		lastRef := w.d.Source.ForegroundRefusals()
-		lastDelta := 0.0
+		usual := -1.0 // smoothed refusals per step; -1 until the first step
 		for {
 			select {
 			case <-ctx.Done():
@@ -102,21 +109,32 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 			// Foreground refusals right after a loss come from the misses
 			// the warmer is there to remove; only rising refusals mean the
 			// warmer takes what the foreground needs (in-flight slots,
-			// source capacity).
-			rising := delta > 0 && delta > 1.1*lastDelta
-			lastDelta = delta
+			// source capacity). Rising is well above the smoothed usual
+			// count, so that step-to-step noise does not hold the warmer
+			// back.
+			rising := usual >= 0 && delta > 1.5*usual+refusalNoise
+			if usual < 0 {
+				usual = delta
+			}
+			usual += 0.3 * (delta - usual)
 			switch {
 			case slow || rising:
 				cur = max(cur/2, w.cfg.Step/4)
-				state = "backing off"
+				state = StateBackingOff
 				w.m.backoffs.Inc()
 				log.Info("warm backing off", "rate", cur, "source_read_mean", mean, "best", best, "foreground_refusals", delta)
 			case refused == 0:
 				cur = min(w.cfg.MaxRate, cur+w.cfg.Step)
-				state = "running"
+				state = StateRunning
 			}
-			if reads > 0 && (best == 0 || mean < best) {
+			// The baseline is the best step, forgotten by 10 % a step: a
+			// source (or host) that settles at a slower healthy speed
+			// becomes the new baseline within seconds, while a step that is
+			// suddenly several times slower still reads as slow.
+			if reads > 0 && (best == 0 || mean < best*11/10) {
 				best = mean
+			} else if reads > 0 {
+				best = best * 11 / 10
 			}
 			lim.SetLimit(rate.Limit(cur))
 			w.m.rate.Set(cur)
@@ -136,7 +154,14 @@ feed:
 	<-stepDone
 	w.m.remaining.Set(0)
 	w.m.rate.Set(0)
-	w.progress(context.WithoutCancel(ctx), "done", reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
+	if ctx.Err() != nil {
+		// The lease moved (or the process stops): the next holder warms
+		// the loss again, from the hottest key.
+		w.progress(context.WithoutCancel(ctx), StateInterrupted, reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
+		log.Info("warm interrupted", "keys", total, "done", done.Load())
+		return
+	}
+	w.progress(ctx, StateDone, reason, req, total, int(done.Load()), int(filled.Load()), 0, start)
 	log.Info("warm finished", "keys", total, "took", time.Since(start).Round(time.Millisecond))
 }
 
@@ -157,7 +182,11 @@ func (w *Warmer) one(ctx context.Context, lim *rate.Limiter, p *pace, k hotset.H
 		if err := lim.Wait(ctx); err != nil {
 			return ""
 		}
-		out, err := w.d.Source.Warm(ctx, k.Tenant, k.Item)
+		// A read under way finishes even when the lease moves: cancelled, it
+		// would leave the key's fill lease taken and unused until it expires.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmReadTimeout)
+		out, err := w.d.Source.Warm(wctx, k.Tenant, k.Item)
+		cancel()
 		switch {
 		case err == nil:
 			w.m.keys.WithLabelValues(string(out.Result)).Inc()

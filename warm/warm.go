@@ -108,6 +108,14 @@ type Request struct {
 	At     int64  `json:"at"` // unix ms
 }
 
+// Reasons of a warm run (the label of tidemark_warm_runs_total).
+const (
+	ReasonResetAt   = "reset_at moved"
+	ReasonIdentity  = "cache tier identity changed"
+	ReasonCollapse  = "key count collapsed"
+	ReasonRequested = "requested"
+)
+
 // Keys of the warmer's state: the request queue, the progress hash read by
 // `tidemark status` and `tidemark warm`, and the lease.
 func RequestsKey(ns string) string { return ns + ":v1:_warm:requests" }
@@ -133,6 +141,7 @@ type Warmer struct {
 	log   *slog.Logger
 	m     *metrics
 	lease *elect.Lease
+	tier  tier
 }
 
 // New checks cfg and deps.
@@ -158,7 +167,11 @@ func New(cfg Config, d Deps) (*Warmer, error) {
 	return &Warmer{cfg: cfg, d: d, log: log, m: m, lease: lease}, nil
 }
 
-// Run watches for losses and requests while this process holds the lease.
+// Run observes the cache tier for losses, and warms after one or on a
+// request while this process holds the lease.
 func (w *Warmer) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { defer close(done); w.observe(ctx) }()
+	defer func() { <-done }()
 	return w.lease.Hold(ctx, w.watch)
 }

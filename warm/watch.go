@@ -10,51 +10,112 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// watch checks every CheckEvery for a loss or a queued request and warms.
+// lossMaxAge bounds how long a loss seen by a process that did not hold the
+// lease still starts a run when it takes the lease over.
+const lossMaxAge = time.Minute
+
+// tier is what every serve process observes of the cache tier, lease or
+// not: a process that takes the lease over right after a loss (the lease
+// itself lived on the lost node, so any process may win it back) still
+// knows the tier before the loss and warms.
+type tier struct {
+	mu        sync.Mutex
+	seen      bool // a first check made the baseline
+	lastReset time.Time
+	lastID    string
+	peak      float64
+	loss      string // pending loss reason, "" when none
+	lossAt    time.Time
+}
+
+// takeLoss returns and clears a pending loss seen within lossMaxAge, and
+// when it was seen.
+func (t *tier) takeLoss() (string, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	reason, at := t.loss, t.lossAt
+	if time.Since(at) > lossMaxAge {
+		reason = ""
+	}
+	t.loss = ""
+	return reason, at
+}
+
+// observe checks the tier every CheckEvery in every process and records a
+// loss: reset_at moved, the identity changed, or the key count collapsed.
+func (w *Warmer) observe(ctx context.Context) {
+	t := time.NewTicker(w.cfg.CheckEvery)
+	defer t.Stop()
+	for {
+		w.check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Warmer) check(ctx context.Context) {
+	s := &w.tier
+	reason := ""
+	wm := w.d.Cache.Watermark()
+	id, idErr := w.d.Cache.ServerIdentity(ctx)
+	n, nErr := w.keyCount(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// One loss can show in several ways at once (a restarted node has a new
+	// identity and no keys); the first, most specific, names it.
+	if wm.ResetAt.After(s.lastReset) {
+		if s.seen {
+			reason = ReasonResetAt
+		}
+		s.lastReset = wm.ResetAt
+	}
+	s.seen = true
+	if idErr == nil {
+		if s.lastID != "" && id != s.lastID && reason == "" {
+			reason = ReasonIdentity
+		}
+		s.lastID = id
+	}
+	if nErr == nil {
+		if s.peak >= float64(w.cfg.MinPeakKeys) && float64(n) < w.cfg.Collapse*s.peak {
+			if reason == "" {
+				reason = ReasonCollapse
+			}
+			s.peak = float64(n) // the new baseline: one collapse is one loss
+		}
+		s.peak = max(float64(n), s.peak*0.995) // forget a peak over minutes
+	}
+	if reason != "" {
+		s.loss, s.lossAt = reason, time.Now()
+	}
+}
+
+// watch runs under the lease: every CheckEvery it takes a queued request or
+// a loss the observer recorded, and warms.
 func (w *Warmer) watch(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.CheckEvery)
 	defer t.Stop()
-	var (
-		lastReset time.Time
-		lastID    string
-		peak      float64
-		first     = true
-	)
 	for {
 		reason, req := "", Request{Top: w.cfg.Top}
 		if b, err := w.d.Redis.LPop(ctx, RequestsKey(w.cfg.Namespace)).Bytes(); err == nil {
 			if err := json.Unmarshal(b, &req); err != nil || req.Top < 1 {
 				w.log.Warn("ignoring a malformed warm request", "request", string(b), "err", err)
+				req = Request{Top: w.cfg.Top}
 			} else {
-				reason = "requested"
+				reason = ReasonRequested
 			}
 		} else if !errors.Is(err, redis.Nil) && ctx.Err() == nil {
 			w.log.Debug("warm requests unreadable", "err", err)
 		}
-		if wm := w.d.Cache.Watermark(); wm.ResetAt.After(lastReset) {
-			if !first && !lastReset.IsZero() {
-				reason = "reset_at moved"
-			}
-			lastReset = wm.ResetAt
+		if loss, at := w.tier.takeLoss(); loss != "" && reason == "" && !w.covered(ctx, at) {
+			reason = loss
 		}
-		if id, err := w.d.Cache.ServerIdentity(ctx); err == nil {
-			if lastID != "" && id != lastID {
-				reason = "cache tier identity changed"
-			}
-			lastID = id
-		}
-		if n, err := w.keyCount(ctx); err == nil {
-			if peak >= float64(w.cfg.MinPeakKeys) && float64(n) < w.cfg.Collapse*peak {
-				reason = "key count collapsed"
-			}
-			peak = max(float64(n), peak*0.995) // forget a peak over minutes
-		}
-		first = false
 		if reason != "" {
 			w.warm(ctx, reason, req)
-			if n, err := w.keyCount(ctx); err == nil {
-				peak = float64(n)
-			}
+			w.tier.takeLoss() // the run just made covers a loss seen meanwhile
 		}
 		select {
 		case <-ctx.Done():
@@ -62,6 +123,15 @@ func (w *Warmer) watch(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// covered reports whether a warm run (of this process or of the holder
+// before it) that started after, or just before, a loss was seen at has
+// finished: every process sees the same loss, a few checks apart, and an
+// interrupted run is warmed again.
+func (w *Warmer) covered(ctx context.Context, at time.Time) bool {
+	p, ok, err := ReadProgress(ctx, w.d.Redis, w.cfg.Namespace)
+	return err == nil && ok && p.State == StateDone && p.Started.After(at.Add(-3*w.cfg.CheckEvery))
 }
 
 // keyCount is the tier's total DBSIZE over every master.

@@ -1,0 +1,494 @@
+// Package warm is the warm-up benchmark (`tidemark bench warm`): zipf reads
+// through two real `tidemark serve` processes against a private Postgres and
+// redis-server (no persistence). The redis-server is killed under load and
+// restarted empty twice in the same run, first with the serve processes'
+// warmers off and then on. Each time the harness measures how long the hit
+// ratio takes to get back to 90 % of what it was before the kill, the source
+// reads per second (counted by pg_stat_statements) against the budget, and
+// the share of 503s before and after that point.
+package warm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/api"
+	"tidemark/internal/localserver"
+	"tidemark/migrations"
+	"tidemark/schema"
+)
+
+// Config of one run.
+type Config struct {
+	Binary         string        // the tidemark executable that runs `serve`
+	Items          int           // catalog items, one tenant
+	Zipf           float64       // zipf exponent of the reads (> 1)
+	Clients        int           // concurrent GET loops
+	Serves         int           // serve processes
+	ForegroundRate float64       // source budget of the request path, reads/s over all serve processes
+	BackgroundRate float64       // background class, reads/s (the warmer's ceiling)
+	WarmTop        int           // hottest keys the warmer fills
+	Warmup         time.Duration // load before each kill
+	Observe        time.Duration // how long each arm watches the recovery
+	Window         time.Duration // hit-ratio and source-rate window
+}
+
+// DefaultConfig is sized for a small shared box: a foreground budget well
+// below the miss rate right after the kill, so the misses refill the cache
+// slowly and the background class is what can make the difference.
+func DefaultConfig() Config {
+	return Config{Items: 20000, Zipf: 1.1, Clients: 16, Serves: 2, ForegroundRate: 100, BackgroundRate: 400, WarmTop: 5000,
+		Warmup: 30 * time.Second, Observe: 60 * time.Second, Window: time.Second}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Binary == "" {
+		errs = append(errs, errors.New("bench warm: Binary is required"))
+	}
+	if c.Items < 100 || c.Clients < 1 || c.Serves < 1 || c.WarmTop < 1 {
+		errs = append(errs, fmt.Errorf("bench warm: Items (>= 100), Clients, Serves and WarmTop must be positive, got %d, %d, %d, %d", c.Items, c.Clients, c.Serves, c.WarmTop))
+	}
+	if !(c.Zipf > 1) {
+		errs = append(errs, fmt.Errorf("bench warm: Zipf must be above 1, got %v", c.Zipf))
+	}
+	if !(c.ForegroundRate > 0 && c.BackgroundRate > 0) {
+		errs = append(errs, errors.New("bench warm: ForegroundRate and BackgroundRate must be positive"))
+	}
+	if c.Warmup < 5*time.Second || c.Observe < c.Window || c.Window < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("bench warm: Warmup must be at least 5s (the hot set merges every 5 s), Observe at least Window, Window at least 100ms"))
+	}
+	return errors.Join(errs...)
+}
+
+// Arm is one kill and recovery.
+type Arm struct {
+	Warmer      bool
+	HitBefore   float64       // hit ratio over the last 3 windows before the kill
+	TimeTo90    time.Duration // from the kill until a window's hit ratio is back to 90 % of HitBefore
+	Reached     bool
+	PeakSource  float64 // source reads/s, highest window after the kill
+	MeanSource  float64 // source reads/s over the observation
+	Unavail     float64 // share of 503s from the kill until TimeTo90 (the whole observation if not reached)
+	After503    float64 // share of 503s after TimeTo90
+	ReqRate     float64 // GETs/s after the kill
+	Windows     []Window
+	WarmedKeys  float64 // tidemark_warm_keys_total{result="filled"} over the serve processes
+	WarmBackoff float64 // tidemark_warm_backoffs_total over the serve processes
+}
+
+// Window is one window's counts after the kill.
+type Window struct {
+	At           time.Duration // since the kill
+	Hits, Total  int64
+	Unavail      int64
+	SourcePerSec float64
+}
+
+// Result of a run.
+type Result struct {
+	Arms   []Arm
+	Budget float64 // foreground + background reads/s
+	Setup  string
+}
+
+// Run runs both arms against private servers.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	res := Result{Budget: cfg.ForegroundRate + cfg.BackgroundRate}
+	fmt.Fprintln(progress, "starting private Postgres and redis-server (no persistence) ...")
+	srv, stop, err := startServers()
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	if _, err := migrations.Up(ctx, srv.dsn, log); err != nil {
+		return res, fmt.Errorf("bench warm: migrate: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, srv.dsn)
+	if err != nil {
+		return res, fmt.Errorf("bench warm: %w", err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		SELECT 'bench', 'i' || g, 1, jsonb_build_object('name', 'Item ' || g, 'text', repeat('lorem ipsum ', 20))
+		FROM generate_series(0, $1 - 1) g`, cfg.Items); err != nil {
+		return res, fmt.Errorf("bench warm: seed: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return res, fmt.Errorf("bench warm: pg_stat_statements: %w", err)
+	}
+	key, err := api.CreateAPIKey(ctx, pool, "bench")
+	if err != nil {
+		return res, fmt.Errorf("bench warm: %w", err)
+	}
+	res.Setup = fmt.Sprintf("%d items of one tenant, zipf s=%.2f, %d closed-loop clients over %d `tidemark serve` processes (L1 off, auditor off); "+
+		"source budget %.0f/s foreground + %.0f/s background; warmer top %d; windows of %s",
+		cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves, cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop, cfg.Window)
+	for _, warmer := range []bool{false, true} {
+		fmt.Fprintf(progress, "arm: warmer %s\n", onOff(warmer))
+		a, err := arm(ctx, cfg, srv, pool, key, warmer, progress)
+		if err != nil {
+			return res, err
+		}
+		res.Arms = append(res.Arms, a)
+	}
+	return res, nil
+}
+
+type servers struct {
+	dsn   string
+	redis *localserver.Redis
+}
+
+func startServers() (servers, func(), error) {
+	rdir, err := os.MkdirTemp("", "tidemark-bench-warm-redis-")
+	if err != nil {
+		return servers{}, nil, err
+	}
+	r, err := localserver.NewRedis(localserver.RedisConfig{Dir: rdir})
+	if err != nil {
+		os.RemoveAll(rdir)
+		return servers{}, nil, fmt.Errorf("bench warm: redis-server: %w", err)
+	}
+	pdir, err := os.MkdirTemp("", "tidemark-bench-warm-pg-")
+	if err != nil {
+		r.Remove()
+		return servers{}, nil, err
+	}
+	// localserver preloads pg_stat_statements.
+	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: pdir, Ephemeral: true})
+	if err != nil {
+		os.RemoveAll(pdir)
+		r.Remove()
+		return servers{}, nil, fmt.Errorf("bench warm: postgres: %w", err)
+	}
+	return servers{dsn: pg.DSN("postgres"), redis: r}, func() { pg.Remove(); r.Remove() }, nil
+}
+
+// sourceReads is the number of single-item source reads Postgres has run.
+func sourceReads(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE query LIKE '%tidemark source read%' AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("bench warm: pg_stat_statements: %w", err)
+	}
+	return n, nil
+}
+
+type serveProc struct {
+	cmd     *exec.Cmd
+	api     string
+	metrics string
+}
+
+func startServe(ctx context.Context, cfg Config, dsn, redisURL, ns string, warmer bool) (*serveProc, error) {
+	apiPort, err := localserver.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	mPort, err := localserver.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	warmTop := 0
+	if warmer {
+		warmTop = cfg.WarmTop
+	}
+	args := []string{"--log-level", "warn", "serve", "--pg", dsn, "--redis", redisURL, "--namespace", ns,
+		"--addr", fmt.Sprintf("127.0.0.1:%d", apiPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mPort),
+		"--l1-size", "0", "--audit-rate", "0", "--warm-top", strconv.Itoa(warmTop),
+		"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
+		"--source-background-rate", strconv.FormatFloat(cfg.BackgroundRate, 'f', -1, 64)}
+	cmd := exec.CommandContext(ctx, cfg.Binary, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench warm: start serve: %w", err)
+	}
+	p := &serveProc{cmd: cmd, api: fmt.Sprintf("http://127.0.0.1:%d", apiPort), metrics: fmt.Sprintf("http://127.0.0.1:%d", mPort)}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(p.metrics + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.stop()
+			return nil, fmt.Errorf("bench warm: serve not ready after 60s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p *serveProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// counter sums a metric's series in the serve process's /metrics text.
+func (p *serveProc) counter(name, match string) (float64, error) {
+	res, err := http.Get(p.metrics + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, err
+	}
+	total, found := 0.0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, match) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || (f[0] != name && !strings.HasPrefix(f[0], name+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		total, found = total+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("no series %s%s at %s", name, match, p.metrics)
+	}
+	return total, nil
+}
+
+func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key string, warmer bool, progress io.Writer) (Arm, error) {
+	a := Arm{Warmer: warmer}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	ns := "warm" + hex.EncodeToString(suffix[:])
+
+	// A healthy pipeline: the watermark follows the clock (the applier's
+	// part), also right after the kill, so entries stay servable.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.redis.Addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rdb.HSet(ctx, schema.WatermarkKey(ns), schema.FieldPartitions, 1, schema.WatermarkField(0), time.Now().UnixMilli())
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	var procs []*serveProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for range cfg.Serves {
+		p, err := startServe(ctx, cfg, srv.dsn, srv.redis.URL(), ns, warmer)
+		if err != nil {
+			return a, err
+		}
+		procs = append(procs, p)
+	}
+
+	var hits, total, unavail atomic.Int64
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients}}
+	var load sync.WaitGroup
+	defer load.Wait()
+	defer cancel()
+	for c := range cfg.Clients {
+		load.Add(1)
+		go func() {
+			defer load.Done()
+			r := mrand.New(mrand.NewPCG(uint64(c), uint64(time.Now().UnixNano())))
+			z := mrand.NewZipf(r, cfg.Zipf, 1, uint64(cfg.Items-1))
+			base := procs[c%len(procs)].api
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/catalog/items/i"+strconv.FormatUint(z.Uint64(), 10), nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := client.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				total.Add(1)
+				switch {
+				case resp.StatusCode == http.StatusServiceUnavailable:
+					unavail.Add(1)
+				case resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Cache-Status"), "tidemark; hit"):
+					hits.Add(1)
+				}
+			}
+		}()
+	}
+
+	type sample struct {
+		at                   time.Time
+		hits, total, unavail int64
+		source               int64
+	}
+	var samples []sample
+	take := func() error {
+		n, err := sourceReads(ctx, pool)
+		if err != nil {
+			return err
+		}
+		samples = append(samples, sample{at: time.Now(), hits: hits.Swap(0), total: total.Swap(0), unavail: unavail.Swap(0), source: n})
+		return nil
+	}
+	tick := time.NewTicker(cfg.Window)
+	defer tick.Stop()
+	until := func(d time.Duration) error {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+			if err := take(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := take(); err != nil {
+		return a, err
+	}
+	if err := until(cfg.Warmup); err != nil {
+		return a, err
+	}
+	var h, t int64
+	for _, s := range samples[max(1, len(samples)-3):] {
+		h, t = h+s.hits, t+s.total
+	}
+	if t == 0 || h == 0 {
+		return a, fmt.Errorf("bench warm: %d hits of %d reads before the kill: the cache is not serving", h, t)
+	}
+	a.HitBefore = float64(h) / float64(t)
+	fmt.Fprintf(progress, "  hit ratio before the kill %.1f %%; killing redis-server\n", 100*a.HitBefore)
+	killAt := len(samples) - 1
+	srv.redis.Kill()
+	killed := time.Now()
+	if err := srv.redis.Start(); err != nil {
+		return a, fmt.Errorf("bench warm: restart redis-server: %w", err)
+	}
+	if err := until(cfg.Observe); err != nil {
+		return a, err
+	}
+	var u1, t1, u2, t2, all int64
+	for i := killAt + 1; i < len(samples); i++ {
+		s, prev := samples[i], samples[i-1]
+		rate := float64(s.source-prev.source) / s.at.Sub(prev.at).Seconds()
+		a.Windows = append(a.Windows, Window{At: s.at.Sub(killed), Hits: s.hits, Total: s.total, Unavail: s.unavail, SourcePerSec: rate})
+		a.PeakSource = max(a.PeakSource, rate)
+		all += s.total
+		if !a.Reached && s.total > 0 && float64(s.hits)/float64(s.total) >= 0.9*a.HitBefore {
+			a.Reached, a.TimeTo90 = true, s.at.Sub(killed)
+		}
+		if a.Reached {
+			u2, t2 = u2+s.unavail, t2+s.total
+		} else {
+			u1, t1 = u1+s.unavail, t1+s.total
+		}
+	}
+	last := samples[len(samples)-1]
+	a.MeanSource = float64(last.source-samples[killAt].source) / last.at.Sub(samples[killAt].at).Seconds()
+	a.ReqRate = float64(all) / last.at.Sub(samples[killAt].at).Seconds()
+	if t1 > 0 {
+		a.Unavail = float64(u1) / float64(t1)
+	}
+	if t2 > 0 {
+		a.After503 = float64(u2) / float64(t2)
+	}
+	for _, p := range procs {
+		if v, err := p.counter("tidemark_warm_keys_total", `result="filled"`); err == nil {
+			a.WarmedKeys += v
+		}
+		if v, err := p.counter("tidemark_warm_backoffs_total", ""); err == nil {
+			a.WarmBackoff += v
+		}
+	}
+	return a, nil
+}
+
+// Markdown is the report.
+func (r Result) Markdown(cfg Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n", r.Setup)
+	fmt.Fprintln(&b, "| warmer | hit ratio before kill | time to 90 % of it | source reads/s after the kill: peak (mean) vs budget | GETs/s | 503s until 90 % | 503s after | keys warmed | back-offs |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	for _, a := range r.Arms {
+		t := "not within " + cfg.Observe.String()
+		if a.Reached {
+			t = a.TimeTo90.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %.1f %% | %s | %.0f (%.0f) vs %.0f | %.0f | %.2f %% | %.2f %% | %.0f | %.0f |\n", onOff(a.Warmer), 100*a.HitBefore, t,
+			a.PeakSource, a.MeanSource, r.Budget, a.ReqRate, 100*a.Unavail, 100*a.After503, a.WarmedKeys, a.WarmBackoff)
+	}
+	fmt.Fprintln(&b, "\nHit ratio per window after the kill (off / on):")
+	fmt.Fprintln(&b)
+	if len(r.Arms) == 2 {
+		fmt.Fprintln(&b, "| since kill | hit ratio off | hit ratio on | source reads/s off | on |")
+		fmt.Fprintln(&b, "|---|---|---|---|---|")
+		for i := 0; i < len(r.Arms[0].Windows) && i < len(r.Arms[1].Windows); i++ {
+			o, n := r.Arms[0].Windows[i], r.Arms[1].Windows[i]
+			fmt.Fprintf(&b, "| %s | %.1f %% | %.1f %% | %.0f | %.0f |\n", n.At.Round(100*time.Millisecond), ratio(o.Hits, o.Total), ratio(n.Hits, n.Total), o.SourcePerSec, n.SourcePerSec)
+		}
+	}
+	return b.String()
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
