@@ -32,6 +32,8 @@ const (
 	ProcApply     = "apply"
 	ProcBroker    = "broker"
 	ProcWalsender = "walsender"
+	ProcRedis     = "redis-server"
+	ProcHarness   = "bench" // this process: load generator and observers
 )
 
 // Dist is a latency distribution from exact samples (nearest rank).
@@ -223,7 +225,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	pids := map[string]int{ProcCapture: st.capture.pid(), ProcApply: st.apply.pid(), ProcWalsender: walsender}
+	pids := map[string]int{ProcCapture: st.capture.pid(), ProcApply: st.apply.pid(), ProcWalsender: walsender,
+		ProcRedis: rs.Pid(), ProcHarness: os.Getpid()}
 	if st.broker != nil {
 		pids[ProcBroker] = st.broker.pid()
 	}

@@ -71,7 +71,7 @@ func Report(w io.Writer, cfg Config, res Result) {
 	lag.WriteTo(w)
 
 	cost := bench.Table{Header: []string{"phase", "CPU s / 1,000 changes: capture", "apply", "broker", "walsender",
-		"peak RSS MiB: capture", "apply", "broker"}}
+		"redis-server", "bench (load + observers)", "peak RSS MiB: capture", "apply", "broker"}}
 	for _, p := range res.Phases {
 		cpu := func(n string) string {
 			if v, ok := p.CPUPer1k(n); ok {
@@ -85,7 +85,8 @@ func Report(w io.Writer, cfg Config, res Result) {
 			}
 			return "-"
 		}
-		cost.Add(p.Name, cpu(ProcCapture), cpu(ProcApply), cpu(ProcBroker), cpu(ProcWalsender), rss(ProcCapture), rss(ProcApply), rss(ProcBroker))
+		cost.Add(p.Name, cpu(ProcCapture), cpu(ProcApply), cpu(ProcBroker), cpu(ProcWalsender), cpu(ProcRedis), cpu(ProcHarness),
+			rss(ProcCapture), rss(ProcApply), rss(ProcBroker))
 	}
 	fmt.Fprintln(w)
 	cost.WriteTo(w)
