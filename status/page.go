@@ -106,6 +106,7 @@ func (p *Page) sample(ctx context.Context) {
 	if err == nil {
 		var r Report
 		if r, err = Check(ctx, p.cfg.Check); err == nil {
+			r.Audit = gatherAudit(p.gather)
 			rep = &r
 		} else if ctx.Err() == nil {
 			p.log.Debug("status check failed", "err", err)
@@ -278,6 +279,8 @@ th{background:#f4f4f4}.stalled{color:#c62828}.k{text-align:left;color:#555;white
 <table id="summary">
 <tr><td class="k">watermark age</td><td>{{$.WatermarkAge}}</td><td class="k"><small>bound on the age of the oldest pending event; warn {{.WarnSeconds}}s, SLO {{.SLOSeconds}}s</small></td></tr>
 <tr><td class="k">reset_at</td><td>{{if .ResetAt}}{{.ResetAt.Format "2006-01-02T15:04:05Z07:00"}}{{else}}none{{end}}</td><td></td></tr>
+{{with .Warm}}<tr><td class="k">warm-up</td><td id="warm">{{.Line}}</td><td></td></tr>{{end}}
+{{with .Audit}}<tr><td class="k">audit</td><td id="audit">{{.}}</td><td></td></tr>{{end}}
 <tr><td class="k">consumer lag</td><td>{{.TotalLag}} records</td><td></td></tr>
 <tr><td class="k">DLQ depth</td><td id="dlq">{{.DLQDepth}} records</td><td></td></tr>
 {{with .EvictionPolicy}}<tr><td class="k">maxmemory-policy</td><td id="maxmemory">{{range $addr, $pol := .}}{{$addr}} {{$pol}}<br>{{end}}</td><td></td></tr>{{end}}

@@ -27,6 +27,12 @@ func (r Report) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "  reset_at        none\n")
 	}
+	if r.Warm != nil {
+		fmt.Fprintf(w, "  %s\n", r.Warm.Line)
+	}
+	if r.Audit != nil {
+		fmt.Fprintf(w, "  audit: %s\n", r.Audit)
+	}
 	fmt.Fprintf(w, "  consumer lag    %d records\n", r.TotalLag)
 	fmt.Fprintf(w, "  DLQ depth       %d records\n", r.DLQDepth)
 	if len(r.EvictionPolicy) > 0 {

@@ -112,6 +112,10 @@ type Report struct {
 	EvictionPolicy map[string]string `json:"maxmemory_policy,omitempty"`
 	SLOSeconds     float64           `json:"slo_seconds"`
 	WarnSeconds    float64           `json:"warn_seconds"`
+	// Warm is the warmer's last or current run (nil: never ran); Audit the
+	// auditor's figures of the process serving the status page.
+	Warm  *WarmUp `json:"warm,omitempty"`
+	Audit *Audit  `json:"audit,omitempty"`
 }
 
 // Check reads everything once. An error means the state could not be read
@@ -130,6 +134,9 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	rep.EvictionPolicy = pols
+	if rep.Warm, err = readWarm(ctx, cfg); err != nil {
+		return rep, fmt.Errorf("status: %w", err)
+	}
 	if err := readKafka(ctx, cfg, &rep, wm, now); err != nil {
 		return rep, err
 	}

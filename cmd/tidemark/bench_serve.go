@@ -45,7 +45,7 @@ func (c *benchServeCmd) Validate() error {
 func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
 	rep, err := serve.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
 	if len(rep.Rows) > 0 {
-		fmt.Fprintln(e.stdout, rep.Markdown())
+		fmt.Fprint(e.stdout, rep.Markdown())
 		err = errors.Join(err, bench.WriteChart(c.SVG, serve.Chart(rep), e.stdout))
 	}
 	return err

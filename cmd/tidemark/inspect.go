@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/inspect"
 	"tidemark/internal/config"
+	"tidemark/schema"
 )
 
 type inspectCmd struct {
@@ -22,7 +26,7 @@ type inspectCmd struct {
 	SLO       time.Duration `field:"inspect.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${inspect_SLO}" help:"Freshness SLO."`
 	Table     string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
-	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates and tenants (only --redis needed)."`
+	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed)."`
 	Top       int           `name:"top" default:"20" help:"With --hot: how many keys to print."`
 }
 
@@ -74,7 +78,9 @@ func (c *inspectCmd) Run(ctx context.Context, e *env) error {
 	return nil
 }
 
-// runHot prints the namespace's hot set as merged by the serve processes.
+// runHot prints the namespace's hot set as merged by the serve processes,
+// with the number of read replicas each key has published, and every
+// master's command rate (how the load spreads over a Cluster).
 func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
 	rdb, err := cache.ParseRedisURL(c.Redis)
 	if err != nil {
@@ -85,22 +91,45 @@ func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
 	if err != nil {
 		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
 	}
+	type hotKey struct {
+		hotset.Hot
+		Replicas int `json:"replicas"` // copies in the published manifest; 0: none
+	}
+	keys := make([]hotKey, len(top))
+	for i, h := range top {
+		keys[i].Hot = h
+		rep, err := rdb.HGet(ctx, schema.RedisKey(c.Namespace, h.Tenant, h.Item), cache.FieldReplicas).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+		}
+		if m, err := cache.ParseManifest(rep); err == nil {
+			keys[i].Replicas = m.N()
+		}
+	}
+	nodes, err := cache.NodeRates(ctx, rdb)
+	if err != nil {
+		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+	}
 	if c.JSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if top == nil {
-			top = []hotset.Hot{}
-		}
-		return enc.Encode(top)
-	}
-	if len(top) == 0 {
-		_, err := fmt.Fprintln(e.stdout, "hot set is empty: no serve process has merged its read counts yet")
-		return err
+		return enc.Encode(struct {
+			Keys  []hotKey         `json:"keys"`
+			Nodes []cache.NodeRate `json:"nodes"`
+		}{keys, nodes})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\ttenant\titem\treads/s")
-	for i, h := range top {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\n", i+1, h.Tenant, h.Item, h.Rate)
+	if len(keys) == 0 {
+		fmt.Fprintln(tw, "hot set is empty: no serve process has merged its read counts yet")
+	} else {
+		fmt.Fprintln(tw, "rank\ttenant\titem\treads/s\treplicas")
+		for i, h := range keys {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t%d\n", i+1, h.Tenant, h.Item, h.Rate, h.Replicas)
+		}
+	}
+	fmt.Fprintln(tw, "\nnode\tcommands/s")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%.0f\n", n.Addr, n.OpsPerSec)
 	}
 	return tw.Flush()
 }

@@ -22,7 +22,7 @@ type BarGroup struct {
 // BarChart is a grouped bar chart: each group puts its series side by side
 // (a measurement beside its ceiling).
 type BarChart struct {
-	Title         string
+	Title         string // "\n" starts a line of smaller text under the title
 	YLabel        string
 	Width, Height int // pixels; 720x340 when zero
 	Series        []string
@@ -59,12 +59,14 @@ func (c BarChart) String() string {
 			}
 		}
 	}
-	ymax = niceCeil(ymax)
+	ymax = AxisMax(ymax * 1.08) // room for the notes above the bars
 	yfmt := c.YTick
 	if yfmt == nil {
 		yfmt = func(y float64) string { return strconv.FormatFloat(y, 'g', 4, 64) }
 	}
-	plotW, plotH := float64(wd-padLeft-padRight), float64(ht-padTop-barPadBottom)
+	padTop, extra := titleSpace(c.Title)
+	ht += extra
+	plotW, plotH := float64(wd-padLeft-padRight), float64(ht-barPadBottom)-padTop
 	py := func(y float64) float64 {
 		y = math.Min(math.Max(y, 0), ymax)
 		return padTop + plotH - y/ymax*plotH
@@ -79,15 +81,13 @@ func (c BarChart) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`, wd, ht, wd, ht)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fff"/>`, wd, ht)
-	if c.Title != "" {
-		fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, esc(c.Title))
-	}
+	writeTitle(&b, c.Title)
 	for i := 0; i <= 5; i++ {
 		y := ymax * float64(i) / 5
 		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`, padLeft, padLeft+plotW, py(y), py(y))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`, padLeft-6, py(y)+4, esc(yfmt(y)))
 	}
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, padLeft, padTop, plotW, plotH)
+	fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, padLeft, padTop, plotW, plotH)
 	if c.YLabel != "" {
 		fmt.Fprintf(&b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle">%s</text>`, padTop+plotH/2, esc(c.YLabel))
 	}

@@ -37,7 +37,7 @@ type Rule struct {
 
 // Chart describes one chart.
 type Chart struct {
-	Title         string
+	Title         string // "\n" starts a line of smaller text under the title
 	XLabel        string
 	YLabel        string
 	Width, Height int // pixels; 720x300 when zero
@@ -60,7 +60,7 @@ type Chart struct {
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"}
 
 const (
-	padLeft, padRight, padTop, padBottom = 64, 16, 28, 56
+	padLeft, padRight, padTitle, padBottom = 64, 16, 28, 56
 )
 
 // Render writes the chart as an SVG document fragment.
@@ -110,7 +110,9 @@ func (c Chart) String() string {
 	if xmax <= xmin {
 		xmax = xmin + 1
 	}
-	plotW, plotH := float64(wd-padLeft-padRight), float64(ht-padTop-padBottom)
+	padTop, extra := titleSpace(c.Title)
+	ht += extra
+	plotW, plotH := float64(wd-padLeft-padRight), float64(ht-padBottom)-padTop
 	px := func(x float64) float64 { return padLeft + (x-xmin)/(xmax-xmin)*plotW }
 	var py func(y float64) float64
 	var yticks []float64
@@ -146,9 +148,7 @@ func (c Chart) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`, wd, ht, wd, ht)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fff"/>`, wd, ht)
-	if c.Title != "" {
-		fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, esc(c.Title))
-	}
+	writeTitle(&b, c.Title)
 	// Grid and ticks: five steps on each axis.
 	for _, y := range yticks {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`, padLeft, padLeft+plotW, py(y), py(y))
@@ -158,7 +158,7 @@ func (c Chart) String() string {
 		x := xmin + (xmax-xmin)*float64(i)/5
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, px(x), padTop+plotH+16, esc(xfmt(x)))
 	}
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, padLeft, padTop, plotW, plotH)
+	fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, padLeft, padTop, plotW, plotH)
 	if c.XLabel != "" {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, padLeft+plotW/2, padTop+plotH+32, esc(c.XLabel))
 	}
@@ -217,6 +217,27 @@ func (c Chart) String() string {
 	return b.String()
 }
 
+// titleSpace is the plot's top edge under title and how much taller than
+// Height the chart grows to keep its plot for the extra title lines.
+func titleSpace(title string) (float64, int) {
+	extra := 15 * strings.Count(title, "\n")
+	return float64(padTitle + extra), extra
+}
+
+// writeTitle writes title's first line in bold and the others smaller.
+func writeTitle(b *strings.Builder, title string) {
+	if title == "" {
+		return
+	}
+	for i, line := range strings.Split(title, "\n") {
+		if i == 0 {
+			fmt.Fprintf(b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, esc(line))
+		} else {
+			fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`, padLeft, 16+15*i, esc(line))
+		}
+	}
+}
+
 // legendX places legend entries side by side from the plot's left edge,
 // each as wide as its name (about 6 px a character at font-size 11).
 func legendX(names []string) []int {
@@ -256,7 +277,7 @@ func logAxis(lo, hi float64) (float64, float64, []float64) {
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // AxisMax is a top for an axis that starts at 0 and holds v: five equal
-// steps of 1, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten, so the ticks
+// steps of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten, so the ticks
 // read round without leaving much of the axis empty.
 func AxisMax(v float64) float64 {
 	if v <= 0 || !finite(v) {
@@ -264,7 +285,7 @@ func AxisMax(v float64) float64 {
 	}
 	step := v / 5
 	p := math.Pow(10, math.Floor(math.Log10(step)))
-	for _, m := range []float64{1, 2, 2.5, 3, 4, 5, 6, 8, 10} {
+	for _, m := range []float64{1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
 		if m*p >= step {
 			return 5 * m * p
 		}

@@ -40,7 +40,7 @@ func TestLineChartMarkersAndGaps(t *testing.T) {
 // group labels (line by line) and notes.
 func TestBarChartBars(t *testing.T) {
 	c := svgchart.BarChart{
-		Title:  "throughput",
+		Title:  "throughput\nmedians of 3 rounds",
 		Series: []string{"ours & co", "ceiling"},
 		Groups: []svgchart.BarGroup{
 			{Label: "round 1\nnew keys", Values: []float64{100, 250}, Note: "0.40x"},
@@ -55,7 +55,7 @@ func TestBarChartBars(t *testing.T) {
 	if got := d.Count("bar", "ceiling"); got != 1 {
 		t.Errorf("bars of ceiling: %d, want 1", got)
 	}
-	for _, want := range []string{"round 1", "new keys", "0.40x", "ours & co", "ceiling"} {
+	for _, want := range []string{"throughput", "medians of 3 rounds", "round 1", "new keys", "0.40x", "ours & co", "ceiling"} {
 		if !strings.Contains(d.Text, want) {
 			t.Errorf("chart text lacks %q: %q", want, d.Text)
 		}

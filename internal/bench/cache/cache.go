@@ -249,7 +249,8 @@ func chart(cfg BenchConfig, rounds []benchRound) svgchart.BarChart {
 			Note: fmt.Sprintf("%.2fx", bench.Median(t.ratios()))})
 	}
 	return svgchart.BarChart{
-		Title: fmt.Sprintf("tidemark bench cache: InvalidateBatch, %d keys per round in batches of %d, medians of %d rounds",
+		Title: fmt.Sprintf("tidemark bench cache: InvalidateBatch throughput against redis-benchmark ceilings\n"+
+			"%d keys per round in batches of %d; bars: medians of %d rounds; ratio: median of the rounds' ratios",
 			cfg.Keys, cfg.Batch, len(rounds)),
 		YLabel: "keys/s (tidemark), requests/s (ceiling)",
 		Width:  900,

@@ -28,7 +28,8 @@ func Chart(cfg Config, res Result) svgchart.Chart {
 		ceiling.Points = append(ceiling.Points, svgchart.Point{X: float64(cfg.TxRate), Y: bench.MsOf(res.Ceiling.P99)})
 	}
 	return svgchart.Chart{
-		Title:  fmt.Sprintf("tidemark bench e2e: commit → applied latency against offered rate (phases of %s)", cfg.Duration),
+		Title: fmt.Sprintf("tidemark bench e2e: commit → applied latency against offered rate\n"+
+			"each phase %s; capture, apply and the broker as separate processes; exact per-change samples", cfg.Duration),
 		XLabel: "offered row changes/s",
 		YLabel: "latency (log scale)",
 		LogY:   true,

@@ -33,7 +33,7 @@ func Chart(rep BenchReport) svgchart.Chart {
 			saturated = r.Rate
 		}
 	}
-	title := "tidemark bench serve: cache-hit GET latency against offered rate"
+	title := "tidemark bench serve: cache-hit GET latency against offered rate\np50 and p99 of each open-loop step; the ceiling is /healthz of the same process"
 	c := svgchart.Chart{
 		XLabel: "offered requests/s (open loop)",
 		YLabel: "latency (log scale)",
@@ -43,7 +43,7 @@ func Chart(rep BenchReport) svgchart.Chart {
 		YTick:  bench.MsTick,
 	}
 	if saturated > 0 {
-		title += fmt.Sprintf(" (closed loop saturates at %.0f req/s)", saturated)
+		title += fmt.Sprintf("; closed loop saturates at %.0f req/s", saturated)
 		c.XMax = svgchart.AxisMax(saturated)
 	}
 	c.Title = title
