@@ -83,6 +83,7 @@ bench: build
 	./$(BIN) bench cache --svg bin/bench/cache.svg
 	./$(BIN) bench apply --svg bin/bench/apply.svg
 	./$(BIN) bench serve --svg bin/bench/serve.svg
+	./$(BIN) bench hotkey --svg bin/bench/hotkey.svg
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/warm"
 )
 
@@ -21,6 +23,7 @@ type benchWarmCmd struct {
 	Warmup         time.Duration `name:"warmup" default:"30s" help:"Load before each kill."`
 	Observe        time.Duration `name:"observe" default:"60s" help:"How long each arm watches the recovery."`
 	Window         time.Duration `name:"window" default:"1s" help:"Hit-ratio and source-rate window."`
+	SVG            string        `name:"svg" default:"warm.svg" help:"Also write the hit-ratio-after-the-kill chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchWarmCmd) config() warm.Config {
@@ -36,7 +39,8 @@ func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
 	res, err := warm.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
 	if len(res.Arms) > 0 {
-		fmt.Fprintln(e.stdout, res.Markdown(cfg))
+		fmt.Fprint(e.stdout, res.Markdown(cfg))
+		err = errors.Join(err, bench.WriteChart(c.SVG, warm.Chart(cfg, res), e.stdout))
 	}
 	return err
 }
