@@ -7,12 +7,18 @@ import (
 	"tidemark/internal/telemetry"
 )
 
+// Causes of a back-off (the label of tidemark_warm_backoffs_total).
+const (
+	causeSlow     = "slow_source"
+	causeRefusals = "refusals"
+)
+
 type metrics struct {
 	keys      *prometheus.CounterVec
 	remaining prometheus.Gauge
 	rate      prometheus.Gauge
 	runs      *prometheus.CounterVec
-	backoffs  prometheus.Counter
+	backoffs  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,10 +39,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tidemark_warm_runs_total",
 			Help: "Warm runs by reason: reset_at moved, cache tier identity changed, key count collapsed, requested.",
 		}, []string{"reason"}),
-		backoffs: prometheus.NewCounter(prometheus.CounterOpts{
+		backoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_warm_backoffs_total",
-			Help: "Times the warmer halved its rate because source reads slowed or foreground refusals rose.",
-		}),
+			Help: "Times the warmer halved its rate, by cause: slow_source (its source reads slowed), refusals (foreground refusals rose).",
+		}, []string{"cause"}),
 	}
 	if reg != nil {
 		var err error
@@ -51,6 +57,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range []string{string(api.WarmFilled), string(api.WarmCached), string(api.WarmBusy), string(api.WarmLost), "refused", "error"} {
 		m.keys.WithLabelValues(r)
+	}
+	for _, c := range []string{causeSlow, causeRefusals} {
+		m.backoffs.WithLabelValues(c)
 	}
 	for _, r := range []string{ReasonResetAt, ReasonIdentity, ReasonCollapse, ReasonRequested} {
 		m.runs.WithLabelValues(r)

@@ -121,7 +121,11 @@ func (w *Warmer) warm(ctx context.Context, reason string, req Request) {
 			case slow || rising:
 				cur = max(cur/2, w.cfg.Step/4)
 				state = StateBackingOff
-				w.m.backoffs.Inc()
+				cause := causeSlow
+				if rising {
+					cause = causeRefusals
+				}
+				w.m.backoffs.WithLabelValues(cause).Inc()
 				log.Info("warm backing off", "rate", cur, "source_read_mean", mean, "best", best, "foreground_refusals", delta)
 			case refused == 0:
 				cur = min(w.cfg.MaxRate, cur+w.cfg.Step)

@@ -349,7 +349,9 @@ func TestWarmerBacksOffAndResumes(t *testing.T) {
 	cfg.StepEvery, cfg.CheckEvery, cfg.LeaseTTL = 500*time.Millisecond, 100*time.Millisecond, time.Second
 	reg := e.warmer(cfg, e.srv)
 	gauge := func(name string) float64 { return testenv.Metric(t, reg, name) }
-	backoffs := func() float64 { return gauge("tidemark_warm_backoffs_total") }
+	backoffs := func(cause ...string) float64 {
+		return testenv.Metric(t, reg, "tidemark_warm_backoffs_total", cause...)
+	}
 	climbed := func(over float64) func() error {
 		return func() error {
 			if r := gauge("tidemark_warm_rate_keys"); r < over {
@@ -384,8 +386,8 @@ func TestWarmerBacksOffAndResumes(t *testing.T) {
 		}
 	}()
 	testenv.Eventually(t, 15*time.Second, "the warmer backs off on slow source reads", func() error {
-		if backoffs() == 0 {
-			return errors.New("no back-off")
+		if backoffs("cause", "slow_source") == 0 {
+			return errors.New("no back-off for slow source reads")
 		}
 		return nil
 	})
@@ -397,7 +399,7 @@ func TestWarmerBacksOffAndResumes(t *testing.T) {
 
 	// Rising foreground refusals: visitors read cold keys (beyond the hot
 	// set) ever faster, far beyond the 5/s foreground budget.
-	before := backoffs()
+	before := backoffs("cause", "refusals")
 	loadCtx, stopLoad := context.WithCancel(e.ctx)
 	var load sync.WaitGroup
 	load.Add(1)
@@ -421,7 +423,7 @@ func TestWarmerBacksOffAndResumes(t *testing.T) {
 		}
 	}()
 	testenv.Eventually(t, 15*time.Second, "the warmer backs off on rising foreground refusals", func() error {
-		if backoffs() == before {
+		if backoffs("cause", "refusals") == before {
 			return fmt.Errorf("no back-off; foreground refusals %v", e.srv.ForegroundRefusals())
 		}
 		return nil
