@@ -27,7 +27,7 @@ type Reader struct {
 	now func() time.Time
 	m   *metrics
 
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	held map[string]heldManifest
 }
 
@@ -67,9 +67,16 @@ func heldKey(tenant, item string) string { return tenant + "\x00" + item }
 func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
 	k := heldKey(tenant, item)
 	if m == nil || r.ttl == 0 {
-		r.mu.Lock()
-		delete(r.held, k)
-		r.mu.Unlock()
+		// Every lookup of every key comes here: only a key that holds a
+		// manifest takes the write lock.
+		r.mu.RLock()
+		_, ok := r.held[k]
+		r.mu.RUnlock()
+		if ok {
+			r.mu.Lock()
+			delete(r.held, k)
+			r.mu.Unlock()
+		}
 		return
 	}
 	until := sent.Add(r.ttl)
@@ -103,9 +110,9 @@ func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
 func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64, reader uint64) (cache.Entry, bool) {
 	k := heldKey(tenant, item)
 	now := r.now()
-	r.mu.Lock()
+	r.mu.RLock()
 	h, ok := r.held[k]
-	r.mu.Unlock()
+	r.mu.RUnlock()
 	if !ok || !now.Before(h.until) || h.m.Version < minVersion || h.m.N() == 0 {
 		return cache.Entry{}, false
 	}
