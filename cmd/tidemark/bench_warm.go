@@ -2,45 +2,48 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
 
-	"tidemark/internal/bench"
 	"tidemark/internal/bench/warm"
+	"tidemark/internal/config"
 )
 
 // benchWarmCmd wires flags into warm.Config (internal/bench/warm) and prints the report.
 type benchWarmCmd struct {
-	Items          int           `name:"items" default:"20000" help:"Items in the zipf-distributed key set (one tenant)."`
-	ZipfS          float64       `name:"zipf-s" default:"1.1" help:"Zipf exponent (> 1; larger is more skewed)."`
-	Clients        int           `name:"clients" default:"16" help:"Closed-loop GET connections, spread over the serve processes."`
-	Serves         int           `name:"serves" default:"2" help:"tidemark serve processes."`
-	ForegroundRate float64       `name:"foreground-rate" default:"100" help:"Source budget of the request path, reads/s over all serve processes."`
-	BackgroundRate float64       `name:"background-rate" default:"400" help:"Source budget of the background class (the warmer's ceiling), reads/s."`
-	WarmTop        int           `name:"warm-top" default:"5000" help:"Hottest keys the warmer fills after the kill."`
-	Warmup         time.Duration `name:"warmup" default:"30s" help:"Load before each kill."`
-	Observe        time.Duration `name:"observe" default:"60s" help:"How long each arm watches the recovery."`
-	Window         time.Duration `name:"window" default:"1s" help:"Hit-ratio and source-rate window."`
-	SVG            string        `name:"svg" default:"warm.svg" help:"Also write the hit-ratio-after-the-kill chart here as SVG (the file named under the table); empty: no chart."`
+	Items          int           `field:"benchwarm.Items" name:"items" default:"${benchwarm_Items}" help:"Items in the zipf-distributed key set (one tenant)."`
+	ZipfS          float64       `field:"benchwarm.Zipf" name:"zipf-s" default:"${benchwarm_Zipf}" help:"Zipf exponent (> 1; larger is more skewed)."`
+	Clients        int           `field:"benchwarm.Clients" name:"clients" default:"${benchwarm_Clients}" help:"Closed-loop GET connections, spread over the serve processes."`
+	Serves         int           `field:"benchwarm.Serves" name:"serves" default:"${benchwarm_Serves}" help:"tidemark serve processes."`
+	ForegroundRate float64       `field:"benchwarm.ForegroundRate" name:"foreground-rate" default:"${benchwarm_ForegroundRate}" help:"Source budget of the request path, reads/s over all serve processes."`
+	BackgroundRate float64       `field:"benchwarm.BackgroundRate" name:"background-rate" default:"${benchwarm_BackgroundRate}" help:"Source budget of the background class (the warmer's ceiling), reads/s."`
+	WarmTop        int           `field:"benchwarm.WarmTop" name:"warm-top" default:"${benchwarm_WarmTop}" help:"Hottest keys the warmer fills after the kill."`
+	Warmup         time.Duration `field:"benchwarm.Warmup" name:"warmup" default:"${benchwarm_Warmup}" help:"Load before each kill."`
+	Observe        time.Duration `field:"benchwarm.Observe" name:"observe" default:"${benchwarm_Observe}" help:"How long each arm watches the recovery."`
+	Window         time.Duration `field:"benchwarm.Window" name:"window" default:"${benchwarm_Window}" help:"Hit-ratio and source-rate window."`
 }
 
 func (c *benchWarmCmd) config() warm.Config {
-	exe, _ := os.Executable()
-	return warm.Config{Binary: exe, Items: c.Items, Zipf: c.ZipfS, Clients: c.Clients, Serves: c.Serves,
-		ForegroundRate: c.ForegroundRate, BackgroundRate: c.BackgroundRate, WarmTop: c.WarmTop,
-		Warmup: c.Warmup, Observe: c.Observe, Window: c.Window}
+	cfg := warm.DefaultConfig()
+	cfg.Binary, _ = os.Executable()
+	cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves = c.Items, c.ZipfS, c.Clients, c.Serves
+	cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop = c.ForegroundRate, c.BackgroundRate, c.WarmTop
+	cfg.Warmup, cfg.Observe, cfg.Window = c.Warmup, c.Observe, c.Window
+	return cfg
 }
 
-func (c *benchWarmCmd) Validate() error { return c.config().Validate() }
+func (c *benchWarmCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "benchwarm", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
 	res, err := warm.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
 	if len(res.Arms) > 0 {
-		fmt.Fprint(e.stdout, res.Markdown(cfg))
-		err = errors.Join(err, bench.WriteChart(c.SVG, warm.Chart(cfg, res), e.stdout))
+		fmt.Fprintln(e.stdout, res.Markdown(cfg))
 	}
 	return err
 }

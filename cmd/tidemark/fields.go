@@ -21,6 +21,7 @@ import (
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
 	servebench "tidemark/internal/bench/serve"
+	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
 	"tidemark/relay"
@@ -124,6 +125,7 @@ func defaultConfigs() map[string]any {
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
 		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(), "replica": replica.DefaultConfig(),
+		"benchwarm": warmbench.DefaultConfig(),
 	}
 }
 

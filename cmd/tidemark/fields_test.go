@@ -20,6 +20,7 @@ import (
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
 	servebench "tidemark/internal/bench/serve"
+	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
 	"tidemark/internal/config"
 	"tidemark/replica"
@@ -63,6 +64,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultBenchConfig(), nil}}},
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2e.DefaultConfig(), []string{"Binary"}}}},
+		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
@@ -89,7 +91,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}} {
+		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/api"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
@@ -59,25 +59,39 @@ func DefaultConfig() Config {
 		Warmup: 30 * time.Second, Observe: 60 * time.Second, Window: time.Second}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, by field.
 func (c Config) Validate() error {
-	var errs []error
+	var p config.Problems
 	if c.Binary == "" {
-		errs = append(errs, errors.New("bench warm: Binary is required"))
+		p.Add("Binary", "the tidemark executable is unknown")
 	}
-	if c.Items < 100 || c.Clients < 1 || c.Serves < 1 || c.WarmTop < 1 {
-		errs = append(errs, fmt.Errorf("bench warm: Items (>= 100), Clients, Serves and WarmTop must be positive, got %d, %d, %d, %d", c.Items, c.Clients, c.Serves, c.WarmTop))
+	if c.Items < 100 {
+		p.Add("Items", "must be at least 100 (got %d)", c.Items)
+	}
+	for name, n := range map[string]int{"Clients": c.Clients, "Serves": c.Serves, "WarmTop": c.WarmTop} {
+		if n < 1 {
+			p.Add(name, "must be positive (got %d)", n)
+		}
 	}
 	if !(c.Zipf > 1) {
-		errs = append(errs, fmt.Errorf("bench warm: Zipf must be above 1, got %v", c.Zipf))
+		p.Add("Zipf", "must be greater than 1 (got %v)", c.Zipf)
 	}
-	if !(c.ForegroundRate > 0 && c.BackgroundRate > 0) {
-		errs = append(errs, errors.New("bench warm: ForegroundRate and BackgroundRate must be positive"))
+	if !(c.ForegroundRate > 0) {
+		p.Add("ForegroundRate", "must be positive (got %v)", c.ForegroundRate)
 	}
-	if c.Warmup < 5*time.Second || c.Observe < c.Window || c.Window < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("bench warm: Warmup must be at least 5s (the hot set merges every 5 s), Observe at least Window, Window at least 100ms"))
+	if !(c.BackgroundRate > 0) {
+		p.Add("BackgroundRate", "must be positive (got %v)", c.BackgroundRate)
 	}
-	return errors.Join(errs...)
+	if c.Warmup < 5*time.Second {
+		p.Add("Warmup", "must be at least 5s: the hot set merges every 5 s (got %s)", c.Warmup)
+	}
+	if c.Window < 100*time.Millisecond {
+		p.Add("Window", "must be at least 100ms (got %s)", c.Window)
+	}
+	if c.Observe < c.Window {
+		p.Add("Observe", "must be at least one window (got %s)", c.Observe)
+	}
+	return p.Err()
 }
 
 // Arm is one kill and recovery.
