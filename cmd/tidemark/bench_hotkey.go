@@ -5,18 +5,19 @@ import (
 	"time"
 
 	hotkeybench "tidemark/internal/bench/hotkey"
+	"tidemark/internal/config"
 )
 
 // benchHotkeyCmd wires flags into hotkeybench.BenchConfig.
 type benchHotkeyCmd struct {
-	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Redis Cluster to benchmark (comma-separated seeds); empty starts a private cluster of --masters redis-servers from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
-	Masters   int           `name:"masters" default:"3" help:"Masters of the private cluster."`
-	Replicas  int           `name:"replicas" default:"3" help:"Copies of the hot key in the replicas-on mode."`
-	Workers   int           `name:"workers" default:"32" help:"Concurrent closed-loop readers of the one key."`
-	Processes int           `name:"processes" default:"4" help:"Serve processes the readers are spread over (each holds its own replica manifests)."`
-	Duration  time.Duration `name:"duration" default:"4s" help:"Measured time of each mode in each round."`
-	Load      float64       `name:"load" default:"0.9" help:"Offered rate of both modes as a share of the round's closed-loop ceiling with replicas off."`
-	Rounds    int           `name:"rounds" default:"3" help:"Rounds of replicas off then on; the table shows medians."`
+	Redis     string        `field:"benchhotkey.RedisURL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis Cluster to benchmark (comma-separated seeds); empty starts a private cluster of --masters redis-servers from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
+	Masters   int           `field:"benchhotkey.Masters" name:"masters" default:"${benchhotkey_Masters}" help:"Masters of the private cluster."`
+	Replicas  int           `field:"benchhotkey.Replicas" name:"replicas" default:"${benchhotkey_Replicas}" help:"Copies of the hot key in the replicas-on mode."`
+	Workers   int           `field:"benchhotkey.Workers" name:"workers" default:"${benchhotkey_Workers}" help:"Concurrent readers of the one key."`
+	Processes int           `field:"benchhotkey.Processes" name:"processes" default:"${benchhotkey_Processes}" help:"Serve processes the readers are spread over (each holds its own replica manifests)."`
+	Duration  time.Duration `field:"benchhotkey.Duration" name:"duration" default:"${benchhotkey_Duration}" help:"Measured time of each mode in each round."`
+	Load      float64       `field:"benchhotkey.Load" name:"load" default:"${benchhotkey_Load}" help:"Offered rate of both modes as a share of the round's closed-loop ceiling with replicas off."`
+	Rounds    int           `field:"benchhotkey.Rounds" name:"rounds" default:"${benchhotkey_Rounds}" help:"Rounds of ceiling, replicas off, replicas on; the table shows medians."`
 	SVG       string        `name:"svg" default:"hotkey.svg" help:"Also write the per-master command-rate chart here as SVG; empty: no chart."`
 }
 
@@ -25,7 +26,11 @@ func (c *benchHotkeyCmd) config() hotkeybench.BenchConfig {
 		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds, SVG: c.SVG}
 }
 
-func (c *benchHotkeyCmd) Validate() error { return c.config().Validate() }
+func (c *benchHotkeyCmd) Validate() error {
+	var p config.Problems
+	validateAs(&p, "benchhotkey", c.config().Validate())
+	return flagErrors(c, p.Err())
+}
 
 func (c *benchHotkeyCmd) Run(ctx context.Context, e *env) error {
 	return hotkeybench.RunBench(ctx, c.config(), e.stdout)

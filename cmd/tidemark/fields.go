@@ -20,6 +20,7 @@ import (
 	applybench "tidemark/internal/bench/apply"
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
+	hotkeybench "tidemark/internal/bench/hotkey"
 	servebench "tidemark/internal/bench/serve"
 	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
@@ -125,7 +126,8 @@ func defaultConfigs() map[string]any {
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
 		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(), "replica": replica.DefaultConfig(),
-		"benchwarm": warmbench.DefaultConfig(),
+		"benchwarm":   warmbench.DefaultConfig(),
+		"benchhotkey": hotkeybench.DefaultBenchConfig(),
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	applybench "tidemark/internal/bench/apply"
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
+	hotkeybench "tidemark/internal/bench/hotkey"
 	servebench "tidemark/internal/bench/serve"
 	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
@@ -65,6 +66,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2e.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
+		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), nil}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
@@ -91,7 +93,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}} {
+		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

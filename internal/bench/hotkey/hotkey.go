@@ -25,6 +25,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/bench"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 	"tidemark/internal/svgchart"
 	"tidemark/replica"
@@ -49,29 +50,27 @@ func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{Masters: 3, Replicas: 3, Workers: 32, Processes: 4, Duration: 4 * time.Second, Load: 0.9, Rounds: 3}
 }
 
-// Validate reports every problem at once, naming fields.
+// Validate reports every problem at once, one config.FieldError per field.
 func (c BenchConfig) Validate() error {
-	var errs []error
-	pos := func(name string, n int) {
-		if n <= 0 {
-			errs = append(errs, fmt.Errorf("hotkey bench: %s must be positive, got %d", name, n))
+	var p config.Problems
+	for _, f := range []struct {
+		field string
+		n     int
+	}{{"Masters", c.Masters}, {"Replicas", c.Replicas}, {"Workers", c.Workers}, {"Processes", c.Processes}, {"Rounds", c.Rounds}} {
+		if f.n <= 0 {
+			p.Add(f.field, "must be positive (got %d)", f.n)
 		}
 	}
-	pos("Masters", c.Masters)
-	pos("Replicas", c.Replicas)
-	pos("Workers", c.Workers)
-	pos("Processes", c.Processes)
-	pos("Rounds", c.Rounds)
 	if c.Duration < 500*time.Millisecond {
-		errs = append(errs, fmt.Errorf("hotkey bench: Duration must be at least 500ms, got %s", c.Duration))
+		p.Add("Duration", "must be at least 500ms (got %s)", c.Duration)
 	}
 	if !(c.Load > 0 && c.Load <= 1) {
-		errs = append(errs, fmt.Errorf("hotkey bench: Load must be in (0, 1], got %v", c.Load))
+		p.Add("Load", "must be in (0, 1] (got %v)", c.Load)
 	}
 	if c.Processes > c.Workers {
-		errs = append(errs, fmt.Errorf("hotkey bench: Processes (%d) must not exceed Workers (%d)", c.Processes, c.Workers))
+		p.Add("Processes", "must not exceed the number of readers (got %d processes for %d readers)", c.Processes, c.Workers)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 const benchNamespace = "tidemark-bench"

@@ -48,7 +48,7 @@ func TestRunBenchSmoke(t *testing.T) {
 		t.Errorf("chart has %d N=3 bars, want 3", d.Count("bar", "replicas N=3"))
 	}
 	cfg.Workers = 0
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Workers") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Workers: must be positive") {
 		t.Errorf("Validate(Workers=0) = %v", err)
 	}
 }
