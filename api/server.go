@@ -7,7 +7,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +21,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/clockguard"
+	"tidemark/internal/lifecycle"
 	"tidemark/replica"
 )
 
@@ -199,18 +199,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// longest handler deadline plus a margin, idle keep-alives 2 min.
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: max(s.cfg.RequestTimeout+s.cfg.SourceTimeout, s.cfg.WriteTimeout) + 5*time.Second, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("serving catalog API", "addr", ln.Addr().String())
-	select {
-	case err := <-errc:
-		return fmt.Errorf("api: serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("api: shutdown: %w", err)
+	if err := lifecycle.ServeHTTP(ctx, srv, ln, lifecycle.ShutdownGrace); err != nil {
+		return fmt.Errorf("api: %w", err)
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ type Applier struct {
 
 // New checks cfg and deps and registers the metrics.
 func New(cfg Config, deps Deps) (*Applier, error) {
-	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+	deps, derr := deps.checked()
+	if err := errors.Join(cfg.Validate(), derr); err != nil {
 		return nil, err
 	}
 	met, err := newMetrics(deps.Registerer)

@@ -59,18 +59,21 @@ type Deps struct {
 	Registerer prometheus.Registerer
 }
 
-func (d Deps) validate() error {
-	var errs []error
-	if d.Cache == nil {
-		errs = append(errs, errors.New("applier: Deps.Cache is nil"))
-	}
+// checked applies the rule every package follows for nil dependencies
+// (docs/design.md, "Lifecycle and shutdown order"): a nil Log discards, a
+// nil Registerer is a private registry (metrics counted, not exposed); the
+// cache tier is required.
+func (d Deps) checked() (Deps, error) {
 	if d.Log == nil {
-		errs = append(errs, errors.New("applier: Deps.Log is nil"))
+		d.Log = slog.New(slog.DiscardHandler)
 	}
 	if d.Registerer == nil {
-		errs = append(errs, errors.New("applier: Deps.Registerer is nil"))
+		d.Registerer = prometheus.NewRegistry()
 	}
-	return errors.Join(errs...)
+	if d.Cache == nil {
+		return d, errors.New("applier: Deps.Cache is nil")
+	}
+	return d, nil
 }
 
 // Config of the group applier (tidemark apply).

@@ -110,7 +110,8 @@ type Replay struct {
 
 // NewReplay checks cfg and deps and registers the metrics.
 func NewReplay(cfg ReplayConfig, deps Deps) (*Replay, error) {
-	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+	deps, derr := deps.checked()
+	if err := errors.Join(cfg.Validate(), derr); err != nil {
 		return nil, err
 	}
 	met, err := newMetrics(deps.Registerer)

@@ -20,6 +20,7 @@ import (
 	"tidemark/migrations"
 
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 )
 
 // Config of `tidemark dev`.
@@ -242,74 +243,58 @@ func (d *Dev) banner(ep Endpoints, p *pipeline, keys []apiKey, fresh bool) {
 	}
 }
 
-// pipeline is the running stages of one process.
+// pipeline is the running stages of one process: one lifecycle.Group, run
+// in the background until stop (or until a stage fails, which stops them
+// all and closes failed).
 type pipeline struct {
 	metricsAddr string
-	stopFns     []func() error // in shutdown order
-	fail        chan struct{}
-	failOnce    sync.Once
-	firstErr    error
-	mu          sync.Mutex
 	stats       *statsSource
+	cancel      context.CancelFunc
+	done        chan struct{} // closed when the group has stopped
+	err         error         // the group's, valid after done
+	closeConns  func() error
 }
 
-func (p *pipeline) failed() <-chan struct{} { return p.fail }
+func (p *pipeline) failed() <-chan struct{} { return p.done }
 
-func (p *pipeline) setFailed(err error) {
-	p.failOnce.Do(func() {
-		p.mu.Lock()
-		p.firstErr = err
-		p.mu.Unlock()
-		close(p.fail)
-	})
-}
-
-// stop runs the stop functions in order and returns the first error seen.
+// stop stops the stages in the group's order, closes the connections and
+// returns what failed.
 func (p *pipeline) stop() error {
-	var errs []error
-	for _, f := range p.stopFns {
-		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, err)
-		}
-	}
-	p.mu.Lock()
-	if p.firstErr != nil {
-		errs = append([]error{p.firstErr}, errs...)
-	}
-	p.mu.Unlock()
-	return errors.Join(errs...)
+	p.cancel()
+	<-p.done
+	return errors.Join(p.err, p.closeConns())
 }
 
-// stage runs one Run func in its own goroutine with its own context; the
-// returned stop cancels it and waits. A stage that ends by itself before
-// being stopped fails the pipeline.
-func (p *pipeline) stage(name string, run func(context.Context) error) func() error {
+// start runs g in the background.
+func (p *pipeline) start(g *lifecycle.Group) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	stopping := make(chan struct{})
+	p.cancel, p.done = cancel, make(chan struct{})
 	go func() {
-		err := run(ctx)
-		select {
-		case <-stopping:
-		default:
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			p.setFailed(fmt.Errorf("dev: %s: %w", name, err))
-		}
-		done <- err
+		defer close(p.done)
+		p.err = g.Run(ctx)
 	}()
-	return func() error {
-		close(stopping)
-		cancel()
-		return <-done
+}
+
+// untilStopped turns a stage that ends by itself, even without an error,
+// into a failure of the pipeline, named for the stage.
+func untilStopped(name string, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return err
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		return fmt.Errorf("dev: %s: %w", name, err)
 	}
 }
 
-// startPipeline builds and starts every stage. Start order: cache poller,
-// applier, capture, API, auditor, telemetry; stop order is the auditor and
-// the API first (no new reads of the source), then capture (flush and confirm), the applier (commit what was
-// applied), the cache poller and telemetry last.
+// startPipeline builds and starts every stage as one lifecycle.Group, in the
+// phases a stand-alone process gives them, so the stop order is the
+// group's: the API and the auditor first (no new reads of the source), then
+// capture (flush and confirm), the applier (commit what was applied), the
+// cache poller, the status page and telemetry last.
 func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slog.Logger) (*pipeline, error) {
 	reg := telemetry.NewRegistry()
 	rdb, err := st.Redis()
@@ -361,30 +346,31 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 		return nil, err
 	}
 	tel.Handle("/", page.Handler())
-	p := &pipeline{metricsAddr: tel.Addr(), fail: make(chan struct{}), stats: &statsSource{gather: reg, cache: cc}}
-	stopCache := p.stage("cache", cc.Run)
-	stopApplier := p.stage("applier", app.Run)
-	stopCapture := p.stage("capture", capt.Run)
-	stopAPI := p.stage("api", srv.Run)
-	stopAudit := p.stage("audit", aud.Run)
-	stopTel := p.stage("telemetry", tel.Run)
-	stopPage := p.stage("status page", page.Run)
-	p.stopFns = []func() error{stopAudit, stopAPI, stopCapture, stopApplier, stopCache, stopPage, stopTel,
-		func() error { pool.Close(); return rdb.Close() }}
+	p := &pipeline{metricsAddr: tel.Addr(), stats: &statsSource{gather: reg, cache: cc},
+		closeConns: func() error { pool.Close(); return rdb.Close() }}
+	var g lifecycle.Group
+	g.Add(lifecycle.Requests, "api", untilStopped("api", srv.Run))
+	g.Add(lifecycle.Requests, "audit", untilStopped("audit", aud.Run))
+	g.Add(lifecycle.Capture, "capture", untilStopped("capture", capt.Run))
+	g.Add(lifecycle.Apply, "applier", untilStopped("applier", app.Run))
+	g.Add(lifecycle.Cache, "cache", untilStopped("cache", cc.Run))
+	g.Add(lifecycle.Observe, "status page", untilStopped("status page", page.Run))
+	g.Add(lifecycle.Telemetry, "telemetry", untilStopped("telemetry", tel.Run))
+	p.start(&g)
 
 	// Ready when every stage says so (the watermark is known, the API listens).
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err = waitFor(rctx, "waiting for the pipeline to become ready", func(ctx context.Context) error {
 		select {
-		case <-p.fail:
+		case <-p.done:
 			return nil // reported below
 		default:
 		}
 		return errors.Join(capt.Ready(ctx), app.Ready(ctx), srv.Ready(ctx))
 	})
 	select {
-	case <-p.fail:
+	case <-p.done:
 		return nil, p.stop()
 	default:
 	}

@@ -7,6 +7,7 @@ import (
 	"tidemark/applier"
 	"tidemark/cache"
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
 )
 
@@ -86,5 +87,8 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runStage(ctx, e, c.MetricsAddr, reg, page, guardedStage{app, clock})
+	var g lifecycle.Group
+	g.Add(lifecycle.Apply, "applier", app.Run)
+	g.Add(lifecycle.Cache, "clock guard", clock.Run)
+	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, clock.Ready, app.Ready)
 }

@@ -7,6 +7,7 @@ import (
 
 	"tidemark/capture"
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
 	"tidemark/relay"
 )
@@ -87,5 +88,7 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runStage(ctx, e, c.MetricsAddr, reg, page, capt)
+	var g lifecycle.Group
+	g.Add(lifecycle.Capture, "capture", capt.Run)
+	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, capt.Ready)
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"log/slog"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -26,26 +23,4 @@ func newClockGuard(rdb redis.UniversalClient, pg clockguard.Querier, log *slog.L
 		deps.Postgres = pg
 	}
 	return clockguard.New(cfg, deps)
-}
-
-// guardedStage runs a stage with the clock guard beside it: /readyz fails
-// while either is not ready.
-type guardedStage struct {
-	stage
-	clock *clockguard.Guard
-}
-
-func (g guardedStage) Run(ctx context.Context) error {
-	cctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); g.clock.Run(cctx) }()
-	err := g.stage.Run(ctx)
-	stop()
-	wg.Wait()
-	return err
-}
-
-func (g guardedStage) Ready(ctx context.Context) error {
-	return errors.Join(g.clock.Ready(ctx), g.stage.Ready(ctx))
 }

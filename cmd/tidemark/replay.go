@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +15,7 @@ import (
 	"tidemark/applier"
 	"tidemark/cache"
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 )
 
 // replayCmd wires flags into applier.ReplayConfig, runs the replay with a
@@ -102,14 +102,11 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	pctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); showProgress(pctx, e.stderr, r) }()
-	sum, err := r.Run(ctx)
-	stop()
-	wg.Wait()
-	if err != nil {
+	var sum applier.ReplaySummary
+	var g lifecycle.Group
+	g.Add(lifecycle.Apply, "replay", func(ctx context.Context) (err error) { sum, err = r.Run(ctx); return err })
+	g.Add(lifecycle.Observe, "progress", func(ctx context.Context) error { showProgress(ctx, e.stderr, r); return nil })
+	if err := g.Run(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "replayed %d records from %s in %s (%.0f records/s): applied %d, duplicate %d, older %d, dlq %d\n",

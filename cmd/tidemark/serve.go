@@ -5,13 +5,12 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"tidemark/api"
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/hotset"
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
 	"tidemark/replica"
 	"tidemark/warm"
@@ -187,28 +186,21 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	tel, err := telemetry.NewServer(c.MetricsAddr, reg, log, srv.Ready)
-	if err != nil {
-		return err
-	}
 	page, err := c.page(e, "serve", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
 	if err != nil {
 		return err
 	}
-	tel.Handle("/", page.Handler())
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return cc.Run(ctx) })
-	g.Go(func() error { return hot.Run(ctx) })
-	g.Go(func() error { return reps.Run(ctx) })
-	g.Go(func() error { return clock.Run(ctx) })
+	var g lifecycle.Group
+	g.Add(lifecycle.Requests, "api", srv.Run)
 	if c.AuditRate > 0 {
-		g.Go(func() error { return aud.Run(ctx) })
+		g.Add(lifecycle.Requests, "auditor", aud.Run)
 	}
 	if c.WarmTop > 0 {
-		g.Go(func() error { return warmer.Run(ctx) })
+		g.Add(lifecycle.Requests, "warmer", warmer.Run)
 	}
-	g.Go(func() error { return srv.Run(ctx) })
-	g.Go(func() error { return tel.Run(ctx) })
-	g.Go(func() error { return page.Run(ctx) })
-	return g.Wait()
+	g.Add(lifecycle.Requests, "replica builder", reps.Run)
+	g.Add(lifecycle.Cache, "cache", cc.Run)
+	g.Add(lifecycle.Cache, "hot set", hot.Run)
+	g.Add(lifecycle.Cache, "clock guard", clock.Run)
+	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, srv.Ready)
 }

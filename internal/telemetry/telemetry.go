@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 )
 
 // NewLogger builds the process logger. format is "text" or "json"; level is
@@ -113,15 +114,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	}
 	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.ln) }()
 	s.log.Info("serving metrics", "addr", s.Addr())
-	select {
-	case err := <-errc:
-		return fmt.Errorf("telemetry: serve: %w", err)
-	case <-ctx.Done():
+	if err := lifecycle.ServeHTTP(ctx, srv, s.ln, lifecycle.ShutdownGrace); err != nil {
+		return fmt.Errorf("telemetry: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return nil
 }
