@@ -17,6 +17,7 @@ import (
 	"tidemark/internal/broker"
 	"tidemark/internal/localserver"
 	"tidemark/internal/telemetry"
+	"tidemark/internal/wiring"
 	"tidemark/migrations"
 
 	"tidemark/internal/config"
@@ -275,6 +276,14 @@ func (p *pipeline) start(g *lifecycle.Group) {
 	}()
 }
 
+// devGroup adds every part as untilStopped: in dev, a part that ends by
+// itself fails the pipeline.
+type devGroup struct{ g *lifecycle.Group }
+
+func (d devGroup) Add(phase lifecycle.Phase, name string, run func(context.Context) error) {
+	d.g.Add(phase, name, untilStopped(name, run))
+}
+
 // untilStopped turns a stage that ends by itself, even without an error,
 // into a failure of the pipeline, named for the stage.
 func untilStopped(name string, run func(context.Context) error) func(context.Context) error {
@@ -290,72 +299,51 @@ func untilStopped(name string, run func(context.Context) error) func(context.Con
 	}
 }
 
-// startPipeline builds and starts every stage as one lifecycle.Group, in the
-// phases a stand-alone process gives them, so the stop order is the
-// group's: the API and the auditor first (no new reads of the source), then
-// capture (flush and confirm), the applier (commit what was applied), the
-// cache poller, the status page and telemetry last.
+// startPipeline builds every role through internal/wiring, as capture,
+// apply and serve do, and starts them as one lifecycle.Group, so the stop
+// order is the group's: the API and its helpers first (no new reads of the
+// source), then capture (flush and confirm), the applier (commit what was
+// applied), the cache poller and clock guard, the status page and telemetry
+// last.
 func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slog.Logger) (*pipeline, error) {
 	reg := telemetry.NewRegistry()
-	rdb, err := st.Redis()
-	if err != nil {
-		return nil, err
-	}
-	cc, err := st.Cache(rdb, reg)
-	if err != nil {
-		rdb.Close()
-		return nil, err
-	}
-	app, err := st.Applier(cc, reg)
-	if err != nil {
-		rdb.Close()
-		return nil, err
-	}
-	capt, err := st.Capture(reg)
-	if err != nil {
-		rdb.Close()
-		return nil, err
-	}
 	pool, err := st.Pool(ctx)
 	if err != nil {
-		rdb.Close()
 		return nil, err
 	}
-	srv, err := st.API(pool, cc, rdb, reg)
+	tier, err := wiring.OpenTier(st.ep.Redis, st.cfg.Cache, pool, log, reg)
 	if err != nil {
 		pool.Close()
-		rdb.Close()
 		return nil, err
 	}
-	aud, err := st.Auditor(pool, cc, rdb, srv, reg)
+	closeConns := func() error { pool.Close(); return tier.Close() }
+	var g lifecycle.Group
+	dg := devGroup{&g}
+	srv, err := wiring.AddServe(ctx, dg, st.ServeConfig(), tier, pool, log, reg)
 	if err != nil {
-		pool.Close()
-		rdb.Close()
-		return nil, err
+		return nil, errors.Join(err, closeConns())
 	}
+	capt, err := wiring.AddCapture(dg, st.CaptureConfig(), log, reg)
+	if err != nil {
+		return nil, errors.Join(err, closeConns())
+	}
+	app, err := wiring.AddApply(dg, st.ApplierConfig(), tier, log, reg)
+	if err != nil {
+		return nil, errors.Join(err, closeConns())
+	}
+	tier.Add(dg)
 	page, err := st.StatusPage(reg)
 	if err != nil {
-		pool.Close()
-		rdb.Close()
-		return nil, err
+		return nil, errors.Join(err, closeConns())
 	}
 	tel, err := telemetry.NewServer(metricsAddr, reg, log, capt.Ready, app.Ready, srv.Ready)
 	if err != nil {
-		pool.Close()
-		rdb.Close()
-		return nil, err
+		return nil, errors.Join(err, closeConns())
 	}
 	tel.Handle("/", page.Handler())
-	p := &pipeline{metricsAddr: tel.Addr(), stats: &statsSource{gather: reg, cache: cc},
-		closeConns: func() error { pool.Close(); return rdb.Close() }}
-	var g lifecycle.Group
-	g.Add(lifecycle.Requests, "api", untilStopped("api", srv.Run))
-	g.Add(lifecycle.Requests, "audit", untilStopped("audit", aud.Run))
-	g.Add(lifecycle.Capture, "capture", untilStopped("capture", capt.Run))
-	g.Add(lifecycle.Apply, "applier", untilStopped("applier", app.Run))
-	g.Add(lifecycle.Cache, "cache", untilStopped("cache", cc.Run))
-	g.Add(lifecycle.Observe, "status page", untilStopped("status page", page.Run))
-	g.Add(lifecycle.Telemetry, "telemetry", untilStopped("telemetry", tel.Run))
+	p := &pipeline{metricsAddr: tel.Addr(), stats: &statsSource{gather: reg, cache: tier.Cache}, closeConns: closeConns}
+	dg.Add(lifecycle.Observe, "status page", page.Run)
+	dg.Add(lifecycle.Telemetry, "telemetry", tel.Run)
 	p.start(&g)
 
 	// Ready when every stage says so (the watermark is known, the API listens).

@@ -176,3 +176,32 @@ func TestAlertAndDashboardMetricsExported(t *testing.T) {
 		return nil
 	})
 }
+
+// TestDevRunsWhatServeRuns: dev builds its roles through internal/wiring as
+// the stand-alone commands do, so the parts serve and apply run beside the
+// API and the applier (clock guard, hot-set tracker, warmer, replica
+// builder, auditor) run in dev too, each seen by a metric of its own.
+func TestDevRunsWhatServeRuns(t *testing.T) {
+	ip := startInProcess(t)
+	parts := map[string]string{
+		"clock guard":     "tidemark_clock_offset_seconds",
+		"hot-set tracker": "tidemark_hotset_tracked_keys",
+		"warmer":          "tidemark_warm_remaining_keys",
+		"replica builder": "tidemark_replica_hot_keys",
+		"auditor":         "tidemark_audit_checked_total",
+	}
+	testenv.Eventually(t, 30*time.Second, "every part of serve runs in dev", func() error {
+		fams := scrape(t, ip.p.metricsAddr)
+		var missing []string
+		for part, name := range parts {
+			if !exported(fams, name) {
+				missing = append(missing, part+" ("+name+")")
+			}
+		}
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			return fmt.Errorf("not running in dev: %s", strings.Join(missing, ", "))
+		}
+		return nil
+	})
+}

@@ -11,14 +11,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"tidemark/api"
 	"tidemark/applier"
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
+	"tidemark/hotset"
+	"tidemark/internal/wiring"
+	"tidemark/replica"
 	"tidemark/status"
+	"tidemark/warm"
 )
 
 // Endpoints are the servers a pipeline talks to.
@@ -56,8 +59,9 @@ func DefaultPipelineConfig() PipelineConfig {
 	}
 }
 
-// Stages builds the pipeline's stages with the same wiring as the
-// stand-alone commands, so `dev` and the end-to-end tests run what
+// Stages holds the configs of the pipeline's roles for these endpoints;
+// startPipeline builds the roles through internal/wiring, as the
+// stand-alone commands do, so `dev` and the end-to-end tests run what
 // production runs.
 type Stages struct {
 	cfg PipelineConfig
@@ -82,21 +86,6 @@ func (s *Stages) CaptureConfig() capture.Config {
 	return c
 }
 
-// Capture builds a capture stage.
-func (s *Stages) Capture(reg prometheus.Registerer) (*capture.Capture, error) {
-	return capture.New(s.CaptureConfig(), capture.Deps{Log: s.log, Registerer: reg})
-}
-
-// Redis opens the cache tier connection.
-func (s *Stages) Redis() (redis.UniversalClient, error) {
-	return cache.ParseRedisURL(s.ep.Redis)
-}
-
-// Cache builds a cache-tier client on rdb.
-func (s *Stages) Cache(rdb redis.UniversalClient, reg prometheus.Registerer) (*cache.Client, error) {
-	return cache.New(s.cfg.Cache, rdb, s.log, reg)
-}
-
 // ApplierConfig is the applier's config for these endpoints.
 func (s *Stages) ApplierConfig() applier.Config {
 	c := applier.DefaultConfig()
@@ -105,11 +94,6 @@ func (s *Stages) ApplierConfig() applier.Config {
 	c.Group = s.cfg.Group
 	c.HardLifetime = s.cfg.Cache.HardLifetime
 	return c
-}
-
-// Applier builds an applier on a cache client.
-func (s *Stages) Applier(cc *cache.Client, reg prometheus.Registerer) (*applier.Applier, error) {
-	return applier.New(s.ApplierConfig(), applier.Deps{Cache: cc, Log: s.log, Registerer: reg})
 }
 
 // Pool opens the API's Postgres pool.
@@ -125,17 +109,14 @@ func (s *Stages) APIConfig() api.Config {
 	return c
 }
 
-// API builds the API server.
-func (s *Stages) API(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, reg prometheus.Registerer) (*api.Server, error) {
-	return api.New(s.APIConfig(), api.Deps{Pool: pool, Cache: cc, Redis: rdb, Log: s.log, Registerer: reg})
-}
-
-// Auditor builds the continuous auditor, charged to srv's background
-// budget, as every serve process runs it.
-func (s *Stages) Auditor(pool *pgxpool.Pool, cc *cache.Client, rdb redis.UniversalClient, srv *api.Server, reg prometheus.Registerer) (*audit.Auditor, error) {
-	c := audit.DefaultConfig()
-	c.Namespace = s.cfg.Namespace
-	return audit.New(c, audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: s.log, Registerer: reg})
+// ServeConfig is the serve role's, as `tidemark serve` runs it by default:
+// the auditor and the warmer take part in their elections.
+func (s *Stages) ServeConfig() wiring.Serve {
+	a := s.APIConfig()
+	c := wiring.Serve{API: a, Hot: hotset.DefaultConfig(), Audit: audit.DefaultConfig(),
+		Warm: wiring.PaceWarm(warm.DefaultConfig(), a.BackgroundRate), Replica: replica.DefaultConfig(), RunAudit: true, RunWarm: true}
+	c.Hot.Namespace, c.Audit.Namespace, c.Warm.Namespace, c.Replica.Namespace = s.cfg.Namespace, s.cfg.Namespace, s.cfg.Namespace, s.cfg.Namespace
+	return c
 }
 
 // StatusPage builds the status page of these endpoints on the process's

@@ -9,6 +9,7 @@ import (
 	"tidemark/internal/config"
 	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
+	"tidemark/internal/wiring"
 )
 
 // applyCmd wires flags into applier.Config and runs the group applier with
@@ -65,30 +66,21 @@ func (c *applyCmd) Validate() error {
 }
 
 func (c *applyCmd) Run(ctx context.Context, e *env) error {
-	rdb, err := cache.ParseRedisURL(c.Redis)
+	reg := telemetry.NewRegistry()
+	tier, err := wiring.OpenTier(c.Redis, c.cacheConfig(), nil, e.log, reg)
 	if err != nil {
 		return usageError(err)
 	}
-	defer rdb.Close()
-	reg := telemetry.NewRegistry()
-	cc, err := cache.New(c.cacheConfig(), rdb, e.log, reg)
+	defer tier.Close()
+	var g lifecycle.Group
+	app, err := wiring.AddApply(&g, c.config(), tier, e.log, reg)
 	if err != nil {
 		return err
 	}
-	app, err := applier.New(c.config(), applier.Deps{Cache: cc, Log: e.log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	clock, err := newClockGuard(rdb, nil, e.log, reg)
-	if err != nil {
-		return err
-	}
+	g.Add(lifecycle.Cache, "clock guard", tier.Clock.Run)
 	page, err := c.page(e, "apply", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
 	if err != nil {
 		return err
 	}
-	var g lifecycle.Group
-	g.Add(lifecycle.Apply, "applier", app.Run)
-	g.Add(lifecycle.Cache, "clock guard", clock.Run)
-	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, clock.Ready, app.Ready)
+	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, tier.Clock.Ready, app.Ready)
 }

@@ -9,6 +9,7 @@ import (
 	"tidemark/internal/config"
 	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
+	"tidemark/internal/wiring"
 	"tidemark/relay"
 )
 
@@ -80,7 +81,8 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
 	reg := telemetry.NewRegistry()
-	capt, err := capture.New(c.config(), capture.Deps{Log: e.log, Registerer: reg})
+	var g lifecycle.Group
+	capt, err := wiring.AddCapture(&g, c.config(), e.log, reg)
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,5 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	var g lifecycle.Group
-	g.Add(lifecycle.Capture, "capture", capt.Run)
 	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, capt.Ready)
 }

@@ -12,6 +12,7 @@ import (
 	"tidemark/internal/config"
 	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
+	"tidemark/internal/wiring"
 	"tidemark/replica"
 	"tidemark/warm"
 )
@@ -106,9 +107,8 @@ func (c *serveCmd) auditConfig() audit.Config {
 // warmConfig is the elected warmer's: it paces itself within the background
 // budget, from an eighth of it; --warm-top 0 runs none.
 func (c *serveCmd) warmConfig() warm.Config {
-	cfg := warm.DefaultConfig()
-	cfg.Namespace, cfg.MaxRate = c.Namespace, c.BackgroundRate
-	cfg.StartRate, cfg.Step = c.BackgroundRate/8, c.BackgroundRate/8
+	cfg := wiring.PaceWarm(warm.DefaultConfig(), c.BackgroundRate)
+	cfg.Namespace = c.Namespace
 	if c.WarmTop > 0 {
 		cfg.Top = c.WarmTop
 	}
@@ -140,67 +140,30 @@ func (c *serveCmd) Validate() error {
 
 func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	log := e.log
-	acfg, ccfg := c.apiConfig(), c.cacheConfig()
-	rdb, err := cache.ParseRedisURL(c.Redis)
-	if err != nil {
-		return usageError(err)
-	}
-	defer rdb.Close()
+	acfg := c.apiConfig()
 	pool, err := api.NewPool(ctx, c.PG, acfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	reg := telemetry.NewRegistry()
-	cc, err := cache.New(ccfg, rdb, log, reg)
+	tier, err := wiring.OpenTier(c.Redis, c.cacheConfig(), pool, log, reg)
 	if err != nil {
-		return err
+		return usageError(err)
 	}
-	if err := checkEvictionPolicy(ctx, cc, log); err != nil {
-		return err
-	}
+	defer tier.Close()
 	hcfg := hotset.DefaultConfig()
 	hcfg.Namespace = c.Namespace
-	hot, err := hotset.New(hcfg, rdb, log, reg)
+	var g lifecycle.Group
+	srv, err := wiring.AddServe(ctx, &g, wiring.Serve{API: acfg, Hot: hcfg, Audit: c.auditConfig(), Warm: c.warmConfig(),
+		Replica: c.replicaConfig(), RunAudit: c.AuditRate > 0, RunWarm: c.WarmTop > 0}, tier, pool, log, reg)
 	if err != nil {
-		return err
+		return evictionFlag(err)
 	}
-	clock, err := newClockGuard(rdb, pool, log, reg)
-	if err != nil {
-		return err
-	}
-	clock.Check(ctx) // an unmeasured clock is not trusted: measure before serving
-	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: cc, T: hot}, Redis: rdb, Log: log, Registerer: reg, Clock: clock})
-	if err != nil {
-		return err
-	}
-	aud, err := audit.New(c.auditConfig(), audit.Deps{Redis: rdb, DB: pool, Cache: cc, Budget: srv, Log: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	warmer, err := warm.New(c.warmConfig(), warm.Deps{Redis: rdb, Cache: cc, Source: srv, Log: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	reps, err := replica.New(c.replicaConfig(), replica.Deps{Cache: cc, Hot: hotset.HotKeys(rdb, c.Namespace), Log: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
+	tier.Add(&g)
 	page, err := c.page(e, "serve", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
 	if err != nil {
 		return err
 	}
-	var g lifecycle.Group
-	g.Add(lifecycle.Requests, "api", srv.Run)
-	if c.AuditRate > 0 {
-		g.Add(lifecycle.Requests, "auditor", aud.Run)
-	}
-	if c.WarmTop > 0 {
-		g.Add(lifecycle.Requests, "warmer", warmer.Run)
-	}
-	g.Add(lifecycle.Requests, "replica builder", reps.Run)
-	g.Add(lifecycle.Cache, "cache", cc.Run)
-	g.Add(lifecycle.Cache, "hot set", hot.Run)
-	g.Add(lifecycle.Cache, "clock guard", clock.Run)
 	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, srv.Ready)
 }
