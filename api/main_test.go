@@ -63,7 +63,7 @@ func (e *tenv) newCache(ccfg cache.Config) *cache.Client {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { rdb.Close() })
-	cc, err := cache.New(ccfg, rdb, testenv.Logger(e.t), nil)
+	cc, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: testenv.Logger(e.t), Registerer: nil})
 	if err != nil {
 		e.t.Fatal(err)
 	}

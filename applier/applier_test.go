@@ -142,7 +142,7 @@ func TestAppliesOnRedisCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func TestApplierRefusesAllKeysEviction(t *testing.T) {
 	}
 	ccfg := cache.DefaultConfig()
 	ccfg.AllowAllKeysEviction = true
-	allowed, err := cache.New(ccfg, r.rdb, testenv.Logger(t), nil)
+	allowed, err := cache.New(ccfg, cache.Deps{Redis: r.rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func newRig(t *testing.T, partitions int32) *rig {
 	k.CreateTopic(t, topic, partitions, nil)
 	rs := testenv.StartRedis(t)
 	rdb := rs.Client(t)
-	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestClassifyEveryRedisErrorPrefix(t *testing.T) {
 func TestClassifyRealRedisReplies(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rdb := rs.Client(t)
-	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(pool.Close)
 	r := testenv.StartRedis(t)
-	cc, err := cache.New(cache.DefaultConfig(), r.Client(t), testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: r.Client(t), Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestLookupBoundedWhenRedisHangs(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { rdb.Close() })
-			c, err := cache.New(testConfig(), rdb, testenv.Logger(t), nil)
+			c, err := cache.New(testConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 			if err != nil {
 				t.Fatal(err)
 			}

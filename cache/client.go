@@ -29,11 +29,20 @@ type Client struct {
 	leaseMs int64
 }
 
-// New checks cfg and builds a Client. reg may be nil (no metrics exposed).
-func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+// Deps are the Client's dependencies; Log and Registerer may be nil
+// (docs/design.md, Lifecycle).
+type Deps struct {
+	Redis      redis.UniversalClient // required
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// New checks cfg and builds a Client.
+func New(cfg Config, d Deps) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cache: config: %w", err)
 	}
+	rdb, log, reg := d.Redis, d.Log, d.Registerer
 	if rdb == nil {
 		return nil, errors.New("cache: nil redis client")
 	}

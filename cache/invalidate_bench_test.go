@@ -14,7 +14,7 @@ import (
 // reports the figures beside the ceilings).
 func BenchmarkInvalidateBatch(b *testing.B) {
 	r := testenv.StartRedis(b)
-	c, err := cache.New(cache.DefaultConfig(), r.Client(b), nil, nil)
+	c, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: r.Client(b), Log: nil, Registerer: nil})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestInvalidateBatch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx, tn := context.Background(), tenant(t)
 		reg := prometheus.NewRegistry()
-		c, err := cache.New(testConfig(), b.rdb, testenv.Logger(t), reg)
+		c, err := cache.New(testConfig(), cache.Deps{Redis: b.rdb, Log: testenv.Logger(t), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}

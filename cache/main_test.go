@@ -54,7 +54,7 @@ func testConfig() cache.Config {
 
 func newClient(t *testing.T, b *backend, cfg cache.Config) *cache.Client {
 	t.Helper()
-	c, err := cache.New(cfg, b.rdb, testenv.Logger(t), prometheus.NewRegistry())
+	c, err := cache.New(cfg, cache.Deps{Redis: b.rdb, Log: testenv.Logger(t), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,13 +58,13 @@ func TestWatermarkRaiseOnlyAndMinimum(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		reg := prometheus.NewRegistry()
-		c, err := cache.New(testConfig(), b.rdb, testenv.Logger(t), reg)
+		c, err := cache.New(testConfig(), cache.Deps{Redis: b.rdb, Log: testenv.Logger(t), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A second client on the same registry (API and applier in one
 		// process) shares the series.
-		c2, err := cache.New(testConfig(), b.rdb, testenv.Logger(t), reg)
+		c2, err := cache.New(testConfig(), cache.Deps{Redis: b.rdb, Log: testenv.Logger(t), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -189,7 +189,7 @@ func (d *Dev) servers(ctx context.Context) (Endpoints, func(), error) {
 	}
 	if len(ep.Brokers) == 0 {
 		b, err := broker.New(broker.Config{DataDir: filepath.Join(d.cfg.DataDir, "kafka"), SyncWrites: d.cfg.SyncWrites, Brokers: 1,
-			Partitions: d.cfg.Pipeline.Partitions}, d.base)
+			Partitions: d.cfg.Pipeline.Partitions}, broker.Deps{Log: d.base})
 		if err != nil {
 			return ep, stop, err
 		}

@@ -89,11 +89,20 @@ type Tracker struct {
 	lastDecay time.Time
 }
 
-// New checks cfg and builds a Tracker. reg may be nil.
-func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*Tracker, error) {
+// Deps are the Tracker's dependencies; Log and Registerer may be nil
+// (docs/design.md, Lifecycle).
+type Deps struct {
+	Redis      redis.UniversalClient // required
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// New checks cfg and builds a Tracker.
+func New(cfg Config, d Deps) (*Tracker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	rdb, log, reg := d.Redis, d.Log, d.Registerer
 	if rdb == nil {
 		return nil, errors.New("hotset: nil redis client")
 	}

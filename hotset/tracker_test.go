@@ -14,7 +14,7 @@ import (
 
 func newTracker(t *testing.T, cfg hotset.Config, r *testenv.Redis) *hotset.Tracker {
 	t.Helper()
-	tr, err := hotset.New(cfg, r.Client(t), testenv.Logger(t), nil)
+	tr, err := hotset.New(cfg, hotset.Deps{Redis: r.Client(t), Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Report, error) {
 	defer rdb.Close()
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = cfg.Namespace
-	cc, err := cache.New(ccfg, rdb, log, nil)
+	cc, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: log, Registerer: nil})
 	if err != nil {
 		return rep, fmt.Errorf("inspect: %w", err)
 	}

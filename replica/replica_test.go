@@ -30,7 +30,7 @@ func cacheConfig() cache.Config {
 
 func newCache(t *testing.T, rdb redis.UniversalClient) *cache.Client {
 	t.Helper()
-	c, err := cache.New(cacheConfig(), rdb, testenv.Logger(t), nil)
+	c, err := cache.New(cacheConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestHotKeyAboveThresholdGetsCopies(t *testing.T) {
 	c := newCache(t, rdb)
 	hcfg := hotset.DefaultConfig()
 	hcfg.TimeConstant = 10 * time.Second
-	tr, err := hotset.New(hcfg, rdb, testenv.Logger(t), nil)
+	tr, err := hotset.New(hcfg, hotset.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestStatusShowsStalledPartition(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rdb := rs.Client(t)
 	ctx := testenv.Context(t, 2*time.Minute)
-	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,7 +235,7 @@ func readCache(ctx context.Context, cfg Config) (cache.Watermark, map[string]str
 	defer rdb.Close()
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = cfg.Namespace
-	cc, err := cache.New(ccfg, rdb, nil, nil)
+	cc, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: nil, Registerer: nil})
 	if err != nil {
 		return cache.Watermark{}, nil, fmt.Errorf("status: %w", err)
 	}

@@ -67,13 +67,13 @@ func newEnv(t *testing.T, items int, acfg api.Config) *env {
 	}
 	r := testenv.StartRedis(t)
 	rdb := r.Client(t)
-	cc, err := cache.New(cache.DefaultConfig(), rdb, testenv.Logger(t), nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hcfg := hotset.DefaultConfig()
 	hcfg.MergeInterval, hcfg.TimeConstant = 300*time.Millisecond, time.Minute
-	hot, err := hotset.New(hcfg, rdb, testenv.Logger(t), nil)
+	hot, err := hotset.New(hcfg, hotset.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

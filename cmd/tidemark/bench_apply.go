@@ -71,7 +71,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	opt.PoolSize, opt.ContextTimeoutEnabled = 64, true
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	cc, err := cache.New(cache.DefaultConfig(), rdb, e.log, nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: e.log, Registerer: nil})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 // every master's command rate.
 func TestInspectHot(t *testing.T) {
 	r := testenv.StartRedis(t)
-	tr, err := hotset.New(hotset.DefaultConfig(), r.Client(t), nil, nil)
+	tr, err := hotset.New(hotset.DefaultConfig(), hotset.Deps{Redis: r.Client(t), Log: nil, Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestInspectHot(t *testing.T) {
 	}
 	// acme/sku-1 has a published set of 3 copies.
 	ctx := testenv.Context(t, 10*time.Second)
-	cc, err := cache.New(cache.DefaultConfig(), r.Client(t), nil, nil)
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: r.Client(t), Log: nil, Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func (c *kafkaCmd) Validate() error {
 }
 
 func (c *kafkaCmd) Run(ctx context.Context, e *env) error {
-	b, err := broker.New(c.config(), e.log)
+	b, err := broker.New(c.config(), broker.Deps{Log: e.log})
 	if err != nil {
 		return err
 	}

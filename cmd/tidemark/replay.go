@@ -94,7 +94,7 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	}
 	defer rdb.Close()
 	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
-	cc, err := cache.New(c.cacheTier(c.Namespace), rdb, e.log, reg)
+	cc, err := cache.New(c.cacheTier(c.Namespace), cache.Deps{Redis: rdb, Log: e.log, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -99,10 +99,19 @@ type Broker struct {
 	closeErr  error
 }
 
+// Deps are the broker's dependencies; a nil Log discards.
+type Deps struct {
+	Log *slog.Logger
+}
+
 // New starts the cluster and listens at once.
-func New(cfg Config, log *slog.Logger) (*Broker, error) {
+func New(cfg Config, d Deps) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Real {
 		return newReal(cfg, log)

@@ -26,7 +26,7 @@ func TestPersistsAcrossRestart(t *testing.T) {
 			cfg := Config{DataDir: t.TempDir(), SyncWrites: sync, Port: testenv.FreePort(t), Brokers: 1, Partitions: 3}
 			ctx := testenv.Context(t, time.Minute)
 
-			b, err := New(cfg, testenv.Logger(t))
+			b, err := New(cfg, Deps{Log: testenv.Logger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,7 +34,7 @@ func TestPersistsAcrossRestart(t *testing.T) {
 			addr := b.Addrs()[0]
 			b.Close()
 
-			b2, err := New(cfg, testenv.Logger(t))
+			b2, err := New(cfg, Deps{Log: testenv.Logger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func TestKill9KeepsAckedRecords(t *testing.T) {
 // fsynced by the broker (kfake alone never syncs it).
 func TestSealedSegmentsAreSynced(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir(), Brokers: 1, Partitions: 1, SegmentBytes: 4096, SealedSyncInterval: 50 * time.Millisecond}
-	b, err := New(cfg, testenv.Logger(t))
+	b, err := New(cfg, Deps{Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

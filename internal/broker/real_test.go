@@ -18,7 +18,7 @@ import (
 // given, auto-creating topics with the configured partitions.
 func TestRealServesOnFixedPort(t *testing.T) {
 	port := testenv.FreePort(t)
-	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true}, testenv.Logger(t))
+	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true}, Deps{Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

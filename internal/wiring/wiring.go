@@ -56,7 +56,7 @@ func OpenTier(redisURL string, cfg cache.Config, pg clockguard.Querier, log *slo
 	if err != nil {
 		return nil, err
 	}
-	cc, err := cache.New(cfg, rdb, log, reg)
+	cc, err := cache.New(cfg, cache.Deps{Redis: rdb, Log: log, Registerer: reg})
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -153,7 +153,7 @@ func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Po
 	if err := t.CheckEvictionPolicy(ctx); err != nil {
 		return nil, err
 	}
-	hot, err := hotset.New(cfg.Hot, t.Redis, log, reg)
+	hot, err := hotset.New(cfg.Hot, hotset.Deps{Redis: t.Redis, Log: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

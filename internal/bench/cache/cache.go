@@ -104,7 +104,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = benchNamespace
 	ccfg.SoftMin, ccfg.SoftMax = 25*time.Second, 25*time.Second // keep the timed lookups hits
-	c, err := cache.New(ccfg, rdb, slog.New(slog.DiscardHandler), nil)
+	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: slog.New(slog.DiscardHandler), Registerer: nil})
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
-	cc, err := cache.New(cache.DefaultConfig(), rdb, log, prometheus.NewRegistry())
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return res, err
 	}

@@ -127,7 +127,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	// A soft deadline far enough that the key stays a hit within a mode;
 	// copies are renewed by the builder as in production.
 	ccfg.SoftMin, ccfg.SoftMax = 20*time.Second, 20*time.Second
-	c, err := cache.New(ccfg, rdb, slog.New(slog.DiscardHandler), nil)
+	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: slog.New(slog.DiscardHandler), Registerer: nil})
 	if err != nil {
 		return err
 	}
