@@ -67,7 +67,7 @@ func TestPageWithoutCheckPlotsLocalSeries(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	html := string(b)
-	for _, want := range []string{`id="verdict" class="verdict unknown">UNKNOWN<`, "--kafka", `http-equiv="refresh"`,
+	for _, want := range []string{`id="verdict" class="verdict unknown">UNKNOWN<`, "Brokers: is required", `http-equiv="refresh"`,
 		`data-series="watermark age"`, `data-series="oldest pending event age"`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("page lacks %q:\n%s", want, html)
