@@ -56,7 +56,7 @@ func (s *Server) Warm(ctx context.Context, tenant, item string) (WarmOutcome, er
 		return WarmOutcome{}, fmt.Errorf("api: warm %s/%s: %w", tenant, item, err)
 	}
 	out := WarmOutcome{Result: WarmLost, Source: time.Since(start)}
-	if s.fill(ctx, tenant, item, lr.Token, it, obs) {
+	if s.fill(ctx, tenant, item, lr.Token, it, obs, false) { // hot keys: no admission
 		out.Result = WarmFilled
 	}
 	return out, nil

@@ -40,6 +40,14 @@ type Config struct {
 	MinVersionSlack int64         // --min-version-slack: how far min_version may be above the key's known floor
 	MinVersionMemo  time.Duration // --min-version-memo: how long a source read below min_version answers repeats with 412 (0: off)
 
+	// MaxValueBytes: --max-value: largest value cached; a larger one is
+	// answered from the source but not cached (0: no limit)
+	MaxValueBytes int64
+	// FillRate: --fill-rate: fills/s of new keys per process, shared fairly
+	// by the tenants filling; a tenant above its share caches only keys it
+	// missed twice within the admission window (0: every miss is cached)
+	FillRate float64
+
 	MaxBodyBytes int64         // --max-body: largest accepted request body
 	AuthTTL      time.Duration // --auth-ttl: how long a resolved API key is trusted before re-checking Postgres
 	AuthStale    time.Duration // --auth-stale: how long a known key keeps working while Postgres cannot be asked
@@ -69,6 +77,8 @@ func DefaultConfig() Config {
 		MinVersionSlack:      1000,
 		MinVersionMemo:       time.Second,
 		MaxBodyBytes:         64 << 10,
+		MaxValueBytes:        256 << 10,
+		FillRate:             2000,
 		AuthTTL:              30 * time.Second,
 		AuthStale:            10 * time.Minute,
 	}
@@ -122,6 +132,12 @@ func (c Config) Validate() error {
 	}
 	if c.MinVersionMemo < 0 {
 		p.Add("MinVersionMemo", "must not be negative (got %s)", c.MinVersionMemo)
+	}
+	if c.MaxValueBytes < 0 {
+		p.Add("MaxValueBytes", "must not be negative (got %d)", c.MaxValueBytes)
+	}
+	if c.FillRate < 0 {
+		p.Add("FillRate", "must not be negative (got %v)", c.FillRate)
 	}
 	if c.MaxBodyBytes <= 0 {
 		p.Add("MaxBodyBytes", "must be positive (got %d)", c.MaxBodyBytes)

@@ -273,7 +273,9 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 	}
 	stored := false
 	if !tok.IsZero() {
-		stored = s.fill(ctx, tenant, id, tok, it, obs)
+		// Only a plain miss (no detail) creates a key: admission applies
+		// to it; refills of an existing key only obey the size cap.
+		stored = s.fill(ctx, tenant, id, tok, it, obs, detail == "")
 	}
 	hard := obs.Add(s.hardLifetime)
 	switch {
@@ -325,10 +327,28 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 }
 
 // fill installs a source read under its lease. A rejection is normal (an
-// invalidation overtook the read); it only means nothing was stored.
-func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, it sourceItem, obs time.Time) bool {
+// invalidation overtook the read); it only means nothing was stored. A value
+// over MaxValueBytes, or a new key the tenant's fill share does not admit
+// (admission.go), is not cached: the lease is released so the key's next
+// reader misses at once instead of waiting for a fill that never comes.
+func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, it sourceItem, obs time.Time, newKey bool) bool {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
 	defer cancel()
+	skip := ""
+	switch {
+	case s.cfg.MaxValueBytes > 0 && int64(len(it.Display)) > s.cfg.MaxValueBytes:
+		skip = skipTooLarge
+	case newKey && !s.admit.admit(tenant, id, s.clock.Wall()):
+		skip = skipAdmission
+	}
+	if skip != "" {
+		s.m.fillsSkipped.WithLabelValues(skip).Inc()
+		if _, err := s.cache.Release(fctx, tenant, id, tok); err != nil {
+			// The lease then expires by itself (readers wait at most its length).
+			s.log.Warn("lease release failed", "tenant", tenant, "item", id, "err", err)
+		}
+		return false
+	}
 	var err error
 	if it.Found && !it.Deleted {
 		err = s.cache.Fill(fctx, tenant, id, tok, it.Version, it.Display, obs)
@@ -359,7 +379,7 @@ func (s *Server) refreshInBackground(tenant, id string, tok cache.Token) {
 			if err != nil {
 				return nil, nil // stays stale until its hard deadline; the lease expires
 			}
-			s.fill(ctx, tenant, id, tok, it, obs)
+			s.fill(ctx, tenant, id, tok, it, obs, false)
 			return nil, nil
 		})
 	}()

@@ -13,6 +13,7 @@ type metrics struct {
 	budgetRejections *prometheus.CounterVec   // class
 	l1Hits           prometheus.Counter
 	deadlineRefusals prometheus.Counter
+	fillsSkipped     *prometheus.CounterVec // reason
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,12 +43,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tidemark_api_deadline_refusals_total",
 			Help: "Answers found past their hard deadline by the check right before the body is written (then read fresh or 503).",
 		}),
+		fillsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_api_fills_skipped_total",
+			Help: "Source reads under a fill lease answered but not cached (the lease released), by reason (too_large, admission).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits, m.deadlineRefusals} {
+	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits, m.deadlineRefusals, m.fillsSkipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
+	m.fillsSkipped.WithLabelValues(skipTooLarge)
+	m.fillsSkipped.WithLabelValues(skipAdmission)
 	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
 		m.budgetRejections.WithLabelValues(class)
 		for _, result := range []string{"found", "not_found", "timeout", "error"} {

@@ -32,6 +32,7 @@ type Cache interface {
 	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
 	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
+	Release(ctx context.Context, tenant, item string, tok cache.Token) (bool, error)
 	Config() cache.Config
 	Floor(ctx context.Context, tenant, item string) (int64, error)
 	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
@@ -64,6 +65,7 @@ type Server struct {
 	replicas *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
 	belowMin *belowMinMemo
 	waiters  *keyWaiters
+	admit    *admission // which misses of new keys are cached (admission.go)
 	m        *metrics
 	log      *slog.Logger
 	clock    *clockguard.Guard
@@ -136,6 +138,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		l1:           newL1(cfg.L1TTL, cfg.L1Size),
 		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
 		waiters:      &keyWaiters{max: cfg.MaxWaitersPerKey, n: make(map[string]int)},
+		admit:        newAdmission(cfg.FillRate),
 		m:            m,
 		log:          log,
 		clock:        clock,

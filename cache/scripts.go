@@ -17,6 +17,8 @@ var (
 	invalidateLua string
 	//go:embed scripts/raise.lua
 	raiseLua string
+	//go:embed scripts/release.lua
+	releaseLua string
 	//go:embed scripts/version.lua
 	versionLua string // vcmp, prepended to the scripts that order versions
 	//go:embed scripts/effective.lua
@@ -34,7 +36,7 @@ var (
 // scripts are the compiled scripts of one Client (go-redis computes each SHA1
 // once; Run falls back from EVALSHA to EVAL on NOSCRIPT).
 type scripts struct {
-	lookup, fill, invalidate, raise *redis.Script
+	lookup, fill, invalidate, raise, release *redis.Script
 	// hot-key replicas (replica.go)
 	replicaSource, replicaPut, replicaRead, replicaSwitch *redis.Script
 }
@@ -45,6 +47,7 @@ func newScripts() scripts {
 		fill:       redis.NewScript(versionLua + fillLua),
 		invalidate: redis.NewScript(versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
+		release:    redis.NewScript(releaseLua),
 
 		replicaSource: redis.NewScript(versionLua + effectiveLua + replicaSourceLua),
 		replicaPut:    redis.NewScript(effectiveLua + replicaPutLua),
@@ -54,7 +57,7 @@ func newScripts() scripts {
 }
 
 func (s scripts) all() []*redis.Script {
-	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch}
+	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.release, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch}
 }
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for

@@ -50,6 +50,8 @@ type serveCmd struct {
 	MinVersionSlack      int64         `field:"api.MinVersionSlack" name:"min-version-slack" env:"TIDEMARK_MIN_VERSION_SLACK" default:"${api_MinVersionSlack}" help:"How far min_version may be above the newest version the cache knows for the item; beyond it, 400."`
 	MinVersionMemo       time.Duration `field:"api.MinVersionMemo" name:"min-version-memo" env:"TIDEMARK_MIN_VERSION_MEMO" default:"${api_MinVersionMemo}" help:"How long a source read below min_version answers repeats with 412 without another read (0: off)."`
 	MaxBody              int64         `field:"api.MaxBodyBytes" name:"max-body" env:"TIDEMARK_MAX_BODY" default:"${api_MaxBodyBytes}" help:"Largest accepted request body in bytes."`
+	MaxValue             int64         `field:"api.MaxValueBytes" name:"max-value" env:"TIDEMARK_MAX_VALUE" default:"${api_MaxValueBytes}" help:"Largest value in bytes that is cached; a larger one is answered from the source but not cached (0: no limit)."`
+	FillRate             float64       `field:"api.FillRate" name:"fill-rate" env:"TIDEMARK_FILL_RATE" default:"${api_FillRate}" help:"Fills/s of new keys per process, shared fairly by the tenants filling; a tenant above its share caches only keys it missed twice within 10-20s, so one tenant's scan cannot evict the others' entries (0: every miss is cached)."`
 	AuthTTL              time.Duration `field:"api.AuthTTL" name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"${api_AuthTTL}" help:"How long a resolved API key is trusted before Postgres is asked again."`
 	AuthStale            time.Duration `field:"api.AuthStale" name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"${api_AuthStale}" help:"How long a known API key keeps working while Postgres cannot be asked."`
 
@@ -78,6 +80,7 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.MinVersionSlack, cfg.MinVersionMemo = c.MinVersionSlack, c.MinVersionMemo
 	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
 	cfg.ReplicaManifestTTL = c.HotManifestTTL
+	cfg.MaxValueBytes, cfg.FillRate = c.MaxValue, c.FillRate
 	return cfg
 }
 
