@@ -172,16 +172,24 @@ func (k *Kafka) assignPorts(fixed int) error {
 
 // clusterID is the one recorded by an earlier run, or a new random one
 // (22 characters of URL-safe base64, as kafka-storage random-uuid makes).
+// Like Kafka's Uuid.randomUuid it never starts with '-': the storage tool
+// would read such an id as an option ("--cluster-id: expected one
+// argument"): one cluster start in 64 failed that way.
 func (k *Kafka) clusterID() (string, error) {
 	p := filepath.Join(filepath.Dir(k.Nodes[0].dir), "cluster-id")
-	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) == 22 {
-		return strings.TrimSpace(string(b)), nil
+	if b, err := os.ReadFile(p); err == nil {
+		if id := strings.TrimSpace(string(b)); len(id) == 22 && id[0] != '-' {
+			return id, nil
+		}
 	}
-	var u [16]byte
-	rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40 // version 4, as Kafka's Uuid.randomUuid
-	u[8] = u[8]&0x3f | 0x80
-	id := base64.RawURLEncoding.EncodeToString(u[:])
+	id := "-"
+	for id[0] == '-' {
+		var u [16]byte
+		rand.Read(u[:])
+		u[6] = u[6]&0x0f | 0x40 // version 4, as Kafka's Uuid.randomUuid
+		u[8] = u[8]&0x3f | 0x80
+		id = base64.RawURLEncoding.EncodeToString(u[:])
+	}
 	return id, os.WriteFile(p, []byte(id+"\n"), 0o644)
 }
 
