@@ -94,16 +94,42 @@ func NewKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 		}
 		k.Nodes = append(k.Nodes, n)
 	}
-	if err := k.assignPorts(cfg.Port); err != nil {
-		return nil, err
+	// A new cluster whose node lost a port to another process between the
+	// probe and the JVM's bind is started again from scratch on new ports;
+	// a cluster restarting on its data keeps its recorded ports.
+	for attempt := 1; ; attempt++ {
+		fresh, err := k.assignPorts(cfg.Port)
+		if err != nil {
+			return nil, err
+		}
+		err = k.start(ctx, cfg)
+		if err == nil {
+			return k, nil
+		}
+		if !fresh || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return nil, err
+		}
+		for _, n := range k.Nodes {
+			if err := os.RemoveAll(n.dir); err != nil {
+				return nil, fmt.Errorf("localserver: kafka dir: %w", err)
+			}
+			if err := os.MkdirAll(n.dir, 0o755); err != nil {
+				return nil, fmt.Errorf("localserver: kafka dir: %w", err)
+			}
+		}
 	}
+}
+
+// start writes every node's configuration, formats and starts the nodes,
+// and waits for the brokers; on failure every node is killed.
+func (k *Kafka) start(ctx context.Context, cfg KafkaConfig) error {
 	clusterID, err := k.clusterID()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, n := range k.Nodes {
 		if err := n.writeConfig(k.props(n, cfg)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// Format and start the nodes side by side: a controller quorum forms only
@@ -122,21 +148,22 @@ func NewKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		k.Kill()
-		return nil, err
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := k.WaitBrokers(wctx); err != nil {
 		k.Kill()
-		return nil, err
+		return err
 	}
-	return k, nil
+	return nil
 }
 
 // assignPorts reuses the ports recorded in existing node directories (the
 // quorum and advertised addresses must not change on restart), else picks
-// free ones.
-func (k *Kafka) assignPorts(fixed int) error {
+// free ones. fresh says every port was newly picked.
+func (k *Kafka) assignPorts(fixed int) (fresh bool, err error) {
+	fresh = fixed == 0
 	for i, n := range k.Nodes {
 		if fixed != 0 {
 			n.Addr = "127.0.0.1:" + strconv.Itoa(fixed+i)
@@ -148,26 +175,24 @@ func (k *Kafka) assignPorts(fixed int) error {
 			var bp, cp int
 			if _, err := fmt.Sscanf(string(b), "%d %d", &bp, &cp); err == nil {
 				n.Addr, n.ControllerAddr = "127.0.0.1:"+strconv.Itoa(bp), "127.0.0.1:"+strconv.Itoa(cp)
+				fresh = false
 				continue
 			}
 		}
 		bp, err := FreePort()
 		if err != nil {
-			return err
+			return false, err
 		}
 		cp, err := FreePort()
 		if err != nil {
-			return err
-		}
-		if bp == cp {
-			return errors.New("localserver: kafka: the same free port twice; try again")
+			return false, err
 		}
 		n.Addr, n.ControllerAddr = "127.0.0.1:"+strconv.Itoa(bp), "127.0.0.1:"+strconv.Itoa(cp)
 		if err := os.WriteFile(filepath.Join(n.dir, "ports"), fmt.Appendf(nil, "%d %d\n", bp, cp), 0o644); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return fresh, nil
 }
 
 // clusterID is the one recorded by an earlier run, or a new random one
@@ -355,6 +380,21 @@ func (n *KafkaNode) Running() bool {
 	return n.cmd != nil
 }
 
+// exited says the node's JVM, started by us and not stopped by us, is gone.
+func (n *KafkaNode) exited() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop shuts the node down cleanly (controlled shutdown: its partitions'
 // leadership moves first) and waits for the JVM to exit.
 func (n *KafkaNode) Stop() { n.signal(syscall.SIGTERM) }
@@ -456,6 +496,11 @@ func (k *Kafka) WaitBrokers(ctx context.Context) error {
 			last = fmt.Sprintf("brokers %v registered, want %v", got, want)
 		} else {
 			last = err.Error()
+		}
+		for _, n := range k.Nodes {
+			if n.exited() {
+				return fmt.Errorf("localserver: kafka node %d exited while the cluster formed:\n%s", n.ID, n.LogTail())
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -5,20 +5,78 @@ package localserver
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Servers get ports below the kernel's ephemeral range. A port found by
+// binding to port 0 comes from that range, and between our probe and the
+// server's own bind the kernel may hand it to any outgoing connection or to
+// another process's probe: a test's Kafka node once lost its port that way.
+// A random port below the range is never chosen by the kernel, and two
+// processes seldom pick the same one.
+const portFloor = 20000
+
+var (
+	portsMu sync.Mutex
+	given   = map[int]bool{} // ports this process already handed out
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, chosen
+// at random below the ephemeral range and never the same one twice in a
+// process.
 func FreePort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	hi := ephemeralLow()
+	if hi-portFloor >= 1000 {
+		for range 200 {
+			p := portFloor + rand.IntN(hi-portFloor)
+			if given[p] {
+				continue
+			}
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				continue
+			}
+			l.Close()
+			given[p] = true
+			return p, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("localserver: find a free port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	p := l.Addr().(*net.TCPAddr).Port
+	given[p] = true
+	return p, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 if
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= portFloor {
+		return 32768
+	}
+	return n
 }
 
 func dialTCP(addr string) (net.Conn, error) {

@@ -1,0 +1,24 @@
+package localserver
+
+import "testing"
+
+// Ports come from below the ephemeral range, where neither the kernel's
+// choice for an outgoing connection nor another process's bind to port 0
+// can take them before the server binds, and never twice from one process.
+func TestFreePortBelowEphemeralRangeAndUnique(t *testing.T) {
+	hi := ephemeralLow()
+	seen := map[int]bool{}
+	for range 500 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < portFloor || p >= hi {
+			t.Fatalf("port %d outside [%d, %d)", p, portFloor, hi)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}
