@@ -15,13 +15,11 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +28,6 @@ import (
 	"tidemark/api"
 	"tidemark/internal/bench"
 	"tidemark/internal/config"
-	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
 )
@@ -152,14 +149,13 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	}
 	if cfg.PG == "" {
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
-		srv, err := startBenchServers()
+		srv, err := bench.StartStack(ctx, "serve", log)
 		if err != nil {
 			return BenchReport{}, fmt.Errorf("bench serve: %w", err)
 		}
 		defer srv.Stop()
-		cfg.PG, cfg.Redis = srv.PGDSN, srv.Redis
-	}
-	if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
+		cfg.PG, cfg.Redis = srv.DSN, srv.Redis.URL()
+	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
 		return BenchReport{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
 	var suffix [4]byte
@@ -178,57 +174,18 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
-	wctx, stopWM := context.WithCancel(ctx)
-	defer stopWM()
-	go func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			rdb.HSet(wctx, schema.WatermarkKey(ns), schema.FieldPartitions, 1, schema.WatermarkField(0), time.Now().UnixMilli())
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
 	defer rdb.Del(context.WithoutCancel(ctx), schema.WatermarkKey(ns))
+	wctx, stopWM := context.WithCancel(ctx)
+	defer bench.KeepWatermarkCurrent(wctx, rdb, ns)()
+	defer stopWM()
 
-	apiPort, err := localserver.FreePort()
+	srv, err := bench.StartServe(ctx, cfg.Binary, cfg.PG, cfg.Redis, ns, cfg.ServeArgs...)
 	if err != nil {
-		return BenchReport{}, err
+		return BenchReport{}, fmt.Errorf("bench serve: %w", err)
 	}
-	metricsPort, err := localserver.FreePort()
-	if err != nil {
-		return BenchReport{}, err
-	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	args := append([]string{"--log-level", "warn", "serve", "--pg", cfg.PG, "--redis", cfg.Redis, "--namespace", ns,
-		"--addr", fmt.Sprintf("127.0.0.1:%d", apiPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort)}, cfg.ServeArgs...)
-	serve := exec.CommandContext(ctx, cfg.Binary, args...)
-	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := serve.Start(); err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: start serve: %w", err)
-	}
-	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-
+	defer srv.Stop()
+	base, metricsURL := srv.API, srv.Metrics+"/metrics"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096}, Timeout: 10 * time.Second}
-	if err := waitFor(ctx, 30*time.Second, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d/readyz", metricsPort), nil)
-		res, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			return fmt.Errorf("readyz %d", res.StatusCode)
-		}
-		return nil
-	}); err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: serve did not become ready: %w", err)
-	}
 
 	g := &generator{client: client, key: key, zipfS: cfg.ZipfS, metrics: metricsURL}
 	for i := range cfg.Items {
@@ -237,7 +194,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	rep := BenchReport{P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
 		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
 		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
-	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", metricsPort)
+	healthz := srv.Metrics + "/healthz"
 	loadStart := loadAvg() // the box may be shared: say how busy it was
 	// Steady state: every key has been read once, so what remains are
 	// refreshes and invalidations, not first-time cold misses.

@@ -17,23 +17,18 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/api"
+	"tidemark/internal/bench"
 	"tidemark/internal/config"
-	"tidemark/internal/localserver"
-	"tidemark/migrations"
-	"tidemark/schema"
 )
 
 // Config of one run.
@@ -135,15 +130,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	}
 	res := Result{Budget: cfg.ForegroundRate + cfg.BackgroundRate}
 	fmt.Fprintln(progress, "starting private Postgres and redis-server (no persistence) ...")
-	srv, stop, err := startServers()
+	srv, err := bench.StartStack(ctx, "warm", log)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("bench warm: %w", err)
 	}
-	defer stop()
-	if _, err := migrations.Up(ctx, srv.dsn, log); err != nil {
-		return res, fmt.Errorf("bench warm: migrate: %w", err)
-	}
-	pool, err := pgxpool.New(ctx, srv.dsn)
+	defer srv.Stop()
+	pool, err := pgxpool.New(ctx, srv.DSN)
 	if err != nil {
 		return res, fmt.Errorf("bench warm: %w", err)
 	}
@@ -174,133 +166,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	return res, nil
 }
 
-type servers struct {
-	dsn   string
-	redis *localserver.Redis
-}
-
-func startServers() (servers, func(), error) {
-	rdir, err := os.MkdirTemp("", "tidemark-bench-warm-redis-")
-	if err != nil {
-		return servers{}, nil, err
-	}
-	r, err := localserver.NewRedis(localserver.RedisConfig{Dir: rdir})
-	if err != nil {
-		os.RemoveAll(rdir)
-		return servers{}, nil, fmt.Errorf("bench warm: redis-server: %w", err)
-	}
-	pdir, err := os.MkdirTemp("", "tidemark-bench-warm-pg-")
-	if err != nil {
-		r.Remove()
-		return servers{}, nil, err
-	}
-	// localserver preloads pg_stat_statements.
-	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: pdir, Ephemeral: true})
-	if err != nil {
-		os.RemoveAll(pdir)
-		r.Remove()
-		return servers{}, nil, fmt.Errorf("bench warm: postgres: %w", err)
-	}
-	return servers{dsn: pg.DSN("postgres"), redis: r}, func() { pg.Remove(); r.Remove() }, nil
-}
-
-// sourceReads is the number of single-item source reads Postgres has run.
-func sourceReads(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-		WHERE query LIKE '%tidemark source read%' AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("bench warm: pg_stat_statements: %w", err)
-	}
-	return n, nil
-}
-
-type serveProc struct {
-	cmd     *exec.Cmd
-	api     string
-	metrics string
-}
-
-func startServe(ctx context.Context, cfg Config, dsn, redisURL, ns string, warmer bool) (*serveProc, error) {
-	apiPort, err := localserver.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	mPort, err := localserver.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	warmTop := 0
-	if warmer {
-		warmTop = cfg.WarmTop
-	}
-	args := []string{"--log-level", "warn", "serve", "--pg", dsn, "--redis", redisURL, "--namespace", ns,
-		"--addr", fmt.Sprintf("127.0.0.1:%d", apiPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mPort),
-		"--l1-size", "0", "--audit-rate", "0", "--warm-top", strconv.Itoa(warmTop),
-		"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
-		"--source-background-rate", strconv.FormatFloat(cfg.BackgroundRate, 'f', -1, 64)}
-	cmd := exec.CommandContext(ctx, cfg.Binary, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench warm: start serve: %w", err)
-	}
-	p := &serveProc{cmd: cmd, api: fmt.Sprintf("http://127.0.0.1:%d", apiPort), metrics: fmt.Sprintf("http://127.0.0.1:%d", mPort)}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(p.metrics + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			p.stop()
-			return nil, fmt.Errorf("bench warm: serve not ready after 60s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (p *serveProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
-}
-
-// counter sums a metric's series in the serve process's /metrics text.
-func (p *serveProc) counter(name, match string) (float64, error) {
-	res, err := http.Get(p.metrics + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, err
-	}
-	total, found := 0.0, false
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, name) || !strings.Contains(line, match) {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 || (f[0] != name && !strings.HasPrefix(f[0], name+"{")) {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		total, found = total+v, true
-	}
-	if !found {
-		return 0, fmt.Errorf("no series %s%s at %s", name, match, p.metrics)
-	}
-	return total, nil
-}
-
-func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key string, warmer bool, progress io.Writer) (Arm, error) {
+func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, key string, warmer bool, progress io.Writer) (Arm, error) {
 	a := Arm{Warmer: warmer}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -310,36 +176,28 @@ func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key s
 
 	// A healthy pipeline: the watermark follows the clock (the applier's
 	// part), also right after the kill, so entries stay servable.
-	rdb := redis.NewClient(&redis.Options{Addr: srv.redis.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Redis.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	var bg sync.WaitGroup
-	defer bg.Wait()
+	defer bench.KeepWatermarkCurrent(ctx, rdb, ns)()
 	defer cancel()
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			rdb.HSet(ctx, schema.WatermarkKey(ns), schema.FieldPartitions, 1, schema.WatermarkField(0), time.Now().UnixMilli())
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
 
-	var procs []*serveProc
+	warmTop := 0
+	if warmer {
+		warmTop = cfg.WarmTop
+	}
+	var procs []*bench.Serve
 	defer func() {
 		for _, p := range procs {
-			p.stop()
+			p.Stop()
 		}
 	}()
 	for range cfg.Serves {
-		p, err := startServe(ctx, cfg, srv.dsn, srv.redis.URL(), ns, warmer)
+		p, err := bench.StartServe(ctx, cfg.Binary, srv.DSN, srv.Redis.URL(), ns,
+			"--l1-size", "0", "--audit-rate", "0", "--warm-top", strconv.Itoa(warmTop),
+			"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
+			"--source-background-rate", strconv.FormatFloat(cfg.BackgroundRate, 'f', -1, 64))
 		if err != nil {
-			return a, err
+			return a, fmt.Errorf("bench warm: %w", err)
 		}
 		procs = append(procs, p)
 	}
@@ -355,7 +213,7 @@ func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key s
 			defer load.Done()
 			r := mrand.New(mrand.NewPCG(uint64(c), uint64(time.Now().UnixNano())))
 			z := mrand.NewZipf(r, cfg.Zipf, 1, uint64(cfg.Items-1))
-			base := procs[c%len(procs)].api
+			base := procs[c%len(procs)].API
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/catalog/items/i"+strconv.FormatUint(z.Uint64(), 10), nil)
 				req.Header.Set("Authorization", "Bearer "+key)
@@ -383,9 +241,9 @@ func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key s
 	}
 	var samples []sample
 	take := func() error {
-		n, err := sourceReads(ctx, pool)
+		n, err := bench.SourceReads(ctx, pool)
 		if err != nil {
-			return err
+			return fmt.Errorf("bench warm: %w", err)
 		}
 		samples = append(samples, sample{at: time.Now(), hits: hits.Swap(0), total: total.Swap(0), unavail: unavail.Swap(0), source: n})
 		return nil
@@ -422,9 +280,9 @@ func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key s
 	a.HitBefore = float64(h) / float64(t)
 	fmt.Fprintf(progress, "  hit ratio before the kill %.1f %%; killing redis-server\n", 100*a.HitBefore)
 	killAt := len(samples) - 1
-	srv.redis.Kill()
+	srv.Redis.Kill()
 	killed := time.Now()
-	if err := srv.redis.Start(); err != nil {
+	if err := srv.Redis.Start(); err != nil {
 		return a, fmt.Errorf("bench warm: restart redis-server: %w", err)
 	}
 	if err := until(cfg.Observe); err != nil {
@@ -456,10 +314,10 @@ func arm(ctx context.Context, cfg Config, srv servers, pool *pgxpool.Pool, key s
 		a.After503 = float64(u2) / float64(t2)
 	}
 	for _, p := range procs {
-		if v, err := p.counter("tidemark_warm_keys_total", `result="filled"`); err == nil {
+		if v, err := p.Counter("tidemark_warm_keys_total", `result="filled"`); err == nil {
 			a.WarmedKeys += v
 		}
-		if v, err := p.counter("tidemark_warm_backoffs_total", ""); err == nil {
+		if v, err := p.Counter("tidemark_warm_backoffs_total", ""); err == nil {
 			a.WarmBackoff += v
 		}
 	}
