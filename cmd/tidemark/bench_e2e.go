@@ -24,6 +24,7 @@ type benchE2ECmd struct {
 	Workers     int           `field:"e2e.Workers" name:"workers" default:"${e2e_Workers}" help:"Postgres connections of the load generator."`
 	Dir         string        `field:"e2e.Dir" name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
 	Profile     bool          `field:"e2e.Profile" name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
+	Trace       bool          `field:"e2e.Trace" name:"trace" help:"The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits)."`
 	Recvlogical string        `field:"e2e.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
 	SVG         string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
@@ -32,7 +33,7 @@ func (c *benchE2ECmd) config() e2e.Config {
 	cfg := e2e.DefaultConfig()
 	cfg.Brokers, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
-	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile
+	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile, cfg.Trace = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile, c.Trace
 	cfg.Binary = "-" // resolved in Run; validated here for the other fields
 	return cfg
 }

@@ -4,27 +4,50 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // profileEnv names a file to write this process's CPU profile to, from start
-// to exit (`tidemark bench e2e --profile` sets it for the stages it runs;
-// read it with `go tool pprof -top`).
-const profileEnv = "TIDEMARK_CPU_PROFILE"
+// to exit, and traceEnv one for its execution trace (`tidemark bench e2e
+// --profile` and `--trace` set them for the stages it runs; read them with
+// `go tool pprof -top` and `go tool trace`).
+const (
+	profileEnv = "TIDEMARK_CPU_PROFILE"
+	traceEnv   = "TIDEMARK_TRACE"
+)
 
-// startProfile starts the CPU profile when profileEnv is set; the returned
-// func stops it and closes the file.
+// startProfile starts the CPU profile and the execution trace that the
+// environment asks for; the returned func stops them and closes the files.
 func startProfile() (func(), error) {
-	path := os.Getenv(profileEnv)
-	if path == "" {
-		return func() {}, nil
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	if path := os.Getenv(profileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", profileEnv, err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", profileEnv, err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	if path := os.Getenv(traceEnv); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			if err = trace.Start(f); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", traceEnv, err)
+		}
+		stops = append(stops, func() { trace.Stop(); f.Close() })
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return stop, nil
 }

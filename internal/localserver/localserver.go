@@ -22,7 +22,11 @@ import (
 // another process's probe: a test's Kafka node once lost its port that way.
 // A random port below the range is never chosen by the kernel, and two
 // processes seldom pick the same one.
-const portFloor = 20000
+const portFloor = 10000
+
+// clusterBusOffset is where a Redis Cluster node's bus listens, relative to
+// its port.
+const clusterBusOffset = 10000
 
 var (
 	portsMu sync.Mutex
@@ -32,33 +36,38 @@ var (
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, chosen
 // at random below the ephemeral range and never the same one twice in a
 // process.
-func FreePort() (int, error) {
+func FreePort() (int, error) { return freePort(0) }
+
+// freePort is FreePort for a server that also listens on port+offset (a
+// Redis Cluster node's bus): both are free and below the ephemeral range.
+func freePort(offset int) (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	hi := ephemeralLow()
-	if hi-portFloor >= 1000 {
-		for range 200 {
-			p := portFloor + rand.IntN(hi-portFloor)
-			if given[p] {
-				continue
-			}
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	hi := ephemeralLow() - offset
+	if hi-portFloor < 1000 {
+		return 0, fmt.Errorf("localserver: find a free port: fewer than 1000 ports below the ephemeral range (from %d)", hi+offset)
+	}
+	var last error
+	for range 200 {
+		p := portFloor + rand.IntN(hi-portFloor)
+		if given[p] || given[p+offset] {
+			continue
+		}
+		ok := true
+		for _, q := range []int{p, p + offset} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
 			if err != nil {
-				continue
+				ok, last = false, err
+				break
 			}
 			l.Close()
-			given[p] = true
+		}
+		if ok {
+			given[p], given[p+offset] = true, true
 			return p, nil
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("localserver: find a free port: %w", err)
-	}
-	defer l.Close()
-	p := l.Addr().(*net.TCPAddr).Port
-	given[p] = true
-	return p, nil
+	return 0, fmt.Errorf("localserver: find a free port: 200 tries below %d: %w", hi+offset, last)
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768 if

@@ -22,3 +22,21 @@ func TestFreePortBelowEphemeralRangeAndUnique(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// A Redis Cluster node also listens on its port + 10000 (the cluster bus):
+// that port too must be free and below the ephemeral range.
+func TestClusterPortLeavesRoomForTheBus(t *testing.T) {
+	hi := ephemeralLow()
+	for range 200 {
+		p, err := freePort(clusterBusOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < portFloor || p+clusterBusOffset >= hi {
+			t.Fatalf("port %d: bus %d outside [%d, %d)", p, p+clusterBusOffset, portFloor, hi)
+		}
+		if q, err := FreePort(); err != nil || q == p+clusterBusOffset {
+			t.Fatalf("FreePort gave %d (err %v), the bus port of %d", q, err, p)
+		}
+	}
+}

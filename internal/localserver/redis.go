@@ -56,7 +56,11 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("localserver: redis dir: %w", err)
 	}
 	if cfg.Port == 0 {
-		if cfg.Port, err = FreePort(); err != nil {
+		offset := 0
+		if cfg.Cluster {
+			offset = clusterBusOffset
+		}
+		if cfg.Port, err = freePort(offset); err != nil {
 			return nil, err
 		}
 	}

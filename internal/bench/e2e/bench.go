@@ -66,6 +66,7 @@ type Phase struct {
 	TxRate     float64 // target transactions/s
 	RowsPerTx  int
 	Load       loadResult
+	Handed     Dist // commit → capture handed it to its producer (record timestamp, 1 ms resolution)
 	Produced   Dist // commit → read back from Kafka
 	Applied    Dist // commit → the applier's write in Redis
 	WindowP99  []time.Duration
@@ -194,7 +195,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	res.Ceiling, res.CeilingWalsenderCPU = dist(samples), cpu[ProcWalsender]
-	if _, err := pool.Exec(ctx, "SELECT pg_drop_replication_slot('e2e_ceiling')"); err != nil {
+	// pg_recvlogical has exited, but its walsender may still hold the slot
+	// for a moment on a loaded box: drop it once it is released.
+	if _, err := pool.Exec(ctx, `DO $$
+		DECLARE deadline timestamptz := clock_timestamp() + interval '30 seconds';
+		BEGIN
+			WHILE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'e2e_ceiling' AND active) LOOP
+				IF clock_timestamp() > deadline THEN
+					RAISE EXCEPTION 'slot e2e_ceiling still active after 30 s';
+				END IF;
+				PERFORM pg_sleep(0.05);
+			END LOOP;
+			PERFORM pg_drop_replication_slot('e2e_ceiling');
+		END $$`); err != nil {
 		return res, fmt.Errorf("bench e2e: drop the ceiling's slot: %w", err)
 	}
 
@@ -298,7 +311,7 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 		if cfg.SyncWrites {
 			args = append(args, "--sync-writes")
 		}
-		if st.broker, err = startProc(dir, "broker", cfg.Profile, cfg.Binary, args...); err != nil {
+		if st.broker, err = startProc(dir, "broker", diag{cfg.Profile, cfg.Trace}, cfg.Binary, args...); err != nil {
 			return st, err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -316,11 +329,11 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 	kafka := strings.Join(st.brokers, ",")
 	log.Info("starting capture and apply", "kafka", kafka, "topic", st.topic)
 	var err error
-	if st.capture, err = startProc(dir, "capture", cfg.Profile, cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
+	if st.capture, err = startProc(dir, "capture", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
 		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr="); err != nil {
 		return st, err
 	}
-	if st.apply, err = startProc(dir, "apply", cfg.Profile, cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
+	if st.apply, err = startProc(dir, "apply", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
 		"--group", st.group, "--metrics-addr="); err != nil {
 		return st, err
 	}
@@ -447,8 +460,8 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	if p.CPU, p.RSS, err = m.usage(); err != nil {
 		return p, err
 	}
-	produced, applied := r.obs.end()
-	p.Produced, p.Applied = dist(produced), dist(applied)
+	handed, produced, applied := r.obs.end()
+	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)
 	p.Unapplied = int(p.Load.Changes) - len(applied)
 	p.WindowP99 = windows(applied, 10*time.Second)
 	p.Bounded = p.Unapplied == 0 && bounded(p.WindowP99)

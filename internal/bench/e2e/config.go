@@ -36,6 +36,7 @@ type Config struct {
 	Recvlogical string        // pg_recvlogical path ("" = find it)
 	Workers     int           // Postgres connections of the load generator
 	Profile     bool          // stages write CPU profiles to Dir/<stage>.pprof (Dir must be set)
+	Trace       bool          // stages write execution traces to Dir/<stage>.trace (Dir must be set)
 }
 
 // DefaultConfig is the benchmark: 2,000 single-row tx/s and 20,000
@@ -70,6 +71,9 @@ func (c Config) Validate() error {
 	}
 	if c.Profile && c.Dir == "" {
 		p.Add("Profile", "profiles are written to the work directory: set it")
+	}
+	if c.Trace && c.Dir == "" {
+		p.Add("Trace", "traces are written to the work directory: set it")
 	}
 	if c.SyncWrites && len(c.Brokers) > 0 {
 		p.Add("SyncWrites", "sync writes configure the started broker; an external Kafka has its own settings")

@@ -31,6 +31,7 @@ type observer struct {
 
 	mu       sync.Mutex
 	tenant   string
+	handed   []sample // commit → capture handed it to its producer (the record's timestamp)
 	produced []sample
 	applied  []sample
 	pending  map[string][]time.Time // Redis key -> commit times not yet applied
@@ -44,7 +45,7 @@ func newObserver(ns string) *observer { return &observer{ns: ns} }
 func (o *observer) begin(tenant string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.tenant, o.produced, o.applied = tenant, nil, nil
+	o.tenant, o.handed, o.produced, o.applied = tenant, nil, nil, nil
 	o.pending, o.early = map[string][]time.Time{}, map[string][]time.Time{}
 }
 
@@ -56,15 +57,18 @@ func (o *observer) counts() (produced, applied int, err error) {
 }
 
 // end stops recording and returns the samples.
-func (o *observer) end() (produced, applied []sample) {
+func (o *observer) end() (handed, produced, applied []sample) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	produced, applied = o.produced, o.applied
-	o.tenant, o.produced, o.applied, o.pending, o.early = "", nil, nil, nil, nil
-	return produced, applied
+	handed, produced, applied = o.handed, o.produced, o.applied
+	o.tenant, o.handed, o.produced, o.applied, o.pending, o.early = "", nil, nil, nil, nil, nil
+	return handed, produced, applied
 }
 
-func (o *observer) onRecord(value []byte, at time.Time) {
+// onRecord takes a record read back from Kafka at at; ts is the record's
+// timestamp, which the producer sets when capture hands it the record (to
+// the millisecond, as Kafka stores it).
+func (o *observer) onRecord(value []byte, ts, at time.Time) {
 	ev, err := schema.Decode(value)
 	if err != nil {
 		o.mu.Lock()
@@ -81,6 +85,7 @@ func (o *observer) onRecord(value []byte, at time.Time) {
 	if c.Tenant != o.tenant || o.tenant == "" {
 		return
 	}
+	o.handed = append(o.handed, sample{c.CommitTime, ts.Sub(c.CommitTime)})
 	o.produced = append(o.produced, sample{c.CommitTime, at.Sub(c.CommitTime)})
 	rk := schema.RedisKey(o.ns, c.Tenant, c.Item)
 	if q := o.early[rk]; len(q) > 0 {
@@ -126,7 +131,7 @@ func (o *observer) consume(ctx context.Context, brokers []string, topic string) 
 			o.errs = append(o.errs, fmt.Errorf("bench e2e: fetch %s/%d: %w", t, p, err))
 			o.mu.Unlock()
 		})
-		fs.EachRecord(func(r *kgo.Record) { o.onRecord(r.Value, at) })
+		fs.EachRecord(func(r *kgo.Record) { o.onRecord(r.Value, r.Timestamp, at) })
 	}
 }
 

@@ -24,13 +24,21 @@ type proc struct {
 	done chan struct{}
 }
 
-// ProfileEnv, set for a stage, makes the tidemark process write its CPU
-// profile to the file it names (cmd/tidemark reads it).
-const ProfileEnv = "TIDEMARK_CPU_PROFILE"
+// ProfileEnv and TraceEnv, set for a stage, make the tidemark process write
+// its CPU profile and its execution trace to the files they name
+// (cmd/tidemark reads them).
+const (
+	ProfileEnv = "TIDEMARK_CPU_PROFILE"
+	TraceEnv   = "TIDEMARK_TRACE"
+)
 
-// startProc runs bin args..., its output in <dir>/<name>.log; with profile,
-// its CPU profile goes to <dir>/<name>.pprof.
-func startProc(dir, name string, profile bool, bin string, args ...string) (*proc, error) {
+// diag says which diagnostics the stages write to the work directory.
+type diag struct{ profile, trace bool }
+
+// startProc runs bin args..., its output in <dir>/<name>.log; its CPU
+// profile goes to <dir>/<name>.pprof and its execution trace to
+// <dir>/<name>.trace when d asks.
+func startProc(dir, name string, d diag, bin string, args ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -38,8 +46,14 @@ func startProc(dir, name string, profile bool, bin string, args ...string) (*pro
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	if profile {
-		cmd.Env = append(os.Environ(), ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
+	if d.profile || d.trace {
+		cmd.Env = os.Environ()
+	}
+	if d.profile {
+		cmd.Env = append(cmd.Env, ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
+	}
+	if d.trace {
+		cmd.Env = append(cmd.Env, TraceEnv+"="+filepath.Join(dir, name+".trace"))
 	}
 	// Killed with the bench, never left behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

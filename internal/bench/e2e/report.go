@@ -50,7 +50,7 @@ func Report(w io.Writer, cfg Config, res Result) {
 		for _, row := range []struct {
 			path string
 			d    Dist
-		}{{"tidemark commit → produced", p.Produced}, {"tidemark commit → applied", p.Applied}} {
+		}{{"tidemark commit → capture's produce call (1 ms resolution)", p.Handed}, {"tidemark commit → produced", p.Produced}, {"tidemark commit → applied", p.Applied}} {
 			d := row.d
 			lat.Add(row.path, p.Name, fmt.Sprint(d.N), bench.Ms(d.P50), bench.Ms(d.P90), bench.Ms(d.P99), bench.Ms(d.P999), bench.Ms(d.Max),
 				ratio(d.P50, c.P50), ratio(d.P99, c.P99))
