@@ -21,6 +21,7 @@ import (
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
 	hotkeybench "tidemark/internal/bench/hotkey"
+	scanbench "tidemark/internal/bench/scan"
 	servebench "tidemark/internal/bench/serve"
 	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
@@ -128,6 +129,7 @@ func defaultConfigs() map[string]any {
 		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":   warmbench.DefaultConfig(),
 		"benchhotkey": hotkeybench.DefaultBenchConfig(),
+		"benchscan":   scanbench.DefaultConfig(),
 	}
 }
 

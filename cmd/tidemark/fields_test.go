@@ -20,6 +20,7 @@ import (
 	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/bench/e2e"
 	hotkeybench "tidemark/internal/bench/hotkey"
+	scanbench "tidemark/internal/bench/scan"
 	servebench "tidemark/internal/bench/serve"
 	warmbench "tidemark/internal/bench/warm"
 	"tidemark/internal/broker"
@@ -67,6 +68,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2e.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), nil}}},
+		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
@@ -93,7 +95,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}} {
+		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/api"
+	"tidemark/internal/config"
 	"tidemark/internal/localserver"
 	"tidemark/migrations"
 	"tidemark/schema"
@@ -207,4 +209,19 @@ func SourceReads(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 		return 0, fmt.Errorf("pg_stat_statements: %w", err)
 	}
 	return n, nil
+}
+
+// ServeProblems checks the settings a harness hands to `tidemark serve` by
+// the api package's own rules, so a harness does not repeat them: set puts
+// the harness's values into api.DefaultConfig(), and each problem Validate
+// finds in an api field named in fields is added to p under the harness's
+// field (fields maps api field to harness field).
+func ServeProblems(p *config.Problems, set func(*api.Config), fields map[string]string) {
+	c := api.DefaultConfig()
+	set(&c)
+	for _, fe := range config.Fields(c.Validate()) {
+		if name, ok := fields[fe.Field]; ok {
+			p.Add(name, "%s", fe.Problem)
+		}
+	}
 }

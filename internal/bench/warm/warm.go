@@ -71,12 +71,8 @@ func (c Config) Validate() error {
 	if !(c.Zipf > 1) {
 		p.Add("Zipf", "must be greater than 1 (got %v)", c.Zipf)
 	}
-	if !(c.ForegroundRate > 0) {
-		p.Add("ForegroundRate", "must be positive (got %v)", c.ForegroundRate)
-	}
-	if !(c.BackgroundRate > 0) {
-		p.Add("BackgroundRate", "must be positive (got %v)", c.BackgroundRate)
-	}
+	bench.ServeProblems(&p, func(a *api.Config) { a.ForegroundRate, a.BackgroundRate = c.ForegroundRate, c.BackgroundRate },
+		map[string]string{"ForegroundRate": "ForegroundRate", "BackgroundRate": "BackgroundRate"})
 	if c.Warmup < 5*time.Second {
 		p.Add("Warmup", "must be at least 5s: the hot set merges every 5 s (got %s)", c.Warmup)
 	}
