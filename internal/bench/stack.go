@@ -32,7 +32,8 @@ import (
 type Stack struct {
 	Postgres *localserver.Postgres
 	Redis    *localserver.Redis
-	DSN      string // Postgres, database postgres
+	DSN      string        // Postgres, database postgres
+	Pool     *pgxpool.Pool // to DSN, with pg_stat_statements created (SourceReads)
 }
 
 // StartStack starts the servers and migrates the database (logging to log;
@@ -65,11 +66,22 @@ func StartStack(ctx context.Context, name string, log *slog.Logger) (*Stack, err
 		s.Stop()
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
+	if s.Pool, err = pgxpool.New(ctx, s.DSN); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if _, err := s.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
 	return s, nil
 }
 
 // Stop stops the servers and removes their files.
 func (s *Stack) Stop() {
+	if s.Pool != nil {
+		s.Pool.Close()
+	}
 	if s.Postgres != nil {
 		s.Postgres.Remove()
 	}
@@ -158,6 +170,24 @@ func (p *Serve) ready(ctx context.Context) error {
 		return fmt.Errorf("readyz %d", res.StatusCode)
 	}
 	return nil
+}
+
+// StartServes starts n serve processes as StartServe does; stop ends them.
+func StartServes(ctx context.Context, n int, binary, dsn, redisURL, ns string, args ...string) (procs []*Serve, stop func(), err error) {
+	stop = func() {
+		for _, p := range procs {
+			p.Stop()
+		}
+	}
+	for range n {
+		p, err := StartServe(ctx, binary, dsn, redisURL, ns, args...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, stop, nil
 }
 
 // Stop ends the process (SIGTERM, a graceful shutdown) and waits for it.

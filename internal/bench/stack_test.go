@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/internal/testenv"
@@ -30,16 +29,9 @@ func TestStackStartsMigratedServersAndCleansUp(t *testing.T) {
 			s.Stop()
 		}
 	}()
-	pool, err := pgxpool.New(ctx, s.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := s.Pool
 	if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('t', 'i', 1, '{}')`); err != nil {
 		t.Fatalf("the schema is not migrated: %v", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `SELECT /* tidemark source read */ display FROM catalog.items WHERE tenant_id = 't'`); err != nil {
 		t.Fatal(err)

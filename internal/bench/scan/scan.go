@@ -163,11 +163,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return res, fmt.Errorf("bench scan: %w", err)
 	}
 	defer srv.Stop()
-	pool, err := pgxpool.New(ctx, srv.DSN)
-	if err != nil {
-		return res, fmt.Errorf("bench scan: %w", err)
-	}
-	defer pool.Close()
+	pool := srv.Pool
 	fmt.Fprintf(progress, "seeding %d hot and %d cold items ...\n", cfg.HotItems, cfg.ColdIDs)
 	for _, s := range []struct {
 		tenant, prefix string
@@ -178,9 +174,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 			s.tenant, s.prefix, s.n, cfg.ValueBytes); err != nil {
 			return res, fmt.Errorf("bench scan: seed: %w", err)
 		}
-	}
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		return res, fmt.Errorf("bench scan: pg_stat_statements: %w", err)
 	}
 	keyA, err := api.CreateAPIKey(ctx, pool, scanTenant)
 	if err != nil {
@@ -224,26 +217,17 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	defer bench.KeepWatermarkCurrent(ctx, rdb, ns)()
 	defer cancel()
 
-	var procs []*bench.Serve
-	defer func() {
-		for _, p := range procs {
-			p.Stop()
-		}
-	}()
-	for range cfg.Serves {
-		// The watermark keeper keeps entries valid (deadlines move with
-		// it) and the physical TTL outlasts the arm, so what B misses was
-		// evicted, not expired.
-		p, err := bench.StartServe(ctx, cfg.Binary, srv.DSN, srv.Redis.URL(), ns,
-			"--l1-size", "0", "--audit-rate", "0", "--warm-top", "0", "--request-timeout", "5s", "--source-timeout", "5s",
-			"--fill-rate", strconv.FormatFloat(fill, 'f', -1, 64),
-			"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
-			"--cache-max-age", "1h")
-		if err != nil {
-			return a, fmt.Errorf("bench scan: %w", err)
-		}
-		procs = append(procs, p)
+	// The watermark keeper keeps entries valid (deadlines move with it) and
+	// the physical TTL outlasts the arm, so what B misses was evicted, not
+	// expired.
+	procs, stop, err := bench.StartServes(ctx, cfg.Serves, cfg.Binary, srv.DSN, srv.Redis.URL(), ns,
+		"--l1-size", "0", "--audit-rate", "0", "--warm-top", "0", "--request-timeout", "5s", "--source-timeout", "5s",
+		"--fill-rate", strconv.FormatFloat(fill, 'f', -1, 64),
+		"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64), "--cache-max-age", "1h")
+	if err != nil {
+		return a, fmt.Errorf("bench scan: %w", err)
 	}
+	defer stop()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients + cfg.Scanners}}
 	get := func(ctx context.Context, n int, key, id string) (status int, cacheStatus string, err error) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", procs[n%len(procs)].API+"/v1/catalog/items/"+id, nil)

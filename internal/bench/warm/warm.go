@@ -131,18 +131,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return res, fmt.Errorf("bench warm: %w", err)
 	}
 	defer srv.Stop()
-	pool, err := pgxpool.New(ctx, srv.DSN)
-	if err != nil {
-		return res, fmt.Errorf("bench warm: %w", err)
-	}
-	defer pool.Close()
+	pool := srv.Pool
 	if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
 		SELECT 'bench', 'i' || g, 1, jsonb_build_object('name', 'Item ' || g, 'text', repeat('lorem ipsum ', 20))
 		FROM generate_series(0, $1 - 1) g`, cfg.Items); err != nil {
 		return res, fmt.Errorf("bench warm: seed: %w", err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		return res, fmt.Errorf("bench warm: pg_stat_statements: %w", err)
 	}
 	key, err := api.CreateAPIKey(ctx, pool, "bench")
 	if err != nil {
@@ -181,22 +174,14 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	if warmer {
 		warmTop = cfg.WarmTop
 	}
-	var procs []*bench.Serve
-	defer func() {
-		for _, p := range procs {
-			p.Stop()
-		}
-	}()
-	for range cfg.Serves {
-		p, err := bench.StartServe(ctx, cfg.Binary, srv.DSN, srv.Redis.URL(), ns,
-			"--l1-size", "0", "--audit-rate", "0", "--warm-top", strconv.Itoa(warmTop),
-			"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
-			"--source-background-rate", strconv.FormatFloat(cfg.BackgroundRate, 'f', -1, 64))
-		if err != nil {
-			return a, fmt.Errorf("bench warm: %w", err)
-		}
-		procs = append(procs, p)
+	procs, stop, err := bench.StartServes(ctx, cfg.Serves, cfg.Binary, srv.DSN, srv.Redis.URL(), ns,
+		"--l1-size", "0", "--audit-rate", "0", "--warm-top", strconv.Itoa(warmTop),
+		"--source-foreground-rate", strconv.FormatFloat(cfg.ForegroundRate, 'f', -1, 64),
+		"--source-background-rate", strconv.FormatFloat(cfg.BackgroundRate, 'f', -1, 64))
+	if err != nil {
+		return a, fmt.Errorf("bench warm: %w", err)
 	}
+	defer stop()
 
 	var hits, total, unavail atomic.Int64
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients}}
