@@ -55,8 +55,6 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		minVersion = n
 	}
 	key := tenant + "\x00" + id
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
 	if minVersion > 0 {
 		if v, ok := s.belowMin.below(key, minVersion, s.clock.Wall()); ok {
 			s.respondRead(w, id, readResult{kind: readBelowMin, version: v, cacheStatus: "tidemark; hit; detail=below-min-memo"})
@@ -64,11 +62,15 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		}
 	}
 	if e, ok := s.l1.get(key, minVersion, s.clock.Wall()); ok && s.clock.Trusted() {
+		// The request's deadline is only set up past L1: an L1 answer waits
+		// for nothing, and lastCheck bounds its own rare fresh read.
 		s.m.l1Hits.Inc()
-		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, readResult{kind: readItem, version: e.version,
+		s.respondRead(w, id, s.lastCheck(r.Context(), tenant, id, minVersion, readResult{kind: readItem, version: e.version,
 			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
 	if rr, ok := s.replicaRead(ctx, r, tenant, id, minVersion); ok {
 		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
 		return
@@ -101,12 +103,15 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 // path (L1, cache hit, stale fallback, singleflight joiners, source reads):
 // the answer's hard deadline must still be ahead by the Redis-synchronised
 // clock. Otherwise it is answered as a hard-expired entry is: one fresh read
-// under the budget, or 503.
+// under the budget, or 503. The fresh read is bounded by RequestTimeout
+// (ctx may be the request's own, without a deadline, on the L1 path).
 func (s *Server) lastCheck(ctx context.Context, tenant, id string, minVersion int64, rr readResult) readResult {
 	if rr.hard.IsZero() || s.clock.Now().Before(rr.hard) {
 		return rr
 	}
 	s.m.deadlineRefusals.Inc()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
 	if ctx.Err() == nil {
 		fresh := s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=hard-expired")
 		if fresh.hard.IsZero() || s.clock.Now().Before(fresh.hard) {
@@ -125,9 +130,8 @@ func (s *Server) respondRead(w http.ResponseWriter, id string, rr readResult) {
 		// Age + ttl never exceeds the promise.
 		now := s.clock.Now()
 		age := max(0, now.Sub(rr.effObs)/time.Second)
-		h.Set("Age", strconv.FormatInt(int64(age), 10))
-		h.Set("Cache-Status", rr.cacheStatus+"; ttl="+strconv.FormatInt(int64(max(0, rr.hard.Sub(now)/time.Second)), 10))
-		writeItem(w, id, rr.version, rr.payload)
+		writeItem(w, id, rr.version, rr.payload, strconv.FormatInt(int64(age), 10),
+			rr.cacheStatus+"; ttl="+strconv.FormatInt(int64(max(0, rr.hard.Sub(now)/time.Second)), 10))
 		return
 	}
 	h.Set("Cache-Status", rr.cacheStatus)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,11 @@ type Reader struct {
 
 	mu   sync.RWMutex
 	held map[string]heldManifest
+	// nHeld is len(held), kept under mu and read without it: every GET that
+	// misses L1 asks the Reader, and almost always nothing is held (only hot
+	// keys have copies), so that answer costs one atomic load, no lock and
+	// no key built.
+	nHeld atomic.Int64
 }
 
 type heldManifest struct {
@@ -65,20 +71,22 @@ func heldKey(tenant, item string) string { return tenant + "\x00" + item }
 // replicas: m is its manifest, nil when it had none (the manifest was
 // revoked or retired, or the answer was not a hit), which drops a held one.
 func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
-	k := heldKey(tenant, item)
 	if m == nil || r.ttl == 0 {
 		// Every lookup of every key comes here: only a key that holds a
 		// manifest takes the write lock.
+		if r.nHeld.Load() == 0 {
+			return
+		}
+		k := heldKey(tenant, item)
 		r.mu.RLock()
 		_, ok := r.held[k]
 		r.mu.RUnlock()
 		if ok {
-			r.mu.Lock()
-			delete(r.held, k)
-			r.mu.Unlock()
+			r.drop(k, nil)
 		}
 		return
 	}
+	k := heldKey(tenant, item)
 	until := sent.Add(r.ttl)
 	if m.Soft.Before(until) {
 		until = m.Soft
@@ -94,11 +102,24 @@ func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
 				delete(r.held, k)
 			}
 		}
+		r.nHeld.Store(int64(len(r.held)))
 		if len(r.held) >= maxHeld {
 			return
 		}
 	}
 	r.held[k] = heldManifest{m: *m, until: until}
+	r.nHeld.Store(int64(len(r.held)))
+}
+
+// drop forgets k's manifest; with set non-nil only while it is still that
+// copy set (a newer one offered meanwhile stays).
+func (r *Reader) drop(k string, set *string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.held[k]; ok && (set == nil || cur.m.Set == *set) {
+		delete(r.held, k)
+		r.nHeld.Store(int64(len(r.held)))
+	}
 }
 
 // Read answers from a copy when a manifest of at least minVersion is held:
@@ -108,6 +129,9 @@ func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
 // Nothing is answered at or after the copy's soft deadline by the Reader's
 // clock, checked after the copy arrived.
 func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64, reader uint64) (cache.Entry, bool) {
+	if r.nHeld.Load() == 0 {
+		return cache.Entry{}, false
+	}
 	k := heldKey(tenant, item)
 	now := r.now()
 	r.mu.RLock()
@@ -127,11 +151,7 @@ func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64
 			break // Redis trouble: the primary path has its own handling
 		}
 	}
-	r.mu.Lock()
-	if cur, ok := r.held[k]; ok && cur.m.Set == h.m.Set {
-		delete(r.held, k)
-	}
-	r.mu.Unlock()
+	r.drop(k, &h.m.Set)
 	r.m.reads.WithLabelValues("fallback").Inc()
 	return cache.Entry{}, false
 }

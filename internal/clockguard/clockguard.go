@@ -93,9 +93,14 @@ type Guard struct {
 
 	offset  atomic.Int64 // wall - Redis, nanoseconds, of the last good measurement
 	trusted atomic.Bool
+	// measured is when the last conclusive measurement was taken, as
+	// nanoseconds since start on the monotonic clock: Trusted runs on every
+	// GET, so it reads two atomics and takes no lock (a wall-clock jump, the
+	// thing this package watches for, cannot stretch the age either).
+	start    time.Time
+	measured atomic.Int64
 
 	mu        sync.Mutex
-	measured  time.Time // wall time of the last good Redis measurement
 	lastErr   error
 	inEpisode bool // out of bounds, already logged
 }
@@ -112,7 +117,7 @@ func New(cfg Config, deps Deps) (*Guard, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Guard{cfg: cfg, rdb: deps.Redis, pg: deps.Postgres, log: log.With("component", "clockguard"),
+	g := &Guard{cfg: cfg, rdb: deps.Redis, pg: deps.Postgres, log: log.With("component", "clockguard"), start: time.Now(),
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidemark_clock_offset_seconds",
 			Help: "This process's clock minus the reference's (redis: the largest over masters; postgres), round-trip corrected.",
@@ -138,14 +143,12 @@ func (g *Guard) Wall() time.Time { return time.Now().Add(g.cfg.TestOffset) }
 func (g *Guard) Now() time.Time { return g.Wall().Add(-time.Duration(g.offset.Load())) }
 
 // Trusted reports whether a recent measurement found the clock within Bound
-// of Redis and Postgres.
+// of Redis and Postgres. It takes no lock: it is on every read's path.
 func (g *Guard) Trusted() bool {
 	if !g.trusted.Load() {
 		return false
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return time.Since(g.measured) <= g.maxAge()
+	return time.Since(g.start)-time.Duration(g.measured.Load()) <= g.maxAge()
 }
 
 // maxAge is how long a measurement counts: a few missed rounds.
@@ -226,10 +229,12 @@ func (g *Guard) Check(ctx context.Context) error {
 		return g.inconclusive(fmt.Errorf("clock offset %s to %s cannot be judged against %s: round trip %s",
 			unsure.Offset, unsure.Ref, g.cfg.Bound, 2*unsure.Err))
 	}
-	g.offset.Store(int64(rs.Offset))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.measured = time.Now()
+	// The age first, then the verdict: a reader that sees the new verdict
+	// also sees the new age.
+	g.offset.Store(int64(rs.Offset))
+	g.measured.Store(int64(time.Since(g.start)))
 	g.trusted.Store(out == nil)
 	if out == nil {
 		g.lastErr = nil
