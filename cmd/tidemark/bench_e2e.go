@@ -12,21 +12,22 @@ import (
 
 // benchE2ECmd wires flags into e2e.Config and prints the report.
 type benchE2ECmd struct {
-	Kafka       string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
-	SyncWrites  bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
-	TxRate      int           `field:"e2e.TxRate" name:"tx-rate" default:"${e2e_TxRate}" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
-	ChangeRate  int           `field:"e2e.ChangeRate" name:"change-rate" default:"${e2e_ChangeRate}" help:"Changes/s of the multi-row phase."`
-	RowsPerTx   int           `field:"e2e.RowsPerTx" name:"rows-per-tx" default:"${e2e_RowsPerTx}" help:"Rows per transaction of the multi-row phase."`
-	Duration    time.Duration `field:"e2e.Duration" name:"duration" default:"${e2e_Duration}" help:"Length of each measured phase."`
-	Drain       time.Duration `field:"e2e.Drain" name:"drain" default:"${e2e_Drain}" help:"How long the tail may take to arrive after a phase's load stops."`
-	Keys        int           `field:"e2e.Keys" name:"keys" default:"${e2e_Keys}" help:"Rows each phase cycles through."`
-	Partitions  int           `field:"e2e.Partitions" name:"partitions" default:"${e2e_Partitions}" help:"Partitions of the bench topic."`
-	Workers     int           `field:"e2e.Workers" name:"workers" default:"${e2e_Workers}" help:"Postgres connections of the load generator."`
-	Dir         string        `field:"e2e.Dir" name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
-	Profile     bool          `field:"e2e.Profile" name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
-	Trace       bool          `field:"e2e.Trace" name:"trace" help:"The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits)."`
-	Recvlogical string        `field:"e2e.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
-	SVG         string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
+	Kafka        string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
+	SyncWrites   bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
+	TxRate       int           `field:"e2e.TxRate" name:"tx-rate" default:"${e2e_TxRate}" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
+	ChangeRate   int           `field:"e2e.ChangeRate" name:"change-rate" default:"${e2e_ChangeRate}" help:"Changes/s of the multi-row phase."`
+	RowsPerTx    int           `field:"e2e.RowsPerTx" name:"rows-per-tx" default:"${e2e_RowsPerTx}" help:"Rows per transaction of the multi-row phase."`
+	Duration     time.Duration `field:"e2e.Duration" name:"duration" default:"${e2e_Duration}" help:"Length of each measured phase."`
+	Drain        time.Duration `field:"e2e.Drain" name:"drain" default:"${e2e_Drain}" help:"How long the tail may take to arrive after a phase's load stops."`
+	Keys         int           `field:"e2e.Keys" name:"keys" default:"${e2e_Keys}" help:"Rows each phase cycles through."`
+	Partitions   int           `field:"e2e.Partitions" name:"partitions" default:"${e2e_Partitions}" help:"Partitions of the bench topic."`
+	Workers      int           `field:"e2e.Workers" name:"workers" default:"${e2e_Workers}" help:"Postgres connections of the load generator."`
+	Dir          string        `field:"e2e.Dir" name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
+	Profile      bool          `field:"e2e.Profile" name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
+	Trace        bool          `field:"e2e.Trace" name:"trace" help:"The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits)."`
+	ObserveEvery int           `field:"e2e.ObserveEvery" name:"observe-every" default:"${e2e_ObserveEvery}" help:"Time the changes of every Nth row (1, 10, 100 or 1000): timing every change costs the bench more CPU than any stage."`
+	Recvlogical  string        `field:"e2e.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+	SVG          string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchE2ECmd) config() e2e.Config {
@@ -34,6 +35,7 @@ func (c *benchE2ECmd) config() e2e.Config {
 	cfg.Brokers, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
 	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile, cfg.Trace = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile, c.Trace
+	cfg.ObserveEvery = c.ObserveEvery
 	cfg.Binary = "-" // resolved in Run; validated here for the other fields
 	return cfg
 }

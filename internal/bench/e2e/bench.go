@@ -222,7 +222,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	obs := newObserver(cache.DefaultConfig().Namespace)
+	obs := newObserver(cache.DefaultConfig().Namespace, cfg.ObserveEvery)
 	octx, stopObs := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(octx)
 	ready := make(chan struct{})
@@ -434,7 +434,7 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	if err != nil {
 		return p, err
 	}
-	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers}
+	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers, every: r.cfg.ObserveEvery}
 	if p.Load, err = l.run(ctx, d); err != nil {
 		return p, err
 	}
@@ -450,19 +450,19 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 				}
 			}
 		}
-		if (int64(np) >= p.Load.Changes && int64(na) >= p.Load.Changes) || time.Now().After(deadline) {
+		if (int64(np) >= p.Load.Observed && int64(na) >= p.Load.Observed) || time.Now().After(deadline) {
 			break
 		}
 	}
 	np, na, _ := r.obs.counts()
-	r.log.Info("phase done", "name", name, "commits", p.Load.Commits, "changes", p.Load.Changes, "produced", np, "applied", na,
+	r.log.Info("phase done", "name", name, "commits", p.Load.Commits, "changes", p.Load.Changes, "observed", p.Load.Observed, "produced", np, "applied", na,
 		"late_tx", p.Load.Late, "load_elapsed", p.Load.Elapsed)
 	if p.CPU, p.RSS, err = m.usage(); err != nil {
 		return p, err
 	}
 	handed, produced, applied := r.obs.end()
 	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)
-	p.Unapplied = int(p.Load.Changes) - len(applied)
+	p.Unapplied = int(p.Load.Observed) - len(applied)
 	p.WindowP99 = windows(applied, 10*time.Second)
 	p.Bounded = p.Unapplied == 0 && bounded(p.WindowP99)
 	return p, nil

@@ -37,11 +37,14 @@ type load struct {
 	txRate  float64
 	workers int
 
+	every            int // rows whose number is a multiple of every are observed
 	commits, changes atomic.Int64
+	observed         atomic.Int64
 }
 
 type loadResult struct {
 	Commits, Changes int64
+	Observed         int64 // changes to rows the bench times (see Config.ObserveEvery)
 	Elapsed          time.Duration
 	Late             int64 // transactions started more than 100 ms after their slot
 }
@@ -69,8 +72,13 @@ func (l *load) run(ctx context.Context, d time.Duration) (loadResult, error) {
 				if time.Since(j.due) > 100*time.Millisecond {
 					late.Add(1)
 				}
+				observed := 0
 				for r := range items {
-					items[r] = itemID((j.n*l.rows + r) % l.keys)
+					n := (j.n*l.rows + r) % l.keys
+					items[r] = itemID(n)
+					if l.every > 0 && n%l.every == 0 {
+						observed++
+					}
 				}
 				var err error
 				if l.rows == 1 {
@@ -84,6 +92,7 @@ func (l *load) run(ctx context.Context, d time.Duration) (loadResult, error) {
 				}
 				l.commits.Add(1)
 				l.changes.Add(int64(l.rows))
+				l.observed.Add(int64(observed))
 			}
 		}()
 	}
@@ -113,7 +122,7 @@ loop:
 	t.Stop()
 	close(jobs)
 	wg.Wait()
-	res := loadResult{Commits: l.commits.Load(), Changes: l.changes.Load(), Elapsed: time.Since(began), Late: late.Load()}
+	res := loadResult{Commits: l.commits.Load(), Changes: l.changes.Load(), Observed: l.observed.Load(), Elapsed: time.Since(began), Late: late.Load()}
 	if firstEr != nil {
 		return res, firstEr
 	}

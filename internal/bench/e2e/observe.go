@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,8 @@ type sample struct {
 // each key is touched at most once per cycle of a phase's rows, so per key
 // the two sides pair up in order.
 type observer struct {
-	ns string
+	ns     string
+	suffix string // only keys whose item ends with it are timed (Config.ObserveEvery)
 
 	mu       sync.Mutex
 	tenant   string
@@ -39,7 +41,15 @@ type observer struct {
 	errs     []error
 }
 
-func newObserver(ns string) *observer { return &observer{ns: ns} }
+// newObserver times the changes to rows whose number is a multiple of
+// every (a power of ten: their item IDs end in as many zeros).
+func newObserver(ns string, every int) *observer {
+	suffix := ""
+	for n := every; n > 1; n /= 10 {
+		suffix += "0"
+	}
+	return &observer{ns: ns, suffix: suffix}
+}
 
 // begin starts recording tenant's changes, discarding everything before.
 func (o *observer) begin(tenant string) {
@@ -68,7 +78,12 @@ func (o *observer) end() (handed, produced, applied []sample) {
 // onRecord takes a record read back from Kafka at at; ts is the record's
 // timestamp, which the producer sets when capture hands it the record (to
 // the millisecond, as Kafka stores it).
-func (o *observer) onRecord(value []byte, ts, at time.Time) {
+func (o *observer) onRecord(key, value []byte, ts, at time.Time) {
+	// Items not timed are skipped before decoding (marker keys too: they
+	// are not changes).
+	if !bytes.HasSuffix(key, []byte(o.suffix)) {
+		return
+	}
 	ev, err := schema.Decode(value)
 	if err != nil {
 		o.mu.Lock()
@@ -131,7 +146,7 @@ func (o *observer) consume(ctx context.Context, brokers []string, topic string) 
 			o.errs = append(o.errs, fmt.Errorf("bench e2e: fetch %s/%d: %w", t, p, err))
 			o.mu.Unlock()
 		})
-		fs.EachRecord(func(r *kgo.Record) { o.onRecord(r.Value, r.Timestamp, at) })
+		fs.EachRecord(func(r *kgo.Record) { o.onRecord(r.Key, r.Value, r.Timestamp, at) })
 	}
 }
 
@@ -142,7 +157,9 @@ func (o *observer) subscribe(ctx context.Context, rdb *redis.Client, ready chan<
 		return fmt.Errorf("bench e2e: enable keyspace notifications: %w", err)
 	}
 	prefix := "__keyspace@0__:"
-	ps := rdb.PSubscribe(ctx, prefix+o.ns+":v1:*")
+	// Redis sends only the timed keys' notifications (schema.RedisKey ends
+	// the item in "}").
+	ps := rdb.PSubscribe(ctx, prefix+o.ns+":v1:*"+o.suffix+"}")
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		return fmt.Errorf("bench e2e: subscribe: %w", err)

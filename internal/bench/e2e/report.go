@@ -39,8 +39,8 @@ func Report(w io.Writer, cfg Config, res Result) {
 	case cfg.SyncWrites:
 		broker = "`tidemark kafka --sync-writes`"
 	}
-	fmt.Fprintf(w, "broker: %s; each phase %s; ceiling load %d single-row tx (%.0f/s achieved)\n\n",
-		broker, cfg.Duration, res.CeilingLoad.Commits, float64(res.CeilingLoad.Commits)/res.CeilingLoad.Elapsed.Seconds())
+	fmt.Fprintf(w, "broker: %s; each phase %s; ceiling load %d single-row tx (%.0f/s achieved); tidemark timed on rows numbered a multiple of %d\n\n",
+		broker, cfg.Duration, res.CeilingLoad.Commits, float64(res.CeilingLoad.Commits)/res.CeilingLoad.Elapsed.Seconds(), cfg.ObserveEvery)
 
 	c := res.Ceiling
 	lat := bench.Table{Header: []string{"path", "load", "samples", "p50", "p90", "p99", "p99.9", "max", "p50 / ceiling", "p99 / ceiling"}}
@@ -58,13 +58,13 @@ func Report(w io.Writer, cfg Config, res Result) {
 	}
 	lat.WriteTo(w)
 
-	lag := bench.Table{Header: []string{"phase", "achieved changes/s", "late tx", "unapplied", "p99 per 10 s window", "lag bounded"}}
+	lag := bench.Table{Header: []string{"phase", "achieved changes/s", "timed / committed changes", "late tx", "unapplied (timed)", "p99 per 10 s window", "lag bounded"}}
 	for _, p := range res.Phases {
 		var ws []string
 		for _, d := range p.WindowP99 {
 			ws = append(ws, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 		}
-		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprint(p.Load.Late), fmt.Sprint(p.Unapplied),
+		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprintf("%d / %d", p.Load.Observed, p.Load.Changes), fmt.Sprint(p.Load.Late), fmt.Sprint(p.Unapplied),
 			strings.Join(ws, ", ")+" ms", fmt.Sprint(p.Bounded))
 	}
 	fmt.Fprintln(w)
