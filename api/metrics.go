@@ -2,6 +2,8 @@ package api
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark/internal/telemetry"
 )
 
 // metrics is the api package's one metrics set, registered on the injected
@@ -17,41 +19,31 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	in := telemetry.NewExclusiveInstruments(reg)
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_api_requests_total",
-			Help: "API requests by route and HTTP status code.",
-		}, []string{"route", "code"}),
-		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tidemark_api_request_seconds",
-			Help:    "API request latency by route.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"route"}),
-		sourceReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_api_source_reads_total",
-			Help: "Item reads sent to Postgres by budget class (foreground, background, read_your_writes) and result (found, not_found, timeout, error).",
-		}, []string{"class", "result"}),
-		budgetRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_api_budget_rejections_total",
-			Help: "Source reads refused by the shared rate budget or the in-flight cap, by class.",
-		}, []string{"class"}),
-		l1Hits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_api_l1_hits_total",
-			Help: "GETs answered from the in-process hot-key L1.",
-		}),
-		deadlineRefusals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_api_deadline_refusals_total",
-			Help: "Answers found past their hard deadline by the check right before the body is written (then read fresh or 503).",
-		}),
-		fillsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_api_fills_skipped_total",
-			Help: "Source reads under a fill lease answered but not cached (the lease released), by reason (too_large, admission).",
-		}, []string{"reason"}),
+		requests: in.CounterVec("tidemark_api_requests_total",
+			"API requests by route and HTTP status code.",
+			"route", "code"),
+		requestSeconds: in.HistogramVec("tidemark_api_request_seconds",
+			"API request latency by route.",
+			[]float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			"route"),
+		sourceReads: in.CounterVec("tidemark_api_source_reads_total",
+			"Item reads sent to Postgres by budget class (foreground, background, read_your_writes) and result (found, not_found, timeout, error).",
+			"class", "result"),
+		budgetRejections: in.CounterVec("tidemark_api_budget_rejections_total",
+			"Source reads refused by the shared rate budget or the in-flight cap, by class.",
+			"class"),
+		l1Hits: in.Counter("tidemark_api_l1_hits_total",
+			"GETs answered from the in-process hot-key L1."),
+		deadlineRefusals: in.Counter("tidemark_api_deadline_refusals_total",
+			"Answers found past their hard deadline by the check right before the body is written (then read fresh or 503)."),
+		fillsSkipped: in.CounterVec("tidemark_api_fills_skipped_total",
+			"Source reads under a fill lease answered but not cached (the lease released), by reason (too_large, admission).",
+			"reason"),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.sourceReads, m.budgetRejections, m.l1Hits, m.deadlineRefusals, m.fillsSkipped} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := in.Err(); err != nil {
+		return nil, err
 	}
 	m.fillsSkipped.WithLabelValues(skipTooLarge)
 	m.fillsSkipped.WithLabelValues(skipAdmission)

@@ -16,33 +16,22 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	in := telemetry.NewInstruments(reg)
 	m := &metrics{
-		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_cache_lookups_total",
-			Help: "Cache lookups by result: hit, stale, miss, wait, not_found, error.",
-		}, []string{"result"}),
-		fillRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_cache_fill_rejected_total",
-			Help: "Fills the cache refused, by reason: token, version, expired, clock, lifetime.",
-		}, []string{"reason"}),
-		invalidations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_cache_invalidations_total",
-			Help: "Invalidations by result: applied, duplicate, older, error.",
-		}, []string{"result"}),
-		watermarkAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_cache_watermark_age_seconds",
-			Help: "Age of the freshness watermark W as last polled by this process; +Inf while W is unknown.",
-		}),
+		lookups: in.CounterVec("tidemark_cache_lookups_total",
+			"Cache lookups by result: hit, stale, miss, wait, not_found, error.",
+			"result"),
+		fillRejected: in.CounterVec("tidemark_cache_fill_rejected_total",
+			"Fills the cache refused, by reason: token, version, expired, clock, lifetime.",
+			"reason"),
+		invalidations: in.CounterVec("tidemark_cache_invalidations_total",
+			"Invalidations by result: applied, duplicate, older, error.",
+			"result"),
+		watermarkAge: in.Gauge("tidemark_cache_watermark_age_seconds",
+			"Age of the freshness watermark W as last polled by this process; +Inf while W is unknown."),
 	}
-	if reg != nil {
-		var err error
-		m.lookups = telemetry.Register(reg, m.lookups, &err)
-		m.fillRejected = telemetry.Register(reg, m.fillRejected, &err)
-		m.invalidations = telemetry.Register(reg, m.invalidations, &err)
-		m.watermarkAge = telemetry.Register(reg, m.watermarkAge, &err)
-		if err != nil {
-			return nil, err
-		}
+	if err := in.Err(); err != nil {
+		return nil, err
 	}
 	// Every label value exists from the start, so rates work from zero.
 	for _, s := range []Status{StatusHit, StatusStale, StatusMiss, StatusWait, StatusNotFound, "error"} {

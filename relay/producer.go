@@ -22,6 +22,7 @@ import (
 	"tidemark/schema"
 
 	"tidemark/internal/config"
+	"tidemark/internal/telemetry"
 )
 
 // ErrProduce wraps a record Kafka refused for good (retriable errors are
@@ -291,21 +292,18 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	in := telemetry.NewExclusiveInstruments(reg)
 	m := &metrics{
-		produced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_records_produced_total", Help: "Records Kafka acknowledged."}),
-		errors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_relay_produce_errors_total", Help: "Produce errors: failed records and failed produce requests (retried)."}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tidemark_capture_commit_to_produced_seconds",
-			Help:    "From a transaction's commit time to Kafka acknowledging its record.",
-			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}),
+		produced: in.Counter("tidemark_relay_records_produced_total", "Records Kafka acknowledged."),
+		errors:   in.Counter("tidemark_relay_produce_errors_total", "Produce errors: failed records and failed produce requests (retried)."),
 	}
-	m.inflight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tidemark_relay_inflight_records", Help: "Records handed to the producer and not yet acknowledged."},
+	m.inflight = in.GaugeFunc("tidemark_relay_inflight_records", "Records handed to the producer and not yet acknowledged.",
 		func() float64 { return float64(m.inflightN.Load()) })
-	for _, c := range []prometheus.Collector{m.produced, m.errors, m.inflight, m.latency} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("relay: register metrics: %w", err)
-		}
+	m.latency = in.Histogram("tidemark_capture_commit_to_produced_seconds",
+		"From a transaction's commit time to Kafka acknowledging its record.",
+		[]float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
+	if err := in.Err(); err != nil {
+		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -16,33 +16,20 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	in := telemetry.NewInstruments(reg)
 	m := &metrics{
-		hotKeys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_replica_hot_keys",
-			Help: "Hot keys with a published replica set, as of this process's last builder pass.",
-		}),
-		switches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_replica_manifest_switches_total",
-			Help: "Verified replica sets this process published (manifest switches).",
-		}),
-		buildErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tidemark_replica_build_failures_total",
-			Help: "Replica set builds that published nothing (the value moved on, a copy was refused, or Redis failed).",
-		}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_replica_reads_total",
-			Help: "Reads of a key with a held manifest, by result: copy (served from a replica), fallback (read the primary).",
-		}, []string{"result"}),
+		hotKeys: in.Gauge("tidemark_replica_hot_keys",
+			"Hot keys with a published replica set, as of this process's last builder pass."),
+		switches: in.Counter("tidemark_replica_manifest_switches_total",
+			"Verified replica sets this process published (manifest switches)."),
+		buildErrors: in.Counter("tidemark_replica_build_failures_total",
+			"Replica set builds that published nothing (the value moved on, a copy was refused, or Redis failed)."),
+		reads: in.CounterVec("tidemark_replica_reads_total",
+			"Reads of a key with a held manifest, by result: copy (served from a replica), fallback (read the primary).",
+			"result"),
 	}
-	if reg != nil {
-		var err error
-		m.hotKeys = telemetry.Register(reg, m.hotKeys, &err)
-		m.switches = telemetry.Register(reg, m.switches, &err)
-		m.buildErrors = telemetry.Register(reg, m.buildErrors, &err)
-		m.reads = telemetry.Register(reg, m.reads, &err)
-		if err != nil {
-			return nil, err
-		}
+	if err := in.Err(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -22,38 +22,24 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	in := telemetry.NewInstruments(reg)
 	m := &metrics{
-		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_warm_keys_total",
-			Help: "Keys the warmer handled, by result: filled, cached, busy, lost, refused (background budget, retried), error.",
-		}, []string{"result"}),
-		remaining: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_warm_remaining_keys",
-			Help: "Keys the current warm run has still to handle.",
-		}),
-		rate: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidemark_warm_rate_keys",
-			Help: "Keys per second the warmer allows itself now (0 when idle).",
-		}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_warm_runs_total",
-			Help: "Warm runs by reason: reset_at moved, cache tier identity changed, key count collapsed, requested.",
-		}, []string{"reason"}),
-		backoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_warm_backoffs_total",
-			Help: "Times the warmer halved its rate, by cause: slow_source (its source reads slowed), refusals (foreground refusals rose).",
-		}, []string{"cause"}),
+		keys: in.CounterVec("tidemark_warm_keys_total",
+			"Keys the warmer handled, by result: filled, cached, busy, lost, refused (background budget, retried), error.",
+			"result"),
+		remaining: in.Gauge("tidemark_warm_remaining_keys",
+			"Keys the current warm run has still to handle."),
+		rate: in.Gauge("tidemark_warm_rate_keys",
+			"Keys per second the warmer allows itself now (0 when idle)."),
+		runs: in.CounterVec("tidemark_warm_runs_total",
+			"Warm runs by reason: reset_at moved, cache tier identity changed, key count collapsed, requested.",
+			"reason"),
+		backoffs: in.CounterVec("tidemark_warm_backoffs_total",
+			"Times the warmer halved its rate, by cause: slow_source (its source reads slowed), refusals (foreground refusals rose).",
+			"cause"),
 	}
-	if reg != nil {
-		var err error
-		m.keys = telemetry.Register(reg, m.keys, &err)
-		m.remaining = telemetry.Register(reg, m.remaining, &err)
-		m.rate = telemetry.Register(reg, m.rate, &err)
-		m.runs = telemetry.Register(reg, m.runs, &err)
-		m.backoffs = telemetry.Register(reg, m.backoffs, &err)
-		if err != nil {
-			return nil, err
-		}
+	if err := in.Err(); err != nil {
+		return nil, err
 	}
 	for _, r := range []string{string(api.WarmFilled), string(api.WarmCached), string(api.WarmBusy), string(api.WarmLost), "refused", "error"} {
 		m.keys.WithLabelValues(r)

@@ -117,17 +117,13 @@ func New(cfg Config, deps Deps) (*Guard, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	in := telemetry.NewInstruments(deps.Registerer)
 	g := &Guard{cfg: cfg, rdb: deps.Redis, pg: deps.Postgres, log: log.With("component", "clockguard"), start: time.Now(),
-		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tidemark_clock_offset_seconds",
-			Help: "This process's clock minus the reference's (redis: the largest over masters; postgres), round-trip corrected.",
-		}, []string{"reference"})}
-	if deps.Registerer != nil {
-		var err error
-		g.gauge = telemetry.Register(deps.Registerer, g.gauge, &err)
-		if err != nil {
-			return nil, fmt.Errorf("clockguard: metrics: %w", err)
-		}
+		gauge: in.GaugeVec("tidemark_clock_offset_seconds",
+			"This process's clock minus the reference's (redis: the largest over masters; postgres), round-trip corrected.",
+			"reference")}
+	if err := in.Err(); err != nil {
+		return nil, fmt.Errorf("clockguard: metrics: %w", err)
 	}
 	if cfg.TestOffset != 0 {
 		g.log.Warn("test-only clock offset in effect", "env", EnvTestOffset, "offset", cfg.TestOffset)
