@@ -139,9 +139,14 @@ func TestAuditFindsAndRepairsPlantedEntries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e.auditor(cfg, reg)
 	start := time.Now()
+	// The sweep is complete when every SCAN wrapped, before the batch that
+	// wrapped is checked: wait for that batch too.
 	testenv.Eventually(t, 20*time.Second, "one sweep", func() error {
 		if s := counter(t, reg, "tidemark_audit_sweep_seconds"); s == 0 {
 			return errors.New("no sweep completed")
+		}
+		if got := counter(t, reg, "tidemark_audit_checked_total"); got < 203 {
+			return fmt.Errorf("checked = %v after a sweep, want >= 203", got)
 		}
 		return nil
 	})
