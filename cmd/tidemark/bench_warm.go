@@ -19,6 +19,7 @@ type benchWarmCmd struct {
 	ForegroundRate float64       `field:"benchwarm.ForegroundRate" name:"foreground-rate" default:"${benchwarm_ForegroundRate}" help:"Source budget of the request path, reads/s over all serve processes."`
 	BackgroundRate float64       `field:"benchwarm.BackgroundRate" name:"background-rate" default:"${benchwarm_BackgroundRate}" help:"Source budget of the background class (the warmer's ceiling), reads/s."`
 	WarmTop        int           `field:"benchwarm.WarmTop" name:"warm-top" default:"${benchwarm_WarmTop}" help:"Hottest keys the warmer fills after the kill."`
+	Prime          bool          `field:"benchwarm.Prime" name:"prime" help:"Read every item once before the load, so the whole catalog is cached before the kill."`
 	Warmup         time.Duration `field:"benchwarm.Warmup" name:"warmup" default:"${benchwarm_Warmup}" help:"Load before each kill."`
 	Observe        time.Duration `field:"benchwarm.Observe" name:"observe" default:"${benchwarm_Observe}" help:"How long each arm watches the recovery."`
 	Window         time.Duration `field:"benchwarm.Window" name:"window" default:"${benchwarm_Window}" help:"Hit-ratio and source-rate window."`
@@ -29,7 +30,7 @@ func (c *benchWarmCmd) config() warm.Config {
 	cfg.Binary, _ = os.Executable()
 	cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves = c.Items, c.ZipfS, c.Clients, c.Serves
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop = c.ForegroundRate, c.BackgroundRate, c.WarmTop
-	cfg.Warmup, cfg.Observe, cfg.Window = c.Warmup, c.Observe, c.Window
+	cfg.Prime, cfg.Warmup, cfg.Observe, cfg.Window = c.Prime, c.Warmup, c.Observe, c.Window
 	return cfg
 }
 

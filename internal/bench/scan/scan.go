@@ -122,6 +122,7 @@ type Arm struct {
 	Before, During, After Phase
 	Scanned, ScanErrors   int64         // ids A read (200) and ids it gave up on
 	ScanRetries           int64         // A's reads refused with 503 and asked again
+	ScanStored            int64         // A's reads whose fill was cached (Cache-Status "stored")
 	ScanTime              time.Duration // from the first to the last of A's reads
 	SourceReads           int64         // during the scan, from pg_stat_statements
 	Evicted               int64         // keys redis-server evicted during the scan (INFO stats evicted_keys)
@@ -319,10 +320,10 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 		return a, fmt.Errorf("bench scan: %w", err)
 	}
 	start := time.Now()
-	scanned, scanErrs, retried := scanCold(ctx, cfg, get, keyA)
+	scanned, scanErrs, retried, stored := scanCold(ctx, cfg, get, keyA)
 	a.ScanTime = time.Since(start)
 	a.During = phase()
-	a.Scanned, a.ScanErrors, a.ScanRetries = scanned, scanErrs, retried
+	a.Scanned, a.ScanErrors, a.ScanRetries, a.ScanStored = scanned, scanErrs, retried, stored
 	if ctx.Err() != nil {
 		return a, ctx.Err()
 	}
@@ -351,9 +352,9 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 
 // scanCold reads every cold id once, paced at A's share of the source
 // budget.
-func scanCold(ctx context.Context, cfg Config, get func(context.Context, int, string, string) (int, string, error), key string) (ok, failed, retried int64) {
+func scanCold(ctx context.Context, cfg Config, get func(context.Context, int, string, string) (int, string, error), key string) (ok, failed, retried, stored int64) {
 	ids := make(chan int, cfg.Scanners)
-	var okN, failN, retries atomic.Int64
+	var okN, failN, retries, storedN atomic.Int64
 	var wg sync.WaitGroup
 	for w := range cfg.Scanners {
 		wg.Add(1)
@@ -364,9 +365,12 @@ func scanCold(ctx context.Context, cfg Config, get func(context.Context, int, st
 				// timeout on a busy box) is retried a few times, as a
 				// client would; the id is counted as failed after that.
 				for try := 1; ; try++ {
-					code, _, err := get(ctx, w, key, "c"+strconv.Itoa(i))
+					code, cs, err := get(ctx, w, key, "c"+strconv.Itoa(i))
 					if err == nil && code == http.StatusOK {
 						okN.Add(1)
+						if strings.Contains(cs, "; stored") {
+							storedN.Add(1)
+						}
 						break
 					}
 					if try == scanTries || ctx.Err() != nil || (err == nil && code != http.StatusServiceUnavailable) {
@@ -400,7 +404,7 @@ func scanCold(ctx context.Context, cfg Config, get func(context.Context, int, st
 	}
 	close(ids)
 	wg.Wait()
-	return okN.Load(), failN.Load(), retries.Load()
+	return okN.Load(), failN.Load(), retries.Load(), storedN.Load()
 }
 
 // scanTries is how often A asks for one id before counting it as failed.
@@ -424,13 +428,13 @@ func infoInt(ctx context.Context, rdb *redis.Client, section, field string) (int
 func (r Result) Markdown(cfg Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
-	fmt.Fprintln(&b, "| fill rate /s per process | ids scanned (given up; 503s retried) | scan time | A's rate /s | B hit ratio before | during | after | drop during, points | B errors | evicted keys | source reads | fills skipped by admission |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| fill rate /s per process | ids scanned (given up; 503s retried) | scan time | A's rate /s | B hit ratio before | during | after | drop during, points | B errors | A's ids cached | evicted keys | source reads | fills skipped by admission (A and B) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range r.Arms {
-		fmt.Fprintf(&b, "| %s | %d (%d; %d) | %s | %.0f | %.1f %% | %.1f %% | %.1f %% | %.1f | %d | %d | %d | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %d (%d; %d) | %s | %.0f | %.1f %% | %.1f %% | %.1f %% | %.1f | %d | %d | %d | %d | %.0f |\n",
 			fillRate(a.FillRate), a.Scanned, a.ScanErrors, a.ScanRetries, a.ScanTime.Round(100*time.Millisecond), a.Rate(),
 			100*a.Before.Ratio(), 100*a.During.Ratio(), 100*a.After.Ratio(), a.Drop(),
-			a.Before.Errors+a.During.Errors+a.After.Errors, a.Evicted, a.SourceReads, a.Skipped)
+			a.Before.Errors+a.During.Errors+a.After.Errors, a.ScanStored, a.Evicted, a.SourceReads, a.Skipped)
 	}
 	fmt.Fprintln(&b)
 	for _, a := range r.Arms {

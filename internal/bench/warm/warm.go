@@ -41,6 +41,7 @@ type Config struct {
 	ForegroundRate float64       // source budget of the request path, reads/s over all serve processes
 	BackgroundRate float64       // background class, reads/s (the warmer's ceiling)
 	WarmTop        int           // hottest keys the warmer fills
+	Prime          bool          // read every item once before the load, so the cache holds the whole catalog before the kill
 	Warmup         time.Duration // load before each kill
 	Observe        time.Duration // how long each arm watches the recovery
 	Window         time.Duration // hit-ratio and source-rate window
@@ -93,8 +94,10 @@ type Arm struct {
 	Reached     bool
 	PeakSource  float64 // source reads/s, highest window after the kill
 	MeanSource  float64 // source reads/s over the observation
+	Before503   float64 // share of 503s over the last 3 windows before the kill
 	Unavail     float64 // share of 503s from the kill until TimeTo90 (the whole observation if not reached)
 	After503    float64 // share of 503s after TimeTo90
+	Late503     float64 // share of 503s over the second half of the observation (the warmer done or backed off)
 	ReqRate     float64 // GETs/s after the kill
 	Windows     []Window
 	WarmedKeys  float64 // tidemark_warm_keys_total{result="filled"} over the serve processes
@@ -144,6 +147,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	res.Setup = fmt.Sprintf("%d items of one tenant, zipf s=%.2f, %d closed-loop clients over %d `tidemark serve` processes (L1 off, auditor off); "+
 		"source budget %.0f/s foreground + %.0f/s background; warmer top %d; windows of %s",
 		cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves, cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop, cfg.Window)
+	if cfg.Prime {
+		res.Setup += "; every item read once before the load (the whole catalog cached before the kill)"
+	}
 	for _, warmer := range []bool{false, true} {
 		fmt.Fprintf(progress, "arm: warmer %s\n", onOff(warmer))
 		a, err := arm(ctx, cfg, srv, pool, key, warmer, progress)
@@ -185,6 +191,13 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 
 	var hits, total, unavail atomic.Int64
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients}}
+	if cfg.Prime {
+		t0 := time.Now()
+		if err := prime(ctx, cfg, client, srv, ns, key); err != nil {
+			return a, err
+		}
+		fmt.Fprintf(progress, "  primed all %d items in %s\n", cfg.Items, time.Since(t0).Round(100*time.Millisecond))
+	}
 	var load sync.WaitGroup
 	defer load.Wait()
 	defer cancel()
@@ -259,6 +272,11 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 		return a, fmt.Errorf("bench warm: %d hits of %d reads before the kill: the cache is not serving", h, t)
 	}
 	a.HitBefore = float64(h) / float64(t)
+	var ub int64
+	for _, s := range samples[max(1, len(samples)-3):] {
+		ub += s.unavail
+	}
+	a.Before503 = float64(ub) / float64(t)
 	fmt.Fprintf(progress, "  hit ratio before the kill %.1f %%; killing redis-server\n", 100*a.HitBefore)
 	killAt := len(samples) - 1
 	srv.Redis.Kill()
@@ -269,7 +287,8 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	if err := until(cfg.Observe); err != nil {
 		return a, err
 	}
-	var u1, t1, u2, t2, all int64
+	var u1, t1, u2, t2, u3, t3, all int64
+	half := killAt + 1 + (len(samples)-killAt-1)/2
 	for i := killAt + 1; i < len(samples); i++ {
 		s, prev := samples[i], samples[i-1]
 		rate := float64(s.source-prev.source) / s.at.Sub(prev.at).Seconds()
@@ -278,6 +297,9 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 		all += s.total
 		if !a.Reached && s.total > 0 && float64(s.hits)/float64(s.total) >= 0.9*a.HitBefore {
 			a.Reached, a.TimeTo90 = true, s.at.Sub(killed)
+		}
+		if i >= half {
+			u3, t3 = u3+s.unavail, t3+s.total
 		}
 		if a.Reached {
 			u2, t2 = u2+s.unavail, t2+s.total
@@ -294,6 +316,9 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	if t2 > 0 {
 		a.After503 = float64(u2) / float64(t2)
 	}
+	if t3 > 0 {
+		a.Late503 = float64(u3) / float64(t3)
+	}
 	for _, p := range procs {
 		if v, err := p.Counter("tidemark_warm_keys_total", `result="filled"`); err == nil {
 			a.WarmedKeys += v
@@ -305,19 +330,77 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	return a, nil
 }
 
+// prime reads every item once, so the cache holds the whole catalog: the
+// steady state of a long-running cache before a loss. It reads through a
+// serve process of its own with a source budget that does not hold it back
+// (the arm's budget would make priming take Items/ForegroundRate seconds),
+// stopped before the load starts.
+func prime(ctx context.Context, cfg Config, client *http.Client, srv *bench.Stack, ns, key string) error {
+	p, err := bench.StartServe(ctx, cfg.Binary, srv.DSN, srv.Redis.URL(), ns, "--l1-size", "0", "--audit-rate", "0", "--warm-top", "0",
+		"--source-foreground-rate", "1000000", "--fill-rate", "0")
+	if err != nil {
+		return fmt.Errorf("bench warm: priming: %w", err)
+	}
+	defer p.Stop()
+	procs := []*bench.Serve{p}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for c := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				for try := 0; ctx.Err() == nil; try++ {
+					req, _ := http.NewRequestWithContext(ctx, "GET", procs[c%len(procs)].API+"/v1/catalog/items/i"+strconv.Itoa(i), nil)
+					req.Header.Set("Authorization", "Bearer "+key)
+					resp, err := client.Do(req)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode == http.StatusOK {
+							break
+						}
+					}
+					if try == 50 {
+						failed.Add(1)
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for i := range cfg.Items {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("bench warm: priming: %d items not answered 200 after 50 tries", n)
+	}
+	return nil
+}
+
 // Markdown is the report.
 func (r Result) Markdown(cfg Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
-	fmt.Fprintln(&b, "| warmer | hit ratio before kill | time to 90 % of it | source reads/s after the kill: peak (mean) vs budget | GETs/s | 503s until 90 % | 503s after | keys warmed | back-offs |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| warmer | hit ratio before kill | time to 90 % of it | source reads/s after the kill: peak (mean) vs budget | GETs/s | 503s before the kill | until 90 % | after 90 % | second half of the observation | keys warmed | back-offs |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range r.Arms {
 		t := "not within " + cfg.Observe.String()
 		if a.Reached {
 			t = a.TimeTo90.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(&b, "| %s | %.1f %% | %s | %.0f (%.0f) vs %.0f | %.0f | %.2f %% | %.2f %% | %.0f | %.0f |\n", onOff(a.Warmer), 100*a.HitBefore, t,
-			a.PeakSource, a.MeanSource, r.Budget, a.ReqRate, 100*a.Unavail, 100*a.After503, a.WarmedKeys, a.WarmBackoff)
+		fmt.Fprintf(&b, "| %s | %.1f %% | %s | %.0f (%.0f) vs %.0f | %.0f | %.2f %% | %.2f %% | %.2f %% | %.2f %% | %.0f | %.0f |\n", onOff(a.Warmer), 100*a.HitBefore, t,
+			a.PeakSource, a.MeanSource, r.Budget, a.ReqRate, 100*a.Before503, 100*a.Unavail, 100*a.After503, 100*a.Late503, a.WarmedKeys, a.WarmBackoff)
 	}
 	fmt.Fprintln(&b, "\nHit ratio per window after the kill (off / on):")
 	fmt.Fprintln(&b)
