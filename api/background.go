@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -71,25 +70,12 @@ const auditTenant = "\x00audit"
 // reads the source itself in one statement (the auditor). It waits while the
 // budget refuses, until ctx ends.
 func (s *Server) AcquireBackground(ctx context.Context, n int) error {
-	for n > 0 {
-		release, err := s.budget.acquire(ctx, classBackground, auditTenant)
-		var be *budgetError
-		switch {
-		case err == nil:
-			release()
-			n--
-			continue
-		case !errors.As(err, &be):
+	for range n {
+		release, err := s.budget.acquireWait(ctx, classBackground, auditTenant)
+		if err != nil {
 			return fmt.Errorf("api: background budget: %w", err)
 		}
-		s.m.budgetRejections.WithLabelValues(classBackground).Inc()
-		t := time.NewTimer(max(be.RetryAfter, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("api: background budget: %w", ctx.Err())
-		case <-t.C:
-		}
+		release()
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,6 +61,7 @@ type budget struct {
 	log       *slog.Logger
 	lastWarn  atomic.Int64 // unix nanos of the last "Redis unavailable" warning
 	redisWait time.Duration
+	refused   *prometheus.CounterVec // by class: every refusal, wherever it is asked from
 }
 
 type classBudget struct {
@@ -70,7 +72,7 @@ type classBudget struct {
 	fallback  localGCRA
 }
 
-func newBudget(cfg Config, rdb redis.Scripter, procs *presence, log *slog.Logger) *budget {
+func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometheus.CounterVec, log *slog.Logger) *budget {
 	// Visitors' misses and refreshes share the process's in-flight slots;
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
@@ -96,12 +98,42 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, log *slog.Logger
 		wait:      cfg.InFlightWait,
 		log:       log,
 		redisWait: cfg.LookupTimeout,
+		refused:   refused,
 	}
 }
 
 // acquire admits one source read of class for tenant or returns a
-// *budgetError. The caller must call release when the read is done.
+// *budgetError (counted). The caller must call release when the read is done.
 func (b *budget) acquire(ctx context.Context, class, tenant string) (release func(), err error) {
+	release, err = b.admit(ctx, class, tenant)
+	if errors.Is(err, errBudget) {
+		b.refused.WithLabelValues(class).Inc()
+	}
+	return release, err
+}
+
+// acquireWait is acquire for background callers, which wait rather than
+// fail: while the budget refuses it sleeps the refusal's RetryAfter and asks
+// again, until it admits or ctx ends (ctx's error). Any other error returns
+// at once.
+func (b *budget) acquireWait(ctx context.Context, class, tenant string) (release func(), err error) {
+	for {
+		release, err := b.acquire(ctx, class, tenant)
+		var be *budgetError
+		if !errors.As(err, &be) {
+			return release, err
+		}
+		t := time.NewTimer(max(be.RetryAfter, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (b *budget) admit(ctx context.Context, class, tenant string) (release func(), err error) {
 	cb := b.classes[class]
 	// The rate first: a refused read never holds an in-flight slot, so a
 	// tenant flooding past its share cannot crowd the slots either. (A token

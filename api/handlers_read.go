@@ -300,9 +300,6 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 	}
 	release, err := s.budget.acquire(ctx, class, tenant)
 	if err != nil {
-		if errors.Is(err, errBudget) {
-			s.m.budgetRejections.WithLabelValues(class).Inc()
-		}
 		return sourceItem{}, time.Time{}, err
 	}
 	obs := s.clock.Wall()

@@ -131,7 +131,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		pool:         deps.Pool,
 		rdb:          deps.Redis,
 		cache:        deps.Cache,
-		budget:       newBudget(cfg, deps.Redis, procs, log),
+		budget:       newBudget(cfg, deps.Redis, procs, m.budgetRejections, log),
 		procs:        procs,
 		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
