@@ -99,6 +99,9 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 }
 
 func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
+	// Said before, not after: a long transaction anywhere on the server
+	// holds this call until it ends.
+	c.log.Info("creating replication slot: waits for the transactions running on the server to end", "slot", c.cfg.Slot)
 	var lsn string
 	err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", c.cfg.Slot).Scan(&lsn)
 	var pe *pgconn.PgError

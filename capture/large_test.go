@@ -24,7 +24,10 @@ func TestLargeTransaction(t *testing.T) {
 	}
 	t.Parallel()
 	const rows = 1_000_000
-	pg := testenv.SharedPostgres(t)
+	// A private server: creating a logical slot waits for every transaction
+	// running on the server to end, so this test's long ones would hold up
+	// the slot creation of every other test sharing it.
+	pg := testenv.StartPostgres(t)
 	dsn, k, cfg := newRig(t, pg)
 	cfg.Heartbeat = time.Hour
 	conn := connect(t, dsn)
