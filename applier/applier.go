@@ -51,13 +51,9 @@ type Applier struct {
 
 // New checks cfg and deps and registers the metrics.
 func New(cfg Config, deps Deps) (*Applier, error) {
-	deps, derr := deps.checked()
-	if err := errors.Join(cfg.Validate(), derr); err != nil {
-		return nil, err
-	}
-	met, err := newMetrics(deps.Registerer)
+	deps, met, err := deps.setup(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("applier: register metrics: %w", err)
+		return nil, err
 	}
 	a := &Applier{
 		cfg:     cfg,

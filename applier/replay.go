@@ -110,13 +110,9 @@ type Replay struct {
 
 // NewReplay checks cfg and deps and registers the metrics.
 func NewReplay(cfg ReplayConfig, deps Deps) (*Replay, error) {
-	deps, derr := deps.checked()
-	if err := errors.Join(cfg.Validate(), derr); err != nil {
-		return nil, err
-	}
-	met, err := newMetrics(deps.Registerer)
+	deps, met, err := deps.setup(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("applier: register metrics: %w", err)
+		return nil, err
 	}
 	return &Replay{cfg: cfg, cache: deps.Cache, log: deps.Log.With("component", "replay"), met: met}, nil
 }

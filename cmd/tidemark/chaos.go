@@ -58,12 +58,7 @@ func (c *chaosCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON {
-		err = rep.WriteJSON(e.stdout)
-	} else {
-		err = rep.WriteText(e.stdout)
-	}
-	if err != nil {
+	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if !rep.Pass() {

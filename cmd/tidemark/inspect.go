@@ -64,12 +64,7 @@ func (c *inspectCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
 	}
-	if c.JSON {
-		err = rep.WriteJSON(e.stdout)
-	} else {
-		err = rep.WriteText(e.stdout)
-	}
-	if err != nil {
+	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if rep.Violations > 0 {

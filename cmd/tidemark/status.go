@@ -40,12 +40,7 @@ func (c *statusCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return &exitError{code: exitUnreadable, msg: "status: could not read the pipeline's state: " + err.Error()}
 	}
-	if c.JSON {
-		err = rep.WriteJSON(e.stdout)
-	} else {
-		err = rep.WriteText(e.stdout)
-	}
-	if err != nil {
+	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if rep.Verdict != status.OK {
