@@ -71,6 +71,20 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	return a, nil
 }
 
+// setup is how New and NewReplay start: cfg and d checked (d with its
+// defaults), then the metrics registered.
+func (d Deps) setup(cfg interface{ Validate() error }) (Deps, *metrics, error) {
+	d, derr := d.checked()
+	if err := errors.Join(cfg.Validate(), derr); err != nil {
+		return d, nil, err
+	}
+	met, err := newMetrics(d.Registerer)
+	if err != nil {
+		return d, nil, fmt.Errorf("applier: register metrics: %w", err)
+	}
+	return d, met, nil
+}
+
 // Counts are the record results so far.
 func (a *Applier) Counts() Counts { return a.counts.snapshot() }
 

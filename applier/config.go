@@ -30,7 +30,6 @@ package applier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -75,20 +74,6 @@ func (d Deps) checked() (Deps, error) {
 		return d, errors.New("applier: Deps.Cache is nil")
 	}
 	return d, nil
-}
-
-// setup is how New and NewReplay start: cfg and d checked (d with its
-// defaults), then the metrics registered.
-func (d Deps) setup(cfg interface{ Validate() error }) (Deps, *metrics, error) {
-	d, derr := d.checked()
-	if err := errors.Join(cfg.Validate(), derr); err != nil {
-		return d, nil, err
-	}
-	met, err := newMetrics(d.Registerer)
-	if err != nil {
-		return d, nil, fmt.Errorf("applier: register metrics: %w", err)
-	}
-	return d, met, nil
 }
 
 // Config of the group applier (tidemark apply).
