@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,8 @@ type Phase struct {
 	Bounded    bool // everything applied, and the last window's p99 within 1.5x the first's (+20 ms)
 	CPU        map[string]time.Duration
 	RSS        map[string]int64
-	Walsenders int // distinct walsender pids seen (1 unless capture reconnected)
+	Walsenders int     // distinct walsender pids seen (1 unless capture reconnected)
+	BoxBusy    float64 // cores the whole machine kept busy during the load, on average
 }
 
 // ChangeRate is the committed changes/s achieved.
@@ -435,8 +437,19 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 		return p, err
 	}
 	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers, every: r.cfg.ObserveEvery}
+	b0, t0, err := boxCPU()
+	if err != nil {
+		return p, err
+	}
 	if p.Load, err = l.run(ctx, d); err != nil {
 		return p, err
+	}
+	b1, t1, err := boxCPU()
+	if err != nil {
+		return p, err
+	}
+	if t1 > t0 {
+		p.BoxBusy = float64(b1-b0) / float64(t1-t0) * float64(runtime.NumCPU())
 	}
 	for deadline := time.Now().Add(drain); ; time.Sleep(20 * time.Millisecond) {
 		np, na, err := r.obs.counts()

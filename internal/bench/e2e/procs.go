@@ -168,3 +168,34 @@ func (m *meter) usage() (map[string]time.Duration, map[string]int64, error) {
 	}
 	return cpu, rss, nil
 }
+
+// boxCPU is the whole machine's busy and total CPU time so far, from
+// /proc/stat (every process, not only the pipeline's: Postgres's committing
+// backends too).
+func boxCPU() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench e2e: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("bench e2e: /proc/stat starts %q", line)
+	}
+	// user nice system idle iowait irq softirq [steal ...], in clock ticks
+	var ticks [8]int64
+	for i := range ticks {
+		if i+1 < len(f) {
+			if ticks[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("bench e2e: /proc/stat: %w", err)
+			}
+		}
+	}
+	var all int64
+	for _, t := range ticks {
+		all += t
+	}
+	idle := ticks[3] + ticks[4]
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(all-idle) * tick, time.Duration(all) * tick, nil
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -58,14 +59,14 @@ func Report(w io.Writer, cfg Config, res Result) {
 	}
 	lat.WriteTo(w)
 
-	lag := bench.Table{Header: []string{"phase", "achieved changes/s", "timed / committed changes", "late tx", "unapplied (timed)", "p99 per 10 s window", "lag bounded"}}
+	lag := bench.Table{Header: []string{"phase", "achieved changes/s", "timed / committed changes", "late tx", "unapplied (timed)", "p99 per 10 s window", "lag bounded", "machine CPU busy (cores)"}}
 	for _, p := range res.Phases {
 		var ws []string
 		for _, d := range p.WindowP99 {
 			ws = append(ws, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 		}
 		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprintf("%d / %d", p.Load.Observed, p.Load.Changes), fmt.Sprint(p.Load.Late), fmt.Sprint(p.Unapplied),
-			strings.Join(ws, ", ")+" ms", fmt.Sprint(p.Bounded))
+			strings.Join(ws, ", ")+" ms", fmt.Sprint(p.Bounded), fmt.Sprintf("%.2f of %d", p.BoxBusy, runtime.NumCPU()))
 	}
 	fmt.Fprintln(w)
 	lag.WriteTo(w)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"syscall"
 	"testing"
 	"time"
 )
@@ -39,5 +40,30 @@ func TestLagBoundedFlagsARisingTail(t *testing.T) {
 	w := windows(s, 10*time.Second)
 	if len(w) != 5 || w[0] != 90*time.Millisecond || bounded(w) {
 		t.Errorf("windows of a linear rise = %v (bounded %v), want 5 full windows, the first's p99 90ms, unbounded", w, bounded(w))
+	}
+}
+
+// The machine's busy time counts this process's CPU too.
+func TestBoxCPUCountsBusyTime(t *testing.T) {
+	b0, t0, err := boxCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := self()
+	for x := 0; self()-start < 300*time.Millisecond; x++ {
+	}
+	b1, t1, err := boxCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1-b0 < 250*time.Millisecond || t1-t0 < b1-b0 {
+		t.Fatalf("busy %s of %s while this process spun for 300ms", b1-b0, t1-t0)
 	}
 }
