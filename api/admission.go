@@ -14,19 +14,34 @@ const (
 )
 
 // admissionWindow is how long the doorkeeper remembers a tenant's miss of a
-// key: a second miss within one to two windows is cached.
+// key: a second miss within one to two windows is cached. It is also how
+// long a tenant that went over its share stays on second-hit admission.
 const admissionWindow = 10 * time.Second
 
-// doorkeeperBits is the size of one doorkeeper generation (a Bloom filter
-// of 2 hashes): 8 KiB, under 2 % false admissions at 5,000 misses a window.
-const doorkeeperBits = 1 << 16
+// The doorkeeper is two generations of a Bloom filter of doorkeeperHashes
+// hashes over doorkeeperBits bits (8 KiB). A generation also ends after
+// doorkeeperFill misses, so it never fills up: a scan of 100,000 cold ids
+// once had 3.4 % of its ids admitted as false second hits by an overfull
+// 2-hash filter. At doorkeeperFill misses a generation answers a false
+// "seen" for under 0.1 % of keys, so a scan leaks under 0.2 % (both
+// generations are asked). A scanning tenant's memory of its misses is then
+// shorter (4,096 misses), which only a scan needs: a key it really reads
+// twice is read again soon.
+const (
+	doorkeeperBits   = 1 << 16
+	doorkeeperHashes = 6
+	doorkeeperFill   = doorkeeperBits / 16
+)
 
 // admission decides which fills of new keys reach the cache, so one tenant
 // scanning cold ids cannot evict the others' hot entries. Each tenant has a
 // fair share of this process's fill rate (FillRate / tenants filling in the
 // last second, as the source budget shares its rate). Within its share a
-// tenant's misses are cached at once; above it, only a key the tenant
-// already missed within the admission window is (second-hit admission).
+// tenant's misses are cached at once; once it goes over, and for an
+// admission window after the last time it did, only a key the tenant already
+// missed within the window is (second-hit admission): a scanner gets no
+// share of unconditional fills, which would otherwise let a steady trickle
+// of cold ids evict the others' entries.
 // Memory is bounded per tenant (two doorkeeper generations and a bucket);
 // tenants idle for two windows are forgotten.
 type admission struct {
@@ -40,7 +55,9 @@ type tenantFills struct {
 	tokens    float64   // fills the tenant may still make within its share
 	refilled  time.Time // when tokens were last topped up
 	lastMiss  time.Time // for the active-tenant count
+	overUntil time.Time // on second-hit admission until then
 	cur, prev []uint64  // doorkeeper generations
+	inserted  int       // misses recorded in cur
 	rotated   time.Time
 }
 
@@ -75,25 +92,38 @@ func (a *admission) admit(tenant, id string, now time.Time) bool {
 	// A second of the share as burst (at least one fill).
 	tf.tokens = min(max(1, share), tf.tokens+now.Sub(tf.refilled).Seconds()*share)
 	tf.refilled = now
-	if tf.tokens >= 1 {
+	if now.After(tf.overUntil) && tf.tokens >= 1 {
 		tf.tokens--
 		return true
 	}
-	if d := now.Sub(tf.rotated); d >= admissionWindow {
+	tf.overUntil = now.Add(admissionWindow)
+	if d := now.Sub(tf.rotated); d >= admissionWindow || tf.inserted >= doorkeeperFill {
 		tf.cur, tf.prev = tf.prev, tf.cur
 		clear(tf.cur)
 		if d >= 2*admissionWindow {
 			clear(tf.prev)
 		}
-		tf.rotated = now
+		tf.rotated, tf.inserted = now, 0
 	}
+	// Double hashing: bit i is h1 + i*h2 (h2 odd, so the bits differ).
 	h := maphash.String(a.seed, id)
-	b1, b2 := h%doorkeeperBits, (h>>32)%doorkeeperBits
-	has := func(f []uint64) bool { return f[b1/64]&(1<<(b1%64)) != 0 && f[b2/64]&(1<<(b2%64)) != 0 }
+	h1, h2 := h&0xffffffff, h>>32|1
+	has := func(f []uint64) bool {
+		for i := range uint64(doorkeeperHashes) {
+			b := (h1 + i*h2) % doorkeeperBits
+			if f[b/64]&(1<<(b%64)) == 0 {
+				return false
+			}
+		}
+		return true
+	}
 	if has(tf.cur) || has(tf.prev) {
 		return true
 	}
-	tf.cur[b1/64] |= 1 << (b1 % 64)
-	tf.cur[b2/64] |= 1 << (b2 % 64)
+	for i := range uint64(doorkeeperHashes) {
+		b := (h1 + i*h2) % doorkeeperBits
+		tf.cur[b/64] |= 1 << (b % 64)
+	}
+	tf.inserted++
 	return false
 }
