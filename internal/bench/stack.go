@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -254,4 +256,12 @@ func ServeProblems(p *config.Problems, set func(*api.Config), fields map[string]
 			p.Add(name, "%s", fe.Problem)
 		}
 	}
+}
+
+// Namespace is a fresh cache namespace: prefix and 8 random hex digits, so a
+// run (or an arm of one) never reads another's keys on a shared redis-server.
+func Namespace(prefix string) string {
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	return prefix + hex.EncodeToString(suffix[:])
 }

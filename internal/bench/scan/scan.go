@@ -9,8 +9,6 @@ package scan
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -212,9 +210,7 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	ns := "scan" + hex.EncodeToString(suffix[:])
+	ns := bench.Namespace("scan")
 	defer bench.KeepWatermarkCurrent(ctx, rdb, ns)()
 	defer cancel()
 

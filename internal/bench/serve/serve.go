@@ -7,8 +7,6 @@ package serve
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -158,9 +156,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
 		return BenchReport{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
-	var suffix [4]byte
-	rand.Read(suffix[:])
-	ns, tenant := "bench"+hex.EncodeToString(suffix[:]), "bench"
+	ns, tenant := bench.Namespace("bench"), "bench"
 	key, err := seedBench(ctx, cfg.PG, tenant, cfg.Items)
 	if err != nil {
 		return BenchReport{}, err

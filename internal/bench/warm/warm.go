@@ -10,8 +10,6 @@ package warm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,9 +163,7 @@ func arm(ctx context.Context, cfg Config, srv *bench.Stack, pool *pgxpool.Pool, 
 	a := Arm{Warmer: warmer}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	ns := "warm" + hex.EncodeToString(suffix[:])
+	ns := bench.Namespace("warm")
 
 	// A healthy pipeline: the watermark follows the clock (the applier's
 	// part), also right after the kill, so entries stay servable.
