@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	"tidemark/internal/bench"
 	"tidemark/internal/bench/warm"
 	"tidemark/internal/config"
 )
@@ -23,6 +25,7 @@ type benchWarmCmd struct {
 	Warmup         time.Duration `field:"benchwarm.Warmup" name:"warmup" default:"${benchwarm_Warmup}" help:"Load before each kill."`
 	Observe        time.Duration `field:"benchwarm.Observe" name:"observe" default:"${benchwarm_Observe}" help:"How long each arm watches the recovery."`
 	Window         time.Duration `field:"benchwarm.Window" name:"window" default:"${benchwarm_Window}" help:"Hit-ratio and source-rate window."`
+	SVG            string        `name:"svg" default:"warm.svg" help:"Also write the hit-ratio-after-the-kill chart here as SVG (the file named under the table); empty: no chart."`
 }
 
 func (c *benchWarmCmd) config() warm.Config {
@@ -45,6 +48,7 @@ func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
 	res, err := warm.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
 	if len(res.Arms) > 0 {
 		fmt.Fprintln(e.stdout, res.Markdown(cfg))
+		err = errors.Join(err, bench.WriteChart(c.SVG, warm.Chart(cfg, res), e.stdout))
 	}
 	return err
 }
