@@ -68,10 +68,10 @@ test-go:
 # own three JVMs. Then the seeded 90 s `tidemark chaos` run through the real
 # cluster (its broker faults are the kfake run's; a shared cluster is not
 # killed).
-KAFKA_PKGS := ./internal/localserver ./internal/testenv ./internal/broker ./relay ./capture ./applier
+KAFKA_PKGS := ./lab/localserver ./lab/testenv ./lab/broker ./relay ./capture ./applier
 test-kafka:
 	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 1 -tags realkafka -timeout 30m $(KAFKA_PKGS)
-	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -timeout 15m -run 'TestChaosShortRun$$' ./chaos
+	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -timeout 15m -run 'TestChaosShortRun$$' ./lab/chaos
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -8,7 +8,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // AcquireBackground waits while the background class is spent: n reads at

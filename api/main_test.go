@@ -16,7 +16,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/clockguard"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // A cold GET reads the source and fills; the next is a cache hit with an Age;

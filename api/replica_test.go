@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // A hot key with published copies is answered from them (L1 off), never at

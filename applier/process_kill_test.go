@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // proc is a `tidemark apply` process.

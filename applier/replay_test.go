@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

@@ -16,7 +16,7 @@ import (
 	"tidemark/api"
 	"tidemark/audit"
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

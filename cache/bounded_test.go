@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // A hung Redis (SIGSTOP: connected, not answering) does not hold a Lookup

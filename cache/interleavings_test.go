@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // BenchmarkInvalidateBatch measures the client side of a 500-key batch

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

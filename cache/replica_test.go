@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // publishReplicas fills (tenant, item) at version and publishes n copies.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tidemark/capture"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/capture"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // The topic recreated (its history gone) while the state topic records an

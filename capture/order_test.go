@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

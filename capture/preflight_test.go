@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"tidemark/capture"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // runErr runs capture and returns its (preflight) error.

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/relay"
 	"tidemark/schema"
 )

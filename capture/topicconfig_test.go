@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/relay"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"tidemark/elect"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

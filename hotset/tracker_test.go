@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"tidemark/hotset"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func newTracker(t *testing.T, cfg hotset.Config, r *testenv.Redis) *hotset.Tracker {

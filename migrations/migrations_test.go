@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/migrations"
 )
 

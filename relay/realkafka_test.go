@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // On a three-broker cluster a topic with one replica is refused with the

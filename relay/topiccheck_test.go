@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -3,7 +3,7 @@ package replica_test
 import (
 	"testing"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

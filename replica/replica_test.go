@@ -13,7 +13,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/hotset"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/replica"
 )
 

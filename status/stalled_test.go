@@ -13,7 +13,7 @@ import (
 
 	"tidemark/applier"
 	"tidemark/cache"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/warm"
 )
 

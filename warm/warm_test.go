@@ -20,7 +20,7 @@ import (
 	"tidemark/api"
 	"tidemark/cache"
 	"tidemark/hotset"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 	"tidemark/warm"
 )
 

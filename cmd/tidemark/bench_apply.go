@@ -10,13 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
-	"tidemark/internal/bench"
-	"tidemark/internal/bench/apply"
 	"tidemark/internal/config"
-	"tidemark/internal/localserver"
+	"tidemark/lab/bench"
+	"tidemark/lab/bench/applybench"
+	"tidemark/lab/localserver"
 )
 
-// benchApplyCmd wires flags into apply.BenchConfig (internal/bench/apply), provides the servers
+// benchApplyCmd wires flags into applybench.BenchConfig (lab/bench/applybench), provides the servers
 // (a private redis-server and in-process kfake unless given) and prints the
 // table.
 type benchApplyCmd struct {
@@ -30,8 +30,8 @@ type benchApplyCmd struct {
 	SVG        string        `name:"svg" default:"apply.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchApplyCmd) config() apply.BenchConfig {
-	cfg := apply.DefaultBenchConfig()
+func (c *benchApplyCmd) config() applybench.BenchConfig {
+	cfg := applybench.DefaultBenchConfig()
 	cfg.Brokers = splitList(c.Kafka)
 	cfg.Events, cfg.Keys, cfg.Partitions, cfg.Rate, cfg.Duration = c.Events, c.Keys, c.Partitions, c.Rate, c.Duration
 	return cfg
@@ -75,7 +75,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	b, err := apply.NewBench(cfg, cc, e.log)
+	b, err := applybench.NewBench(cfg, cc, e.log)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "| noise floor: redis-benchmark -c 1 PING p99, same run | %s | |\n", ms(res.PingP99))
 	fmt.Fprintf(w, "| commit-to-apply at %.0f events/s (%d samples) | p50 %s, **p99 %s**, max %s | p99 < 20 ms |\n",
 		res.SteadyRate, res.SteadyEvents, ms(res.P50), ms(res.P99), ms(res.Max))
-	return bench.WriteChart(c.SVG, apply.Chart(cfg, res), w)
+	return bench.WriteChart(c.SVG, applybench.Chart(cfg, res), w)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	cachebench "tidemark/internal/bench/cache"
 	"tidemark/internal/config"
+	"tidemark/lab/bench/cachebench"
 )
 
 // benchCacheCmd wires flags into cachebench.BenchConfig; the benchmark itself

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/internal/bench"
-	"tidemark/internal/bench/capture"
+	"tidemark/lab/bench"
+	"tidemark/lab/bench/capturebench"
 )
 
-// benchCaptureCmd wires flags into capture.BenchConfig (internal/bench/capture), provides Postgres
+// benchCaptureCmd wires flags into capturebench.BenchConfig (lab/bench/capturebench), provides Postgres
 // (a private server unless --pg) and prints the table.
 type benchCaptureCmd struct {
 	PG          string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
@@ -53,18 +53,18 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	cfg := capture.DefaultBenchConfig()
+	cfg := capturebench.DefaultBenchConfig()
 	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
 	cfg.Rounds = c.Rounds
 	if cfg.PG == "" {
-		dsn, stop, err := capture.StartPostgres()
+		dsn, stop, err := capturebench.StartPostgres()
 		if err != nil {
 			return err
 		}
 		defer stop()
 		cfg.PG = dsn
 	}
-	res, err := capture.Bench(ctx, cfg, e.log.With("component", "bench"))
+	res, err := capturebench.Bench(ctx, cfg, e.log.With("component", "bench"))
 	if err != nil {
 		return err
 	}
@@ -82,5 +82,5 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	fmt.Fprintf(w, "\nGOMAXPROCS %d; ratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", runtime.GOMAXPROCS(0), res.CaptureRate()/res.RecvlogicalRate())
 	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
 		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
-	return bench.WriteChart(c.SVG, capture.Chart(res), w)
+	return bench.WriteChart(c.SVG, capturebench.Chart(res), w)
 }

@@ -5,12 +5,12 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/bench"
-	"tidemark/internal/bench/e2e"
 	"tidemark/internal/config"
+	"tidemark/lab/bench"
+	"tidemark/lab/bench/e2ebench"
 )
 
-// benchE2ECmd wires flags into e2e.Config and prints the report.
+// benchE2ECmd wires flags into e2ebench.Config and prints the report.
 type benchE2ECmd struct {
 	Kafka        string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
 	SyncWrites   bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
@@ -30,8 +30,8 @@ type benchE2ECmd struct {
 	SVG          string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchE2ECmd) config() e2e.Config {
-	cfg := e2e.DefaultConfig()
+func (c *benchE2ECmd) config() e2ebench.Config {
+	cfg := e2ebench.DefaultConfig()
 	cfg.Brokers, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
 	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
 	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile, cfg.Trace = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile, c.Trace
@@ -53,10 +53,10 @@ func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg.Binary = bin
-	res, err := e2e.Run(ctx, cfg, e.log.With("component", "bench"))
+	res, err := e2ebench.Run(ctx, cfg, e.log.With("component", "bench"))
 	if err != nil {
 		return err
 	}
-	e2e.Report(e.stdout, cfg, res)
-	return bench.WriteChart(c.SVG, e2e.Chart(cfg, res), e.stdout)
+	e2ebench.Report(e.stdout, cfg, res)
+	return bench.WriteChart(c.SVG, e2ebench.Chart(cfg, res), e.stdout)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	hotkeybench "tidemark/internal/bench/hotkey"
 	"tidemark/internal/config"
+	"tidemark/lab/bench/hotkeybench"
 )
 
 // benchHotkeyCmd wires flags into hotkeybench.BenchConfig.

@@ -6,11 +6,11 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/bench/scan"
 	"tidemark/internal/config"
+	"tidemark/lab/bench/scanbench"
 )
 
-// benchScanCmd wires flags into scan.Config (internal/bench/scan) and prints the report.
+// benchScanCmd wires flags into scanbench.Config (lab/bench/scanbench) and prints the report.
 type benchScanCmd struct {
 	HotItems       int           `field:"benchscan.HotItems" name:"hot-items" default:"${benchscan_HotItems}" help:"Tenant B's items, read with a zipf distribution."`
 	ZipfS          float64       `field:"benchscan.Zipf" name:"zipf-s" default:"${benchscan_Zipf}" help:"Zipf exponent of B's reads (> 1; larger is more skewed)."`
@@ -27,8 +27,8 @@ type benchScanCmd struct {
 	GoalDrop       float64       `field:"benchscan.GoalDrop" name:"goal-drop" default:"${benchscan_GoalDrop}" help:"Largest drop of B's hit ratio during the scan, in points, the report accepts with admission."`
 }
 
-func (c *benchScanCmd) config() scan.Config {
-	cfg := scan.DefaultConfig()
+func (c *benchScanCmd) config() scanbench.Config {
+	cfg := scanbench.DefaultConfig()
 	cfg.Binary, _ = os.Executable()
 	cfg.HotItems, cfg.Zipf, cfg.Clients, cfg.ColdIDs, cfg.Scanners = c.HotItems, c.ZipfS, c.Clients, c.ColdIDs, c.Scanners
 	cfg.ValueBytes, cfg.Serves, cfg.ForegroundRate, cfg.FillRates, cfg.Headroom = c.ValueBytes, c.Serves, c.ForegroundRate, c.FillRates, c.Headroom
@@ -44,7 +44,7 @@ func (c *benchScanCmd) Validate() error {
 
 func (c *benchScanCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
-	res, err := scan.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
+	res, err := scanbench.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
 	if len(res.Arms) > 0 {
 		fmt.Fprintln(e.stdout, res.Markdown(cfg))
 	}

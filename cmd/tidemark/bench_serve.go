@@ -7,12 +7,12 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/bench"
-	"tidemark/internal/bench/serve"
 	"tidemark/internal/config"
+	"tidemark/lab/bench"
+	"tidemark/lab/bench/servebench"
 )
 
-// benchServeCmd wires flags into serve.BenchConfig (internal/bench/serve) and prints the report.
+// benchServeCmd wires flags into servebench.BenchConfig (lab/bench/servebench) and prints the report.
 type benchServeCmd struct {
 	PG          string        `field:"benchserve.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres to use (empty: start a private one, with --redis empty too)."`
 	Redis       string        `field:"benchserve.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis to use (empty: start a private one)."`
@@ -28,8 +28,8 @@ type benchServeCmd struct {
 	SVG         string        `name:"svg" default:"serve.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchServeCmd) config() serve.BenchConfig {
-	cfg := serve.DefaultBenchConfig()
+func (c *benchServeCmd) config() servebench.BenchConfig {
+	cfg := servebench.DefaultBenchConfig()
 	cfg.Binary, _ = os.Executable()
 	cfg.PG, cfg.Redis, cfg.ServeArgs, cfg.Items, cfg.ZipfS = c.PG, c.Redis, c.ServeArg, c.Items, c.ZipfS
 	cfg.Warmup, cfg.Duration, cfg.Concurrency, cfg.Workers, cfg.Steps, cfg.P99Goal = c.Warmup, c.Duration, c.Concurrency, c.Workers, c.Steps, c.P99Goal
@@ -43,10 +43,10 @@ func (c *benchServeCmd) Validate() error {
 }
 
 func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
-	rep, err := serve.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
+	rep, err := servebench.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
 	if len(rep.Rows) > 0 {
 		fmt.Fprint(e.stdout, rep.Markdown())
-		err = errors.Join(err, bench.WriteChart(c.SVG, serve.Chart(rep), e.stdout))
+		err = errors.Join(err, bench.WriteChart(c.SVG, servebench.Chart(rep), e.stdout))
 	}
 	return err
 }

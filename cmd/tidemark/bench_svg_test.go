@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Every benchmark that has a chart (internal/bench/<name>.Chart) offers
+// Every benchmark that has a chart (lab/bench/<name>.Chart) offers
 // --svg to write it, as BENCHMARKS.md says: a config refactor once dropped
 // bench warm's.
 func TestChartingBenchesHaveSVGFlag(t *testing.T) {

@@ -7,12 +7,12 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/bench"
-	"tidemark/internal/bench/warm"
 	"tidemark/internal/config"
+	"tidemark/lab/bench"
+	"tidemark/lab/bench/warmbench"
 )
 
-// benchWarmCmd wires flags into warm.Config (internal/bench/warm) and prints the report.
+// benchWarmCmd wires flags into warmbench.Config (lab/bench/warmbench) and prints the report.
 type benchWarmCmd struct {
 	Items          int           `field:"benchwarm.Items" name:"items" default:"${benchwarm_Items}" help:"Items in the zipf-distributed key set (one tenant)."`
 	ZipfS          float64       `field:"benchwarm.Zipf" name:"zipf-s" default:"${benchwarm_Zipf}" help:"Zipf exponent (> 1; larger is more skewed)."`
@@ -28,8 +28,8 @@ type benchWarmCmd struct {
 	SVG            string        `name:"svg" default:"warm.svg" help:"Also write the hit-ratio-after-the-kill chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchWarmCmd) config() warm.Config {
-	cfg := warm.DefaultConfig()
+func (c *benchWarmCmd) config() warmbench.Config {
+	cfg := warmbench.DefaultConfig()
 	cfg.Binary, _ = os.Executable()
 	cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves = c.Items, c.ZipfS, c.Clients, c.Serves
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop = c.ForegroundRate, c.BackgroundRate, c.WarmTop
@@ -45,10 +45,10 @@ func (c *benchWarmCmd) Validate() error {
 
 func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
-	res, err := warm.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
+	res, err := warmbench.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
 	if len(res.Arms) > 0 {
 		fmt.Fprintln(e.stdout, res.Markdown(cfg))
-		err = errors.Join(err, bench.WriteChart(c.SVG, warm.Chart(cfg, res), e.stdout))
+		err = errors.Join(err, bench.WriteChart(c.SVG, warmbench.Chart(cfg, res), e.stdout))
 	}
 	return err
 }

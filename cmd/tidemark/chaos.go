@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/chaos"
 	"tidemark/internal/config"
+	"tidemark/lab/chaos"
 )
 
 // chaosCmd wires flags into chaos.Config and prints the report; exit 0 only

@@ -6,8 +6,8 @@ import (
 
 	"golang.org/x/term"
 
-	"tidemark/dev"
 	"tidemark/internal/config"
+	"tidemark/lab/dev"
 )
 
 type devCmd struct {

@@ -14,18 +14,18 @@ import (
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
-	"tidemark/chaos"
-	"tidemark/dev"
 	"tidemark/inspect"
-	applybench "tidemark/internal/bench/apply"
-	cachebench "tidemark/internal/bench/cache"
-	"tidemark/internal/bench/e2e"
-	hotkeybench "tidemark/internal/bench/hotkey"
-	scanbench "tidemark/internal/bench/scan"
-	servebench "tidemark/internal/bench/serve"
-	warmbench "tidemark/internal/bench/warm"
-	"tidemark/internal/broker"
 	"tidemark/internal/config"
+	"tidemark/lab/bench/applybench"
+	"tidemark/lab/bench/cachebench"
+	"tidemark/lab/bench/e2ebench"
+	"tidemark/lab/bench/hotkeybench"
+	"tidemark/lab/bench/scanbench"
+	"tidemark/lab/bench/servebench"
+	"tidemark/lab/bench/warmbench"
+	"tidemark/lab/broker"
+	"tidemark/lab/chaos"
+	"tidemark/lab/dev"
 	"tidemark/relay"
 	"tidemark/replica"
 	"tidemark/status"
@@ -126,7 +126,7 @@ func defaultConfigs() map[string]any {
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
-		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2e.DefaultConfig(), "replica": replica.DefaultConfig(),
+		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":   warmbench.DefaultConfig(),
 		"benchhotkey": hotkeybench.DefaultBenchConfig(),
 		"benchscan":   scanbench.DefaultConfig(),

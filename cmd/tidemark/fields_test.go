@@ -13,18 +13,18 @@ import (
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
-	"tidemark/chaos"
-	"tidemark/dev"
 	"tidemark/inspect"
-	applybench "tidemark/internal/bench/apply"
-	cachebench "tidemark/internal/bench/cache"
-	"tidemark/internal/bench/e2e"
-	hotkeybench "tidemark/internal/bench/hotkey"
-	scanbench "tidemark/internal/bench/scan"
-	servebench "tidemark/internal/bench/serve"
-	warmbench "tidemark/internal/bench/warm"
-	"tidemark/internal/broker"
 	"tidemark/internal/config"
+	"tidemark/lab/bench/applybench"
+	"tidemark/lab/bench/cachebench"
+	"tidemark/lab/bench/e2ebench"
+	"tidemark/lab/bench/hotkeybench"
+	"tidemark/lab/bench/scanbench"
+	"tidemark/lab/bench/servebench"
+	"tidemark/lab/bench/warmbench"
+	"tidemark/lab/broker"
+	"tidemark/lab/chaos"
+	"tidemark/lab/dev"
 	"tidemark/replica"
 	"tidemark/status"
 	"tidemark/warm"
@@ -65,7 +65,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultBenchConfig(), nil}}},
 		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultBenchConfig(), nil}}},
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
-		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2e.DefaultConfig(), []string{"Binary"}}}},
+		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2ebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), nil}}},
 		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},

@@ -7,7 +7,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/hotset"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 // `tidemark inspect --hot` prints the merged hot set, hottest first, with

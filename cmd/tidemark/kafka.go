@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"tidemark/internal/broker"
 	"tidemark/internal/config"
+	"tidemark/lab/broker"
 )
 
 type kafkaCmd struct {

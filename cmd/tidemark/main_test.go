@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

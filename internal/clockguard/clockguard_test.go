@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/internal/clockguard"
-	"tidemark/internal/testenv"
+	"tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,9 +1,0 @@
-package dev
-
-import (
-	"testing"
-
-	"tidemark/internal/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,9 +1,0 @@
-package broker
-
-import (
-	"testing"
-
-	"tidemark/internal/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,45 @@
+package cachebench_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/internal/svgchart/svgcharttest"
+	"tidemark/lab/bench/cachebench"
+	"tidemark/lab/testenv"
+)
+
+// The benchmark command runs end to end on a small scale, prints the table
+// with every row and writes the throughput chart beside it.
+func TestRunBenchSmoke(t *testing.T) {
+	r := testenv.StartRedis(t)
+	cfg := cachebench.DefaultBenchConfig()
+	cfg.RedisURL, cfg.Keys, cfg.Batch, cfg.Lookups, cfg.Rounds, cfg.Clients, cfg.Pipeline = r.URL(), 2000, 100, 200, 1, 4, 10
+	cfg.SVG = filepath.Join(t.TempDir(), "charts", "cache.svg")
+	var out strings.Builder
+	if err := cachebench.RunBench(testenv.Context(t, 60*time.Second), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"InvalidateBatch, 4 workers, new keys", "pipelined SET", "Lookup hit latency p99", "redis-server CPU", "Goal:", "100.0% hits"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	svg, err := os.ReadFile(cfg.SVG)
+	if err != nil {
+		t.Fatalf("chart not written: %v", err)
+	}
+	if d := svgcharttest.Parse(t, string(svg)); d.Count("bar", "tidemark InvalidateBatch") != 5 {
+		t.Errorf("chart has %d tidemark bars, want 5", d.Count("bar", "tidemark InvalidateBatch"))
+	}
+	if !strings.Contains(out.String(), "chart: "+cfg.SVG) {
+		t.Errorf("report does not name the chart %s:\n%s", cfg.SVG, out.String())
+	}
+	cfg.Keys = 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Keys:") {
+		t.Errorf("Validate(keys=0) = %v", err)
+	}
+}

@@ -1,0 +1,269 @@
+// Package capture is `tidemark bench capture`: capture-to-Kafka rate against
+// pg_recvlogical draining the same WAL with the same publication, and
+// commit-to-produced latency at a steady rate.
+package capturebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"tidemark/capture"
+	"tidemark/lab/bench"
+	"tidemark/lab/localserver"
+	"tidemark/migrations"
+)
+
+// BenchConfig drives Bench.
+type BenchConfig struct {
+	PG          string        // a database tidemark may migrate and write to
+	Rows        int           // row changes in the fixed WAL workload
+	Recvlogical string        // pg_recvlogical path ("" = find it)
+	Rate        int           // changes/s of the steady latency phase
+	Duration    time.Duration // length of the latency phase
+	Partitions  int
+	Rounds      int // drains of each kind, alternating; the median is reported
+}
+
+// DefaultBenchConfig is `tidemark bench capture` with no flags.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12, Rounds: 3}
+}
+
+// BenchResult is what Bench measured.
+type BenchResult struct {
+	Rows               int
+	RecvlogicalElapsed time.Duration // median over the rounds
+	CaptureElapsed     time.Duration // median over the rounds
+	RecvlogicalRounds  []time.Duration
+	CaptureRounds      []time.Duration
+	LatencySamples     int
+	P50, P99, Max      time.Duration
+}
+
+// RecvlogicalRate is pg_recvlogical's decode rate (row changes/s).
+func (r BenchResult) RecvlogicalRate() float64 {
+	return float64(r.Rows) / r.RecvlogicalElapsed.Seconds()
+}
+
+// CaptureRate is capture-to-Kafka's rate (row changes acked/s).
+func (r BenchResult) CaptureRate() float64 { return float64(r.Rows) / r.CaptureElapsed.Seconds() }
+
+// FindRecvlogical finds pg_recvlogical beside the newest installed server
+// (lab/localserver's rule), or on PATH.
+func FindRecvlogical() (string, error) {
+	if dir, err := localserver.PostgresBinDir(); err == nil {
+		if p := filepath.Join(dir, "pg_recvlogical"); fileExists(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("pg_recvlogical not found in /usr/lib/postgresql/*/bin or PATH: apt-get install -y postgresql-client-15")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// StartPostgres starts a throwaway private server for a run without --pg
+// (fsync off, room for the benchmark's slots and WAL); stop removes it.
+func StartPostgres() (dsn string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "tidemark-bench-pg-")
+	if err != nil {
+		return "", nil, err
+	}
+	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: dir, Ephemeral: true, Conf: map[string]string{
+		"max_wal_senders": "10", "max_replication_slots": "10", "shared_buffers": "'256MB'", "max_wal_size": "'4GB'",
+	}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("bench capture: private postgres: %w", err)
+	}
+	return pg.DSN("postgres"), pg.Remove, nil
+}
+
+// Bench writes a fixed WAL workload once, drains it with pg_recvlogical
+// (pgoutput, same publication) and with capture into an in-process kfake
+// from two slots created before the workload (so both read the same WAL),
+// then measures commit-to-produced latency at a steady rate.
+func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult, error) {
+	res := BenchResult{Rows: cfg.Rows}
+	if cfg.Recvlogical == "" {
+		p, err := FindRecvlogical()
+		if err != nil {
+			return res, err
+		}
+		cfg.Recvlogical = p
+	}
+	if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
+		return res, err
+	}
+	conn, err := pgx.Connect(ctx, cfg.PG)
+	if err != nil {
+		return res, fmt.Errorf("bench capture: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
+	rounds := max(1, cfg.Rounds)
+	var recvSlots, capSlots []string
+	for i := range rounds {
+		recvSlots = append(recvSlots, fmt.Sprintf("bench_recv_%s_%d", suffix, i))
+		capSlots = append(capSlots, fmt.Sprintf("bench_cap_%s_%d", suffix, i))
+	}
+	// Every slot exists before the workload, so every drain reads the same WAL.
+	for _, s := range append(slices.Clone(recvSlots), capSlots...) {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s); err != nil {
+			return res, fmt.Errorf("bench capture: create slot: %w", err)
+		}
+		defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", s)
+	}
+	tenant := "bench" + suffix
+	log.Info("writing the WAL workload", "rows", cfg.Rows)
+	const batch = 1000
+	for done := 0; done < cfg.Rows; done += batch {
+		n := min(batch, cfg.Rows-done)
+		if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version)
+			SELECT $1, 'i' || g, 1 FROM generate_series($2::int, $3::int) g`, tenant, done, done+n-1); err != nil {
+			return res, fmt.Errorf("bench capture: workload: %w", err)
+		}
+	}
+	var endS string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endS); err != nil {
+		return res, err
+	}
+
+	var (
+		mu        sync.Mutex
+		recording bool
+		samples   []time.Duration
+	)
+	var acked atomic.Int64 // changes acked in this round (no Gather in the hot loop)
+	observe := func(d time.Duration) {
+		acked.Add(1)
+		mu.Lock()
+		if recording {
+			samples = append(samples, d)
+		}
+		mu.Unlock()
+	}
+	// The running round's capture and its kfake: stopped in that order
+	// (capture flushes into kfake on its way out).
+	var (
+		stopCapture context.CancelFunc = func() {}
+		closeKafka                     = func() {}
+		runErr      chan error
+	)
+	cancel := func() (err error) {
+		stopCapture()
+		if runErr != nil {
+			err = <-runErr
+			runErr = nil
+		}
+		closeKafka()
+		return err
+	}
+	defer func() { cancel() }()
+	// Rounds alternate, so a neighbour's load on a shared box hits both kinds.
+	for i := range rounds {
+		log.Info("draining with pg_recvlogical", "round", i+1, "path", cfg.Recvlogical)
+		began := time.Now()
+		cmd := exec.CommandContext(ctx, cfg.Recvlogical, "-d", cfg.PG, "--slot", recvSlots[i], "--start", "--no-loop",
+			"--endpos", endS, "-o", "proto_version=1", "-o", "publication_names=tidemark", "-o", "messages=true", "-f", os.DevNull)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return res, fmt.Errorf("bench capture: pg_recvlogical: %v: %s", err, out)
+		}
+		res.RecvlogicalRounds = append(res.RecvlogicalRounds, time.Since(began))
+
+		// Only the last round's capture stays up for the latency phase.
+		if err := cancel(); err != nil {
+			return res, err
+		}
+		// A fresh kfake per round: it keeps every record in this process's
+		// heap, and a growing heap would tax later rounds' GC.
+		k, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return res, fmt.Errorf("bench capture: kfake: %w", err)
+		}
+		closeKafka = k.Close
+		ccfg := capture.DefaultConfig()
+		ccfg.PG, ccfg.Slot = cfg.PG, capSlots[i]
+		ccfg.Relay.Brokers, ccfg.Relay.Partitions = k.ListenAddrs(), cfg.Partitions
+		ccfg.Heartbeat = time.Hour // measure changes only
+		reg := prometheus.NewRegistry()
+		c, err := capture.New(ccfg, capture.Deps{Log: log, Registerer: reg, OnProduced: observe})
+		if err != nil {
+			return res, err
+		}
+		log.Info("draining with tidemark capture into kfake", "round", i+1)
+		cctx, stop := context.WithCancel(ctx)
+		stopCapture = stop
+		runtime.GC()
+		began = time.Now()
+		runErr = make(chan error, 1)
+		go func() { runErr <- c.Run(cctx) }()
+		acked.Store(0)
+		for acked.Load() < int64(cfg.Rows) {
+			select {
+			case err := <-runErr:
+				return res, fmt.Errorf("bench capture: capture stopped: %w", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		res.CaptureRounds = append(res.CaptureRounds, time.Since(began))
+	}
+	res.RecvlogicalElapsed, res.CaptureElapsed = bench.Median(res.RecvlogicalRounds), bench.Median(res.CaptureRounds)
+
+	log.Info("steady latency phase", "rate", cfg.Rate, "duration", cfg.Duration)
+	// Each commit is flushed at once (production setting), so the walsender
+	// sees it without waiting for the WAL writer.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return res, err
+	}
+	mu.Lock()
+	recording = true
+	mu.Unlock()
+	const tick = 10 * time.Millisecond
+	perTick := max(1, cfg.Rate*int(tick)/int(time.Second))
+	t := time.NewTicker(tick)
+	stopAt := time.Now().Add(cfg.Duration)
+	next := 0
+	for time.Now().Before(stopAt) {
+		<-t.C
+		lo := next % cfg.Rows
+		hi := min(lo+perTick, cfg.Rows) - 1
+		next += perTick
+		if _, err := conn.Exec(ctx, "UPDATE catalog.items SET version = version + 1 WHERE tenant_id = $1 AND item_id = ANY(SELECT 'i' || g FROM generate_series($2::int, $3::int) g)",
+			tenant, lo, hi); err != nil {
+			return res, fmt.Errorf("bench capture: steady workload: %w", err)
+		}
+	}
+	t.Stop()
+	time.Sleep(500 * time.Millisecond) // the last commits' acks
+	if err := cancel(); err != nil {
+		return res, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	l := bench.Summarize(samples)
+	res.LatencySamples, res.P50, res.P99, res.Max = l.N, l.P50, l.P99, l.Max
+	if _, err := conn.Exec(ctx, "DELETE FROM catalog.items WHERE tenant_id = $1", tenant); err != nil {
+		log.Warn("bench capture: cleanup", "err", err)
+	}
+	return res, nil
+}

@@ -1,0 +1,112 @@
+package e2ebench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"tidemark/lab/bench"
+)
+
+// Goals, co-located on one 2-core box.
+const (
+	GoalTxP50      = 5 * time.Millisecond   // commit → applied at the single-row rate
+	GoalTxP99      = 20 * time.Millisecond  // commit → applied at the single-row rate
+	GoalChangesP99 = 250 * time.Millisecond // commit → applied at the multi-row rate
+)
+
+func ratio(a, b time.Duration) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fx", float64(a)/float64(b))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// Report writes the run as Markdown tables and the goals' verdicts.
+func Report(w io.Writer, cfg Config, res Result) {
+	broker := "`tidemark kafka` (page cache)"
+	switch {
+	case len(cfg.Brokers) > 0:
+		broker = "external Kafka " + strings.Join(cfg.Brokers, ",")
+	case cfg.SyncWrites:
+		broker = "`tidemark kafka --sync-writes`"
+	}
+	fmt.Fprintf(w, "broker: %s; each phase %s; ceiling load %d single-row tx (%.0f/s achieved); tidemark timed on rows numbered a multiple of %d\n\n",
+		broker, cfg.Duration, res.CeilingLoad.Commits, float64(res.CeilingLoad.Commits)/res.CeilingLoad.Elapsed.Seconds(), cfg.ObserveEvery)
+
+	c := res.Ceiling
+	lat := bench.Table{Header: []string{"path", "load", "samples", "p50", "p90", "p99", "p99.9", "max", "p50 / ceiling", "p99 / ceiling"}}
+	lat.Add("pg_recvlogical commit → received (ceiling)", fmt.Sprintf("%d tx/s", cfg.TxRate), fmt.Sprint(c.N),
+		bench.Ms(c.P50), bench.Ms(c.P90), bench.Ms(c.P99), bench.Ms(c.P999), bench.Ms(c.Max), "1.0x", "1.0x")
+	for _, p := range res.Phases {
+		for _, row := range []struct {
+			path string
+			d    Dist
+		}{{"tidemark commit → capture's produce call (1 ms resolution)", p.Handed}, {"tidemark commit → produced", p.Produced}, {"tidemark commit → applied", p.Applied}} {
+			d := row.d
+			lat.Add(row.path, p.Name, fmt.Sprint(d.N), bench.Ms(d.P50), bench.Ms(d.P90), bench.Ms(d.P99), bench.Ms(d.P999), bench.Ms(d.Max),
+				ratio(d.P50, c.P50), ratio(d.P99, c.P99))
+		}
+	}
+	lat.WriteTo(w)
+
+	lag := bench.Table{Header: []string{"phase", "achieved changes/s", "timed / committed changes", "late tx", "unapplied (timed)", "p99 per 10 s window", "lag bounded", "machine CPU busy (cores)"}}
+	for _, p := range res.Phases {
+		var ws []string
+		for _, d := range p.WindowP99 {
+			ws = append(ws, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
+		}
+		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprintf("%d / %d", p.Load.Observed, p.Load.Changes), fmt.Sprint(p.Load.Late), fmt.Sprint(p.Unapplied),
+			strings.Join(ws, ", ")+" ms", fmt.Sprint(p.Bounded), fmt.Sprintf("%.2f of %d", p.BoxBusy, runtime.NumCPU()))
+	}
+	fmt.Fprintln(w)
+	lag.WriteTo(w)
+
+	cost := bench.Table{Header: []string{"phase", "CPU s / 1,000 changes: capture", "apply", "broker", "walsender",
+		"redis-server", "bench (load + observers)", "peak RSS MiB: capture", "apply", "broker"}}
+	for _, p := range res.Phases {
+		cpu := func(n string) string {
+			if v, ok := p.CPUPer1k(n); ok {
+				return fmt.Sprintf("%.3f", v)
+			}
+			return "-"
+		}
+		rss := func(n string) string {
+			if v, ok := p.RSS[n]; ok {
+				return fmt.Sprintf("%.0f", float64(v)/(1<<20))
+			}
+			return "-"
+		}
+		cost.Add(p.Name, cpu(ProcCapture), cpu(ProcApply), cpu(ProcBroker), cpu(ProcWalsender), cpu(ProcRedis), cpu(ProcHarness),
+			rss(ProcCapture), rss(ProcApply), rss(ProcBroker))
+	}
+	fmt.Fprintln(w)
+	cost.WriteTo(w)
+	if res.CeilingLoad.Commits > 0 {
+		fmt.Fprintf(w, "\npg_recvlogical's walsender (test_decoding): %.3f CPU s / 1,000 changes\n",
+			res.CeilingWalsenderCPU.Seconds()*1000/float64(res.CeilingLoad.Commits))
+	}
+	if len(res.Phases) != 2 {
+		return
+	}
+	tx, ch := res.Phases[0], res.Phases[1]
+	fmt.Fprintln(w, "\ngoals:")
+	fmt.Fprintf(w, "- %d tx/s commit → applied p50 %s <= %s: %s\n", cfg.TxRate, bench.Ms(tx.Applied.P50), bench.Ms(GoalTxP50), verdict(tx.Applied.P50 <= GoalTxP50 && tx.Unapplied == 0))
+	fmt.Fprintf(w, "- %d tx/s commit → applied p99 %s <= %s: %s\n", cfg.TxRate, bench.Ms(tx.Applied.P99), bench.Ms(GoalTxP99), verdict(tx.Applied.P99 <= GoalTxP99 && tx.Unapplied == 0))
+	fmt.Fprintf(w, "- %d changes/s commit → applied p99 %s <= %s, lag bounded: %s\n", cfg.ChangeRate, bench.Ms(ch.Applied.P99), bench.Ms(GoalChangesP99),
+		verdict(ch.Applied.P99 <= GoalChangesP99 && ch.Bounded))
+	for _, p := range res.Phases {
+		capt, _ := p.CPUPer1k(ProcCapture)
+		wal, _ := p.CPUPer1k(ProcWalsender)
+		fmt.Fprintf(w, "- %s: capture CPU per change %.3f <= walsender's %.3f (s / 1,000): %s\n", p.Name, capt, wal, verdict(capt <= wal))
+	}
+}

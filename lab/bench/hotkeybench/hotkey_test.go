@@ -1,0 +1,54 @@
+package hotkeybench_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/internal/svgchart/svgcharttest"
+	"tidemark/lab/bench/hotkeybench"
+	"tidemark/lab/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// The benchmark runs end to end on a small scale against a 3-master Cluster:
+// every row is printed, with replicas off one master takes all the load, and
+// with three copies the split is near even; the chart is written.
+func TestRunBenchSmoke(t *testing.T) {
+	rc := testenv.StartRedisCluster(t, 3)
+	cfg := hotkeybench.DefaultBenchConfig()
+	cfg.RedisURL, cfg.Workers, cfg.Processes, cfg.Duration, cfg.Rounds = rc.URL(), 6, 2, time.Second, 1
+	cfg.SVG = filepath.Join(t.TempDir(), "hotkey.svg")
+	var out strings.Builder
+	if err := hotkeybench.RunBench(testenv.Context(t, 90*time.Second), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	spread := map[string]float64{}
+	for _, row := range []string{"ceiling: replicas off", "replicas off at 90%", "replicas N=3 at 90%"} {
+		m := regexp.MustCompile(`\| ` + regexp.QuoteMeta(row) + `[^|]*\|.*\| ([0-9.]+) \| [0-9]+% \|`).FindStringSubmatch(report)
+		if m == nil {
+			t.Fatalf("report lacks the row %q:\n%s", row, report)
+		}
+		spread[row], _ = strconv.ParseFloat(m[1], 64)
+	}
+	if spread["replicas off at 90%"] < 2.9 || spread["replicas N=3 at 90%"] > 1.5 {
+		t.Fatalf("max/avg off %.2f (want ~3), N=3 %.2f (want near 1):\n%s", spread["replicas off at 90%"], spread["replicas N=3 at 90%"], report)
+	}
+	svg, err := os.ReadFile(cfg.SVG)
+	if err != nil {
+		t.Fatalf("chart not written: %v", err)
+	}
+	if d := svgcharttest.Parse(t, string(svg)); d.Count("bar", "replicas N=3") != 3 {
+		t.Errorf("chart has %d N=3 bars, want 3", d.Count("bar", "replicas N=3"))
+	}
+	cfg.Workers = 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Workers: must be positive") {
+		t.Errorf("Validate(Workers=0) = %v", err)
+	}
+}

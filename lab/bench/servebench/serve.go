@@ -1,0 +1,465 @@
+// Package serve is `tidemark bench serve`: cache-hit GET throughput and
+// latency of `tidemark serve` (run as a separate process, as in production)
+// over a zipf key set, a closed-loop saturation step and open-loop steps
+// below it, and the share of GETs that read the source.
+package servebench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/api"
+	"tidemark/internal/config"
+	"tidemark/lab/bench"
+	"tidemark/migrations"
+	"tidemark/schema"
+)
+
+// BenchConfig drives `tidemark bench serve`: a Go load generator against a
+// `tidemark serve` process, cache-hit GETs over a zipf-distributed key set.
+type BenchConfig struct {
+	PG          string        // --pg; empty: start a private Postgres
+	Redis       string        // --redis; empty: start a private redis-server
+	Binary      string        // the tidemark executable that runs `serve`
+	ServeArgs   []string      // --serve-arg: extra flags for serve (e.g. --l1-size=0)
+	Items       int           // --items: size of the key set
+	ZipfS       float64       // --zipf-s: zipf exponent (> 1)
+	Warmup      time.Duration // --warmup: closed-loop warm-up before measuring
+	Duration    time.Duration // --duration: length of each measured step
+	Concurrency int           // --concurrency: connections of the closed-loop (saturation) step
+	Workers     int           // --workers: connections of the open-loop steps
+	Steps       []float64     // --steps: open-loop rates as fractions of the saturated rate
+	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
+}
+
+// DefaultBenchConfig is `tidemark bench serve` with no flags: 10,000 items,
+// zipf 1.1, 10 s steps at 25-85% of the saturated rate, a 10 ms p99 goal.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
+		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
+}
+
+// Validate reports every problem at once, one config.FieldError per field.
+func (c BenchConfig) Validate() error {
+	var p config.Problems
+	if c.Binary == "" {
+		p.Add("Binary", "the tidemark executable is unknown")
+	}
+	if c.Items < 1 {
+		p.Add("Items", "must be positive (got %d)", c.Items)
+	}
+	if !(c.ZipfS > 1) {
+		p.Add("ZipfS", "must be greater than 1 (got %v)", c.ZipfS)
+	}
+	p.Positive("Duration", c.Duration)
+	if c.Warmup < 0 {
+		p.Add("Warmup", "must not be negative (got %s)", c.Warmup)
+	}
+	if c.Concurrency < 1 {
+		p.Add("Concurrency", "must be positive (got %d)", c.Concurrency)
+	}
+	if c.Workers < 1 {
+		p.Add("Workers", "must be positive (got %d)", c.Workers)
+	}
+	for _, s := range c.Steps {
+		if !(s > 0) {
+			p.Add("Steps", "must be positive fractions (got %v)", c.Steps)
+			break
+		}
+	}
+	if (c.PG == "") != (c.Redis == "") {
+		p.Add("Redis", "give both a Postgres and a Redis, or neither (then private servers are started)")
+	}
+	return p.Err()
+}
+
+// BenchRow is one measured step.
+type BenchRow struct {
+	Step        string
+	Target      float64 // requests/s offered (0: closed loop)
+	Rate        float64 // requests/s completed
+	Requests    int64
+	Errors      int64 // non-200 answers, transport errors, or sends the generator could not start
+	P50, P99    time.Duration
+	Max         time.Duration
+	SourceShare float64 // source reads / GETs, from serve's metrics
+	L1Share     float64 // L1 hits / GETs
+}
+
+// BenchReport is the result of a run.
+type BenchReport struct {
+	Rows    []BenchRow
+	Best    *BenchRow // the highest-rate open-loop step within the p99 goal
+	P99Goal time.Duration
+	Setup   string
+}
+
+// Markdown renders the report as a table.
+func (r BenchReport) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n", r.Setup)
+	b.WriteString("| step | offered req/s | achieved req/s | requests | errors | p50 | p99 | max | source reads / GET | L1 hits / GET |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range r.Rows {
+		target := "closed loop"
+		if row.Target != 0 {
+			target = fmt.Sprintf("%.0f", max(row.Target, -row.Target))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %.3f%% | %.1f%% |\n", row.Step, target, row.Rate, row.Requests,
+			row.Errors, fmtDur(row.P50), fmtDur(row.P99), fmtDur(row.Max), 100*row.SourceShare, 100*row.L1Share)
+	}
+	if r.Best != nil {
+		fmt.Fprintf(&b, "\nHighest offered rate with p99 < %s: **%.0f req/s** (p50 %s, p99 %s, source reads %.3f%% of GETs).\n",
+			r.P99Goal, r.Best.Rate, fmtDur(r.Best.P50), fmtDur(r.Best.P99), 100*r.Best.SourceShare)
+	} else {
+		fmt.Fprintf(&b, "\nNo open-loop step met p99 < %s.\n", r.P99Goal)
+	}
+	return b.String()
+}
+
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// RunBench starts what is missing (Postgres, Redis), seeds cfg.Items items,
+// runs `tidemark serve` and measures it. A simulated healthy pipeline keeps
+// the freshness watermark current (as the applier would), so unchanged hot
+// items stay valid without re-reading the source: the steady state of
+// docs/design.md. Progress goes to progress.
+func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress io.Writer) (BenchReport, error) {
+	if err := cfg.Validate(); err != nil {
+		return BenchReport{}, err
+	}
+	if cfg.PG == "" {
+		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
+		srv, err := bench.StartStack(ctx, "serve", log)
+		if err != nil {
+			return BenchReport{}, fmt.Errorf("bench serve: %w", err)
+		}
+		defer srv.Stop()
+		cfg.PG, cfg.Redis = srv.DSN, srv.Redis.URL()
+	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
+		return BenchReport{}, fmt.Errorf("bench serve: migrate: %w", err)
+	}
+	ns, tenant := bench.Namespace("bench"), "bench"
+	key, err := seedBench(ctx, cfg.PG, tenant, cfg.Items)
+	if err != nil {
+		return BenchReport{}, err
+	}
+
+	// A healthy pipeline: the watermark follows the clock (applier's part).
+	ropt, err := redis.ParseURL(cfg.Redis)
+	if err != nil {
+		return BenchReport{}, fmt.Errorf("bench serve: Redis URL: %w", err)
+	}
+	ropt.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	defer rdb.Del(context.WithoutCancel(ctx), schema.WatermarkKey(ns))
+	wctx, stopWM := context.WithCancel(ctx)
+	defer bench.KeepWatermarkCurrent(wctx, rdb, ns)()
+	defer stopWM()
+
+	srv, err := bench.StartServe(ctx, cfg.Binary, cfg.PG, cfg.Redis, ns, cfg.ServeArgs...)
+	if err != nil {
+		return BenchReport{}, fmt.Errorf("bench serve: %w", err)
+	}
+	defer srv.Stop()
+	base, metricsURL := srv.API, srv.Metrics+"/metrics"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096}, Timeout: 10 * time.Second}
+
+	g := &generator{client: client, key: key, zipfS: cfg.ZipfS, metrics: metricsURL}
+	for i := range cfg.Items {
+		g.urls = append(g.urls, base+"/v1/catalog/items/"+benchItem(i))
+	}
+	rep := BenchReport{P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
+		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
+		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
+	healthz := srv.Metrics + "/healthz"
+	loadStart := loadAvg() // the box may be shared: say how busy it was
+	// Steady state: every key has been read once, so what remains are
+	// refreshes and invalidations, not first-time cold misses.
+	fmt.Fprintf(progress, "priming all %d keys once ...\n", cfg.Items)
+	g.prime(ctx, cfg.Concurrency)
+	if cfg.Warmup > 0 {
+		fmt.Fprintf(progress, "warm-up %s ...\n", cfg.Warmup)
+		g.closed(ctx, cfg.Concurrency, cfg.Warmup)
+	}
+	fmt.Fprintf(progress, "closed loop, %d connections, %s ...\n", cfg.Concurrency, cfg.Duration)
+	sat, err := g.measure(ctx, "saturation", func() (int64, []time.Duration) { return g.closed(ctx, cfg.Concurrency, cfg.Duration) }, 0)
+	if err != nil {
+		return rep, err
+	}
+	rep.Rows = append(rep.Rows, sat)
+	fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s\n", sat.Rate, fmtDur(sat.P50), fmtDur(sat.P99))
+	for _, f := range cfg.Steps {
+		target := sat.Rate * f
+		fmt.Fprintf(progress, "open loop at %.0f req/s (%.0f%% of saturation), %s ...\n", target, 100*f, cfg.Duration)
+		row, err := g.measure(ctx, fmt.Sprintf("open %.0f%%", 100*f), func() (int64, []time.Duration) {
+			return g.open(ctx, target, cfg.Workers, cfg.Duration)
+		}, target)
+		if err != nil {
+			return rep, err
+		}
+		rep.Rows = append(rep.Rows, row)
+		fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s, errors %d\n", row.Rate, fmtDur(row.P50), fmtDur(row.P99), row.Errors)
+	}
+	rep.Setup += fmt.Sprintf("; load average (1 min) %s at start, %s at end", loadStart, loadAvg())
+	// Ceiling: the same generator against a trivial handler of the same
+	// serve process, closed loop and at the first open-loop rate.
+	g.ceilingURL = healthz
+	fmt.Fprintf(progress, "ceiling: serve's /healthz, closed loop ...\n")
+	if row, err := g.measure(ctx, "ceiling /healthz", func() (int64, []time.Duration) { return g.closed(ctx, cfg.Concurrency, cfg.Duration) }, 0); err == nil {
+		rep.Rows = append(rep.Rows, row)
+	}
+	if len(cfg.Steps) > 0 {
+		target := sat.Rate * cfg.Steps[0]
+		if row, err := g.measure(ctx, fmt.Sprintf("ceiling /healthz open %.0f%%", 100*cfg.Steps[0]), func() (int64, []time.Duration) {
+			return g.open(ctx, target, cfg.Workers, cfg.Duration)
+		}, target); err == nil {
+			row.Target = -target // not a candidate for Best
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	g.ceilingURL = ""
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if r.Target > 0 && r.P99 < cfg.P99Goal && r.Errors == 0 && (rep.Best == nil || r.Rate > rep.Best.Rate) {
+			rep.Best = r
+		}
+	}
+	return rep, ctx.Err()
+}
+
+func benchItem(i int) string { return "item-" + strconv.Itoa(i) }
+
+func seedBench(ctx context.Context, dsn, tenant string, items int) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", fmt.Errorf("bench serve: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		SELECT $1, 'item-' || g, 1, jsonb_build_object('name', 'Item ' || g, 'image', 'https://img.example/' || g || '.jpg',
+			'text', repeat('lorem ipsum ', 20)) FROM generate_series(0, $2 - 1) g
+		ON CONFLICT (tenant_id, item_id) DO NOTHING`, tenant, items); err != nil {
+		return "", fmt.Errorf("bench serve: seed items: %w", err)
+	}
+	return api.CreateAPIKey(ctx, conn, tenant)
+}
+
+// generator is the load generator: keep-alive HTTP/1.1 GETs of zipf keys.
+type generator struct {
+	client *http.Client
+	key    string
+	urls   []string
+	// ceilingURL, when set, replaces the keys: serve's own /healthz, the
+	// cheapest handler of the same process, as a ceiling for this box.
+	ceilingURL string
+	zipfS      float64
+	metrics    string
+	errors     int64
+	mu         sync.Mutex
+}
+
+func (g *generator) get(ctx context.Context, url string) bool {
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+g.key)
+	res, err := g.client.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode == 200
+}
+
+// url is the next request's URL: a zipf key, or the ceiling endpoint.
+func (g *generator) url(z *mrand.Zipf) string {
+	if g.ceilingURL != "" {
+		return g.ceilingURL
+	}
+	return g.urls[z.Uint64()]
+}
+
+func (g *generator) zipf(seed uint64) *mrand.Zipf {
+	return mrand.NewZipf(mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), g.zipfS, 1, uint64(len(g.urls)-1))
+}
+
+func (g *generator) fail(n int64) {
+	g.mu.Lock()
+	g.errors += n
+	g.mu.Unlock()
+}
+
+// prime reads every key once.
+func (g *generator) prime(ctx context.Context, conc int) {
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range next {
+				g.get(ctx, u)
+			}
+		}()
+	}
+	for _, u := range g.urls {
+		next <- u
+	}
+	close(next)
+	wg.Wait()
+}
+
+// closed runs conc connections back to back for d; latency is per request.
+func (g *generator) closed(ctx context.Context, conc int, d time.Duration) (int64, []time.Duration) {
+	end := time.Now().Add(d)
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			z := g.zipf(uint64(w) + uint64(time.Now().UnixNano()))
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t := time.Now()
+				if !g.get(ctx, g.url(z)) {
+					g.fail(1)
+				}
+				lat[w] = append(lat[w], time.Since(t))
+			}
+		}()
+	}
+	wg.Wait()
+	return int64(d), slices.Concat(lat...)
+}
+
+// open offers rate requests/s for d regardless of how fast answers come, and
+// measures each latency from when the request was due (no coordinated
+// omission: a stalled server shows up as latency, not as a lower rate).
+func (g *generator) open(ctx context.Context, rate float64, workers int, d time.Duration) (int64, []time.Duration) {
+	due := make(chan time.Time, 1<<16)
+	lat := make([][]time.Duration, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			z := g.zipf(uint64(w)*7919 + uint64(time.Now().UnixNano()))
+			for t := range due {
+				if !g.get(ctx, g.url(z)) {
+					g.fail(1)
+				}
+				lat[w] = append(lat[w], time.Since(t))
+			}
+		}()
+	}
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	var sent int64
+	tick := time.NewTicker(time.Millisecond)
+	for now := start; now.Sub(start) < d && ctx.Err() == nil; now = <-tick.C {
+		// Every request due by now, each stamped with its own due time.
+		for next := start.Add(time.Duration(sent) * interval); !next.After(now); next = start.Add(time.Duration(sent) * interval) {
+			select {
+			case due <- next:
+			default:
+				g.fail(1) // the generator itself cannot keep up
+			}
+			sent++
+		}
+	}
+	tick.Stop()
+	close(due)
+	wg.Wait()
+	return int64(time.Since(start)), slices.Concat(lat...)
+}
+
+// measure runs one step and reads serve's counters around it.
+func (g *generator) measure(ctx context.Context, name string, run func() (int64, []time.Duration), target float64) (BenchRow, error) {
+	before, err := g.scrape(ctx)
+	if err != nil {
+		return BenchRow{}, err
+	}
+	g.mu.Lock()
+	g.errors = 0
+	g.mu.Unlock()
+	t0 := time.Now()
+	_, lat := run()
+	elapsed := time.Since(t0)
+	after, err := g.scrape(ctx)
+	if err != nil {
+		return BenchRow{}, err
+	}
+	l := bench.Summarize(lat)
+	row := BenchRow{Step: name, Target: target, Requests: int64(len(lat)), Rate: float64(len(lat)) / elapsed.Seconds(),
+		P50: l.P50, P99: l.P99, Max: l.Max}
+	g.mu.Lock()
+	row.Errors = g.errors
+	g.mu.Unlock()
+	if gets := after.gets - before.gets; gets > 0 {
+		row.SourceShare = (after.sourceReads - before.sourceReads) / gets
+		row.L1Share = (after.l1Hits - before.l1Hits) / gets
+	}
+	return row, nil
+}
+
+type serveCounters struct{ gets, sourceReads, l1Hits float64 }
+
+// scrape sums serve's counters from its /metrics text.
+func (g *generator) scrape(ctx context.Context) (serveCounters, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.metrics, nil)
+	res, err := g.client.Do(req)
+	if err != nil {
+		return serveCounters{}, fmt.Errorf("bench serve: scrape serve metrics: %w", err)
+	}
+	defer res.Body.Close()
+	var c serveCounters
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "tidemark_api_requests_total{") && strings.Contains(line, `route="get_item"`):
+			c.gets += v
+		case strings.HasPrefix(line, "tidemark_api_source_reads_total{"):
+			c.sourceReads += v
+		case strings.HasPrefix(line, "tidemark_api_l1_hits_total"):
+			c.l1Hits += v
+		}
+	}
+	return c, sc.Err()
+}
+
+// loadAvg is the 1-minute load average ("?" where /proc is missing).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}

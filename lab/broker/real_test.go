@@ -1,0 +1,47 @@
+//go:build realkafka
+
+package broker
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/lab/testenv"
+)
+
+// `tidemark kafka --real` serves Apache Kafka on the fixed ports it was
+// given, auto-creating topics with the configured partitions.
+func TestRealServesOnFixedPort(t *testing.T) {
+	port := testenv.FreePort(t)
+	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true}, Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if got := b.Addrs(); len(got) != 1 || got[0] != "127.0.0.1:"+strconv.Itoa(port) {
+		t.Fatalf("Addrs = %v, want 127.0.0.1:%d", got, port)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("auto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pctx := testenv.Context(t, time.Minute)
+	r := kgo.StringRecord("v")
+	if err := cl.ProduceSync(pctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(pctx, "auto")
+	if err != nil || len(td["auto"].Partitions) != 3 {
+		t.Fatalf("auto-created topic: %+v, %v; want 3 partitions", td["auto"], err)
+	}
+}

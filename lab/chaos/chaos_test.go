@@ -1,0 +1,112 @@
+package chaos
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+	"time"
+
+	"tidemark/lab/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// testConfig is a run the shared 2-core CI box holds next to other tests.
+func testConfig(t *testing.T, binary string) Config {
+	cfg := DefaultConfig()
+	cfg.Binary = binary
+	cfg.RateUpdates, cfg.RateReads = 150, 400
+	if testenv.RealKafka() { // TIDEMARK_TEST_KAFKA=real: the 3-broker Apache Kafka cluster
+		cfg.Kafka = testenv.StartKafka(t).Brokers
+	}
+	return cfg
+}
+
+func run(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	r, err := New(cfg, Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, cfg.Duration+5*time.Minute)
+	rep, err := r.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	rep.WriteText(&b)
+	t.Logf("report:\n%s", b.String())
+	return rep
+}
+
+// TestChaosShortRun is the seeded chaos run of `make test`: 90 s with every
+// fault kind that applies; any violation fails it.
+func TestChaosShortRun(t *testing.T) {
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed = 90*time.Second, 12
+	rep := run(t, cfg)
+	for _, k := range cfg.Kinds() {
+		if !slices.ContainsFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == k }) {
+			t.Errorf("fault kind %s was not injected", k)
+		}
+	}
+	if rep.Checked < 1000 {
+		t.Errorf("only %d answers checked", rep.Checked)
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}
+
+// TestChaosCatchesBrokenInvalidate runs a binary whose INVALIDATE does
+// nothing: the watermark keeps extending replaced values, and the checker
+// must say so. It proves the run cannot pass vacuously.
+func TestChaosCatchesBrokenInvalidate(t *testing.T) {
+	cfg := testConfig(t, testenv.BinaryWithTags(t, "tidemark_broken_invalidate"))
+	cfg.Duration, cfg.Faults, cfg.Items = 60*time.Second, []string{"none"}, 200
+	rep := run(t, cfg)
+	if rep.Pass() || rep.ByKind[KindStale] == 0 {
+		t.Fatalf("a cache tier that ignores invalidations passed: %d violations %v", rep.Violations, rep.ByKind)
+	}
+	if len(rep.FirstViolations) == 0 || len(rep.FirstViolations[0].History) < 2 {
+		t.Fatalf("violations without evidence: %+v", rep.FirstViolations)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Faults = []string{"kill-everything"}
+	cfg.Duration = time.Second
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	for _, want := range []string{"kill-everything", "too short", "binary"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	cfg = DefaultConfig()
+	cfg.Binary, cfg.Faults = "/bin/true", []string{FaultReshard}
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("a cluster fault without a cluster was accepted")
+	}
+}
+
+// TestChaosClusterShortRun is the Redis Cluster part of `make test`'s chaos:
+// slots resharded between masters under load, a master killed and replaced,
+// and the Redis faults against one master of the three.
+func TestChaosClusterShortRun(t *testing.T) {
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed, cfg.Cluster = 60*time.Second, 13, true
+	cfg.Faults = []string{FaultReshard, FaultKillMaster, FaultRedisRestart, FaultRedisSnapshot, FaultRedisHung, FaultRedisReadonly}
+	rep := run(t, cfg)
+	for _, k := range cfg.Faults {
+		if !slices.ContainsFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == k && f.Error == "" }) {
+			t.Errorf("fault kind %s was not injected cleanly", k)
+		}
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}

@@ -1,0 +1,390 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/lab/localserver"
+	"tidemark/schema"
+)
+
+// system is the deployment under test: private Postgres, Redis (one server
+// or a 3-master cluster) and Kafka (an embedded broker process, or external
+// brokers), and two of each stage as separate processes of the binary.
+type system struct {
+	cfg Config
+	log *slog.Logger
+	dir string
+
+	pg       *localserver.Postgres
+	dsn      string
+	pool     *pgxpool.Pool
+	redis    []*localserver.Redis
+	redisURL string
+	rdb      redis.UniversalClient
+
+	broker  *proc // nil with external brokers
+	brokers string
+	topic   string
+	group   string
+	slot    string
+
+	captures, appliers, serves []*proc
+	apiBases                   []string
+	applyMetrics, serveMetrics []string
+
+	tenants []string
+	keys    map[string]string // tenant -> API key
+}
+
+const (
+	chaosDB     = "catalog"
+	namespace   = "catalog"
+	partitions  = 6
+	stageGrace  = 10 * time.Second
+	readyWithin = 2 * time.Minute
+)
+
+func addr() (string, error) {
+	p, err := localserver.FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(p), nil
+}
+
+func startSystem(ctx context.Context, cfg Config, dir string, log *slog.Logger) (*system, error) {
+	s := &system{cfg: cfg, log: log, dir: dir, keys: map[string]string{}}
+	for i := 1; i <= cfg.Tenants; i++ {
+		s.tenants = append(s.tenants, fmt.Sprintf("tenant%d", i))
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.topic, s.group, s.slot = "chaos."+run, "chaos-"+run, "chaos_"+run
+	steps := []struct {
+		what string
+		fn   func(context.Context) error
+	}{
+		{"postgres", s.startPostgres},
+		{"redis", s.startRedis},
+		{"kafka", s.startKafka},
+		{"stages", s.startStages},
+		{"pipeline ready", s.waitReady},
+	}
+	for _, st := range steps {
+		log.Info("chaos: starting", "step", st.what)
+		if err := st.fn(ctx); err != nil {
+			s.close()
+			return nil, fmt.Errorf("chaos: start %s: %w", st.what, err)
+		}
+	}
+	return s, nil
+}
+
+// historyDDL is the harness's own record of the source: every version of
+// every row, written by a trigger in the writing transaction, so it commits
+// (and gets its commit timestamp) with the change or not at all.
+const historyDDL = `
+CREATE SCHEMA chaos;
+CREATE TABLE chaos.history (
+    id        bigserial PRIMARY KEY,
+    xid       xid8   NOT NULL DEFAULT pg_current_xact_id(),
+    tenant_id text   NOT NULL,
+    item_id   text   NOT NULL,
+    version   bigint NOT NULL,
+    state     text   NOT NULL
+);
+CREATE INDEX history_xid ON chaos.history (xid);
+CREATE FUNCTION chaos.record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos.history (tenant_id, item_id, version, state)
+    VALUES (NEW.tenant_id, NEW.item_id, NEW.version, NEW.state);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_history AFTER INSERT OR UPDATE ON catalog.items
+    FOR EACH ROW EXECUTE FUNCTION chaos.record();
+`
+
+func (s *system) startPostgres(ctx context.Context) error {
+	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: filepath.Join(s.dir, "postgres"), Ephemeral: true,
+		Conf: map[string]string{
+			"track_commit_timestamp": "on",
+			// Faults restart Postgres cleanly: fsync may stay off, but a
+			// commit the harness saw must not be lost.
+			"synchronous_commit": "on",
+		}})
+	if err != nil {
+		return err
+	}
+	s.pg = pg
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+chaosDB)
+	conn.Close(context.Background())
+	if err != nil {
+		return err
+	}
+	s.dsn = pg.DSN(chaosDB)
+	if out, err := exec.CommandContext(ctx, s.cfg.Binary, "migrate", "--pg", s.dsn).CombinedOutput(); err != nil {
+		return fmt.Errorf("tidemark migrate: %v\n%s", err, out)
+	}
+	pcfg, err := pgxpool.ParseConfig(s.dsn)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 16
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, historyDDL); err != nil {
+		return fmt.Errorf("history table: %w", err)
+	}
+	for _, t := range s.tenants {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
+			SELECT $1::text, format('item-%s', lpad(i::text, 5, '0')), 1,
+			       jsonb_build_object('tenant', $1::text, 'item', format('item-%s', lpad(i::text, 5, '0')), 'v', 1)
+			FROM generate_series(1, $2::int) AS i`, t, s.cfg.Items); err != nil {
+			return fmt.Errorf("seed items: %w", err)
+		}
+		out, err := exec.CommandContext(ctx, s.cfg.Binary, "apikey", "create", "--pg", s.dsn, "--tenant", t).Output()
+		if err != nil {
+			return fmt.Errorf("tidemark apikey create: %w", err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		s.keys[t] = strings.TrimSpace(lines[len(lines)-1])
+	}
+	return nil
+}
+
+func (s *system) startRedis(ctx context.Context) error {
+	n := 1
+	if s.cfg.Cluster {
+		n = 3
+	}
+	var addrs []string
+	for i := 0; i < n; i++ {
+		r, err := localserver.NewRedis(localserver.RedisConfig{Dir: filepath.Join(s.dir, fmt.Sprintf("redis%d", i)), Cluster: s.cfg.Cluster})
+		if err != nil {
+			return err
+		}
+		s.redis = append(s.redis, r)
+		addrs = append(addrs, r.Addr)
+	}
+	if s.cfg.Cluster {
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := localserver.FormCluster(fctx, s.redis); err != nil {
+			return err
+		}
+		s.redisURL = "redis://" + strings.Join(addrs, ",")
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	} else {
+		s.redisURL = s.redis[0].URL()
+		s.rdb = redis.NewClient(&redis.Options{Addr: addrs[0], MaxRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	}
+	return nil
+}
+
+func (s *system) startKafka(ctx context.Context) error {
+	if len(s.cfg.Kafka) > 0 {
+		s.brokers = strings.Join(s.cfg.Kafka, ",")
+		return nil
+	}
+	port, err := localserver.FreePort()
+	if err != nil {
+		return err
+	}
+	s.brokers = "127.0.0.1:" + strconv.Itoa(port)
+	s.broker = s.stage("kafka", "kafka", "--data-dir", filepath.Join(s.dir, "kafka"), "--port", strconv.Itoa(port),
+		"--partitions", strconv.Itoa(partitions))
+	if err := s.broker.start(); err != nil {
+		return err
+	}
+	return waitTCP(ctx, s.brokers, 30*time.Second)
+}
+
+func waitTCP(ctx context.Context, a string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening after %s: %w", a, within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *system) stage(name string, args ...string) *proc {
+	return &proc{name: name, bin: s.cfg.Binary, args: args, env: s.cfg.StageEnv, logf: filepath.Join(s.dir, name+".log")}
+}
+
+func (s *system) startStages(ctx context.Context) error {
+	for i := 0; i < 2; i++ {
+		m, err := addr()
+		if err != nil {
+			return err
+		}
+		s.captures = append(s.captures, s.stage(fmt.Sprintf("capture%d", i+1), "capture", "--pg", s.dsn, "--kafka", s.brokers,
+			"--topic", s.topic, "--slot", s.slot, "--partitions", strconv.Itoa(partitions), "--metrics-addr", m,
+			"--shutdown-timeout", "5s"))
+	}
+	for i := 0; i < 2; i++ {
+		m, err := addr()
+		if err != nil {
+			return err
+		}
+		s.applyMetrics = append(s.applyMetrics, "http://"+m+"/metrics")
+		s.appliers = append(s.appliers, s.stage(fmt.Sprintf("apply%d", i+1), "apply", "--kafka", s.brokers, "--redis", s.redisURL,
+			"--topic", s.topic, "--group", s.group, "--session-timeout", "2s", "--metrics-addr", m))
+	}
+	budget := strconv.FormatFloat(s.cfg.SourceBudget, 'f', -1, 64)
+	background := strconv.FormatFloat(s.cfg.SourceBudget/2, 'f', -1, 64)
+	for i := 0; i < 2; i++ {
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		m, err := addr()
+		if err != nil {
+			return err
+		}
+		s.apiBases = append(s.apiBases, "http://"+a)
+		s.serveMetrics = append(s.serveMetrics, "http://"+m+"/metrics")
+		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), "serve", "--pg", s.dsn, "--redis", s.redisURL,
+			// While Redis cannot be asked, serve meters itself at the class
+			// rate divided by the live serve processes (no flag needed).
+			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", budget, "--source-background-rate", background))
+	}
+	// The first capture starts alone so it creates the slot and becomes the
+	// active one; the second waits as the passive standby.
+	if err := s.captures[0].start(); err != nil {
+		return err
+	}
+	for _, p := range append(append(s.captures[1:], s.appliers...), s.serves...) {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitReady waits until the watermark is known and both serve processes
+// answer.
+func (s *system) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(readyWithin)
+	var last error
+	for time.Now().Before(deadline) {
+		last = s.ready(ctx)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready after %s: %w (logs in %s)", readyWithin, last, s.dir)
+}
+
+func (s *system) ready(ctx context.Context) error {
+	if _, err := s.watermarkAge(ctx); err != nil {
+		return err
+	}
+	for _, base := range s.apiBases {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/catalog/items/item-00001", nil)
+		req.Header.Set("Authorization", "Bearer "+s.keys[s.tenants[0]])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %d", base, resp.StatusCode)
+		}
+	}
+	return nil
+}
+
+var errNoWatermark = errors.New("watermark not known yet")
+
+// watermarkAge reads the freshness watermark the appliers publish (the
+// oldest partition's) straight from the cache tier.
+func (s *system) watermarkAge(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	h, err := s.rdb.HGetAll(ctx, schema.WatermarkKey(namespace)).Result()
+	if err != nil {
+		return 0, err
+	}
+	n, _ := strconv.Atoi(h[schema.FieldPartitions])
+	if n == 0 {
+		return 0, errNoWatermark
+	}
+	var w int64 = -1
+	for p := int32(0); p < int32(n); p++ {
+		ms, err := strconv.ParseInt(h[schema.WatermarkField(p)], 10, 64)
+		if err != nil {
+			return 0, errNoWatermark
+		}
+		if w < 0 || ms < w {
+			w = ms
+		}
+	}
+	return time.Since(time.UnixMilli(w)), nil
+}
+
+// stages is every stage process.
+func (s *system) stages() []*proc {
+	return append(append(append([]*proc(nil), s.captures...), s.appliers...), s.serves...)
+}
+
+// close stops everything in pipeline order and the servers last.
+func (s *system) close() {
+	for _, p := range s.serves {
+		p.stop(stageGrace)
+	}
+	for _, p := range s.captures {
+		p.stop(stageGrace)
+	}
+	for _, p := range s.appliers {
+		p.stop(stageGrace)
+	}
+	if s.broker != nil {
+		s.broker.stop(stageGrace)
+	}
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+	for _, r := range s.redis {
+		r.Kill()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.pg != nil {
+		s.pg.Stop()
+	}
+}
