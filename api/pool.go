@@ -4,20 +4,31 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tidemark/internal/pgprimary"
 )
 
-// NewPool connects to the catalog's primary with a pool sized for cfg: the
-// in-flight caps of source reads (shared, and read-your-writes) plus headroom for writes and key lookups, so
-// a read burst never starves writes of connections. Every session also gets
-// statement_timeout = --source-timeout as a server-side backstop.
+// NewPool connects to the catalog's primary with a pool sized for cfg (unless
+// the DSN sets pool_max_conns): the in-flight caps of source reads (shared,
+// and read-your-writes) plus headroom for writes and key lookups, so a read
+// burst never starves writes of connections. Every session also gets
+// statement_timeout = --source-timeout as a server-side backstop. A server
+// in recovery is refused at start and on every new connection
+// (pgprimary.ErrStandby).
 func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("api: Postgres DSN: %w", err)
 	}
-	pc.MaxConns = int32(cfg.MaxInFlight + max(1, cfg.MaxInFlight/4) + authLookupSlots + 16)
+	// An operator's pool_max_conns (a connection budget agreed with the
+	// DBA or a pooler's limit) wins over the computed size.
+	if !strings.Contains(dsn, "pool_max_conns") {
+		pc.MaxConns = int32(cfg.MaxInFlight + max(1, cfg.MaxInFlight/4) + authLookupSlots + 16)
+	}
+	pc.AfterConnect = pgprimary.AfterConnect
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
@@ -29,5 +40,13 @@ func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error)
 	if err != nil {
 		return nil, fmt.Errorf("api: connect to postgres: %w", err)
 	}
+	// The pool connects lazily: open one connection now so a standby (or an
+	// unreachable server) is refused at start, not on the first request.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("api: connect to postgres: %w", err)
+	}
+	conn.Release()
 	return pool, nil
 }

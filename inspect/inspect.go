@@ -20,6 +20,7 @@ import (
 	"tidemark/schema"
 
 	"tidemark/internal/config"
+	"tidemark/internal/pgprimary"
 )
 
 // Config of one inspection.
@@ -292,6 +293,10 @@ func sourceVersions(ctx context.Context, cfg Config, entries []Entry) (map[strin
 		return nil, fmt.Errorf("inspect: connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
+	// A standby's lagging rows would make a fresh cache entry look stale.
+	if err := pgprimary.Check(ctx, conn); err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
 	return SourceRows(ctx, conn, cfg.Table, entries)
 }
 

@@ -46,9 +46,16 @@ type Postgres struct {
 	done chan struct{}
 }
 
-// PostgresBinDir finds the server binaries: /usr/lib/postgresql/<newest>/bin,
-// or the directory of initdb on PATH.
+// PostgresBinDir finds the server binaries: $TIDEMARK_PG_BIN (e.g. the
+// Postgres 18 that `make deps` unpacks), /usr/lib/postgresql/<newest>/bin, or
+// the directory of initdb on PATH.
 func PostgresBinDir() (string, error) {
+	if d := os.Getenv("TIDEMARK_PG_BIN"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
+			return "", fmt.Errorf("TIDEMARK_PG_BIN=%s has no initdb: %w", d, err)
+		}
+		return d, nil
+	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
 	for _, d := range dirs {
@@ -69,6 +76,36 @@ func pgMajor(dir string) int {
 
 // NewPostgres prepares (initdb once) and starts a server.
 func NewPostgres(cfg PostgresConfig) (*Postgres, error) {
+	return newPostgres(cfg, nil)
+}
+
+// NewStandby makes a streaming physical standby of primary with
+// pg_basebackup -R (hot_standby, following the primary's WAL) in cfg.Dir and
+// starts it. A non-empty slot makes the standby stream through that physical
+// replication slot (created by pg_basebackup), which Postgres 17+'s
+// synchronized_standby_slots can name.
+func NewStandby(primary *Postgres, cfg PostgresConfig, slot string) (*Postgres, error) {
+	return newPostgres(cfg, func(pg *Postgres) error {
+		args := []string{"-D", pg.Dir, "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
+			"-R", "-X", "stream", "-c", "fast", "--no-sync"}
+		if slot != "" {
+			args = append(args, "-C", "-S", slot)
+		}
+		if out, err := pg.command("pg_basebackup", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("localserver: pg_basebackup: %v\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+// Version is the server's major version (15, 18, ...), read from PG_VERSION.
+func (pg *Postgres) Version() int {
+	b, _ := os.ReadFile(filepath.Join(pg.Dir, "PG_VERSION"))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+func newPostgres(cfg PostgresConfig, clone func(*Postgres) error) (*Postgres, error) {
 	bin, err := PostgresBinDir()
 	if err != nil {
 		return nil, err
@@ -115,7 +152,11 @@ func NewPostgres(cfg PostgresConfig) (*Postgres, error) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(pg.Dir, "PG_VERSION")); err != nil {
-		if err := pg.initdb(); err != nil {
+		init := pg.initdb
+		if clone != nil {
+			init = func() error { return clone(pg) }
+		}
+		if err := init(); err != nil {
 			return nil, err
 		}
 	}

@@ -140,3 +140,24 @@ func (pg *Postgres) MigratedDatabase(t testing.TB) string {
 	}
 	return dsn
 }
+
+// StartStandby starts a streaming physical standby of primary (pg_basebackup
+// -R) for one test; slot, when set, is the physical slot it streams through.
+func StartStandby(t testing.TB, primary *Postgres, slot string, opts ...PGOption) *Postgres {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tidemark-pgstandby-")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	conf := map[string]string{}
+	for _, o := range opts {
+		o(conf)
+	}
+	pg, err := localserver.NewStandby(primary.Postgres, localserver.PostgresConfig{Dir: dir, Conf: conf, Ephemeral: true}, slot)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("testenv: standby: %v", err)
+	}
+	t.Cleanup(pg.Remove)
+	return &Postgres{pg}
+}
