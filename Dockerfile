@@ -7,9 +7,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The build context has no .git, so the version and commit come from build
+# arguments: docker build --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
 ARG VERSION=dev
+ARG REVISION=unknown
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X tidemark/internal/telemetry.version=${VERSION} -X tidemark/internal/telemetry.revision=${REVISION}" \
       -o /out/tidemark ./cmd/tidemark
 
 # static-debian12 carries CA certificates and tzdata; no shell.

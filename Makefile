@@ -16,8 +16,15 @@ DEPS_APT  := redis-server kcat prometheus chromium
 SCHEMATHESIS_VERSION := 4.32.5
 SCHEMATHESIS_VENV    := $(HOME)/.cache/tidemark-schemathesis
 
+# The version and commit `tidemark version` prints and tidemark_build_info
+# exports. Go stamps vcs.revision itself only in a plain clone (not a git
+# worktree, nor with GOFLAGS=-buildvcs=false), so the build passes both.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X tidemark/internal/telemetry.version=$(VERSION) -X tidemark/internal/telemetry.revision=$(REVISION)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/tidemark
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tidemark
 
 # The main job on its embedded defaults: private Postgres, Redis and Kafka
 # under .tidemark/, demo tenants and load, a live status line.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,5 +58,21 @@ func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, "version")
 	if code != 0 || !strings.HasPrefix(stdout, "tidemark ") {
 		t.Fatalf("version: exit %d, %q", code, stdout)
+	}
+}
+
+// -ldflags -X sets the version and commit for builds without VCS
+// information (the Dockerfile, make build); internal/telemetry tests the
+// build-information path.
+func TestVersionNamesModuleAndCommit(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tidemark")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin,
+		"-ldflags", "-X tidemark/internal/telemetry.version=v9.8.7 -X tidemark/internal/telemetry.revision=abc123", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "tidemark v9.8.7 (commit abc123,") {
+		t.Fatalf("version with -ldflags: %v, %q; want tidemark v9.8.7 (commit abc123, ...", err, out)
 	}
 }

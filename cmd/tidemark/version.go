@@ -3,23 +3,20 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
-)
 
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+	"tidemark/internal/telemetry"
+)
 
 type versionCmd struct{}
 
+// Run prints the module version and commit (internal/telemetry's BuildInfo
+// says where they come from and how a build overrides them).
 func (versionCmd) Run(e *env) error {
-	rev := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				rev = s.Value
-			}
-		}
+	b := telemetry.BuildInfo()
+	rev := b.Revision
+	if b.Modified {
+		rev += "-dirty"
 	}
-	fmt.Fprintf(e.stdout, "tidemark %s (commit %s, %s %s/%s)\n", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(e.stdout, "tidemark %s (commit %s, %s %s/%s)\n", b.Version, rev, b.GoVersion, runtime.GOOS, runtime.GOARCH)
 	return nil
 }

@@ -143,3 +143,32 @@ func exposition(t *testing.T, reg *prometheus.Registry) string {
 	}
 	return b.String()
 }
+
+// Every process's registry says which build it runs.
+func TestRegistryHasBuildInfo(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := telemetry.BuildInfo()
+	for _, mf := range mfs {
+		if mf.GetName() != "tidemark_build_info" {
+			continue
+		}
+		m := mf.GetMetric()
+		if len(m) != 1 || m[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("tidemark_build_info: %v, want one series of value 1", m)
+		}
+		got := map[string]string{}
+		for _, l := range m[0].GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		want := map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
+		if len(got) != len(want) || got["version"] != want["version"] || got["revision"] != want["revision"] || got["goversion"] != want["goversion"] || got["goversion"] == "" {
+			t.Fatalf("tidemark_build_info labels %v, want %v", got, want)
+		}
+		return
+	}
+	t.Fatal("NewRegistry has no tidemark_build_info")
+}

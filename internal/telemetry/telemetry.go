@@ -41,11 +41,11 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, &config.FieldError{Field: "Format", Problem: fmt.Sprintf("%q is not text or json", format)}
 }
 
-// NewRegistry returns a registry with the Go and process collectors, the one
-// registry a process exposes.
+// NewRegistry returns a registry with the Go and process collectors and
+// tidemark_build_info, the one registry a process exposes.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), NewBuildInfoCollector())
 	return reg
 }
 
