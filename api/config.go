@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config is the serve stage's configuration. Every field maps to one flag of
@@ -58,7 +59,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr:                 "127.0.0.1:8080",
-		Namespace:            "catalog",
+		Namespace:            promise.Namespace,
 		RequestTimeout:       time.Second,
 		SourceTimeout:        time.Second,
 		WriteTimeout:         5 * time.Second,

@@ -36,8 +36,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tidemark/cache"
-
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Cache is what the applier needs from the cache tier (*cache.Client).
@@ -101,8 +101,8 @@ type Config struct {
 // DefaultConfig is what `tidemark apply` runs with (brokers aside).
 func DefaultConfig() Config {
 	return Config{
-		Topic:            "tidemark.invalidations",
-		Group:            "tidemark-applier",
+		Topic:            promise.Topic,
+		Group:            promise.Group,
 		SessionTimeout:   6 * time.Second,
 		MaxBatch:         500,
 		Linger:           0, // records arriving during an apply form the next batch: batching costs no latency

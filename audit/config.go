@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config of the auditor.
@@ -31,8 +32,8 @@ type Config struct {
 // (its end-to-end lag is well under a second when healthy) before a behind
 // entry counts.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", Table: "catalog.items", Rate: 200, Batch: 50, Grace: 5 * time.Second,
-		SLO: 30 * time.Second, Window: 10 * time.Minute, LeaseTTL: 5 * time.Second}
+	return Config{Namespace: promise.Namespace, Table: promise.Table, Rate: 200, Batch: 50, Grace: 5 * time.Second,
+		SLO: promise.Bound, Window: 10 * time.Minute, LeaseTTL: 5 * time.Second}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.

@@ -70,7 +70,7 @@ func TestLookupBoundedWhenRedisHangs(t *testing.T) {
 
 // FILL refuses an observation time more than cache.MaxClockOffset in Redis's
 // future (the filler's clock is fast) and a hard deadline later than the
-// observation plus the hard lifetime (never more than 30 s).
+// observation plus the hard lifetime (never more than promise.Bound).
 func TestFillRefusesFutureObservationAndLongLifetime(t *testing.T) {
 	r := testenv.StartRedis(t)
 	b := &backend{name: "standalone", rdb: r.Client(t), single: r}

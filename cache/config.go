@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config is the cache tier's protocol configuration. Every process that talks
@@ -23,13 +24,13 @@ type Config struct {
 	AllowAllKeysEviction bool
 }
 
-// DefaultConfig is the design's figures: 30 s freshness minus 2 x 100 ms
-// clock skew, 1 s lease, soft expiry jittered over 3-5 s, 2 s negative cache.
+// DefaultConfig is the design's figures: the promise's hard lifetime
+// (promise.HardLifetime), 1 s lease, soft expiry jittered over 3-5 s, 2 s negative cache.
 func DefaultConfig() Config {
 	return Config{
-		Namespace:     "catalog",
+		Namespace:     promise.Namespace,
 		Lease:         time.Second,
-		HardLifetime:  29800 * time.Millisecond,
+		HardLifetime:  promise.HardLifetime,
 		SoftMin:       3 * time.Second,
 		SoftMax:       5 * time.Second,
 		NegativeTTL:   2 * time.Second,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"tidemark/promise"
 )
 
 // Fill installs version/payload read from the source at obs (when the source
@@ -38,7 +40,7 @@ func (c *Client) FillNotFound(ctx context.Context, tenant, item string, tok Toke
 
 // MaxClockOffset is how far any host's clock may be from the cache tier's:
 // FILL refuses an observation time further than this in Redis's future.
-const MaxClockOffset = 100 * time.Millisecond
+const MaxClockOffset = promise.ClockBound
 
 func (c *Client) fill(ctx context.Context, tenant, item string, tok Token, version int64, payload []byte,
 	obs, soft, hard int64, ttl time.Duration, nf bool) error {
@@ -52,7 +54,7 @@ func (c *Client) fill(ctx context.Context, tenant, item string, tok Token, versi
 	}
 	reply, err := c.s.fill.Run(ctx, c.rdb, []string{c.key(tenant, item)},
 		tok.String(), version, payload, obs, soft, hard, ttl.Milliseconds(), flag,
-		MaxClockOffset.Milliseconds(), c.cfg.HardLifetime.Milliseconds()).Text()
+		MaxClockOffset.Milliseconds(), c.cfg.HardLifetime.Milliseconds(), promise.Bound.Milliseconds()).Text()
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ const (
 	ReasonVersion  Reason = "version"  // below the key's floor or below the cached version
 	ReasonExpired  Reason = "expired"  // the value's hard deadline has already passed
 	ReasonClock    Reason = "clock"    // the observation time is in the cache tier's future: the filler's clock is fast
-	ReasonLifetime Reason = "lifetime" // the hard deadline is later than observation + hard lifetime (at most 30 s)
+	ReasonLifetime Reason = "lifetime" // the hard deadline is later than observation + hard lifetime (at most promise.Bound)
 )
 
 // ErrRejected is matched (errors.Is) by every *RejectedError.

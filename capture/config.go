@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/relay"
-
 	"tidemark/internal/config"
+	"tidemark/promise"
+	"tidemark/relay"
 )
 
 // Heartbeat modes.
@@ -55,10 +55,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Relay:           relay.DefaultConfig(),
-		Slot:            "tidemark",
-		Publication:     "tidemark",
+		Slot:            promise.Slot,
+		Publication:     promise.Publication,
 		CreateSlot:      true,
-		Table:           "catalog.items",
+		Table:           promise.Table,
 		TenantColumn:    "tenant_id",
 		ItemColumn:      "item_id",
 		VersionColumn:   "version",

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 	"tidemark/schema"
 )
 
@@ -43,7 +44,7 @@ type Config struct {
 // forgets with a 10-minute time constant and merges every 5 s into a set of
 // at most 50,000 keys.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", PerTenant: 1024, MaxTenants: 64, TimeConstant: 10 * time.Minute,
+	return Config{Namespace: promise.Namespace, PerTenant: 1024, MaxTenants: 64, TimeConstant: 10 * time.Minute,
 		MergeInterval: 5 * time.Second, MaxKeys: 50_000}
 }
 

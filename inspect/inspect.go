@@ -17,10 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
-	"tidemark/schema"
-
 	"tidemark/internal/config"
 	"tidemark/internal/pgprimary"
+	"tidemark/promise"
+	"tidemark/schema"
 )
 
 // Config of one inspection.
@@ -36,7 +36,7 @@ type Config struct {
 
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", Sample: 1000, SLO: 30 * time.Second, Table: "catalog.items"}
+	return Config{Namespace: promise.Namespace, Sample: 1000, SLO: promise.Bound, Table: promise.Table}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.

@@ -19,10 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/schema"
-
 	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
+	"tidemark/promise"
+	"tidemark/schema"
 )
 
 // ErrProduce wraps a record Kafka refused for good (retriable errors are
@@ -46,7 +46,7 @@ type Config struct {
 // DefaultConfig matches tidemark capture's defaults.
 func DefaultConfig() Config {
 	return Config{
-		Topic:       "tidemark.invalidations",
+		Topic:       promise.Topic,
 		Partitions:  12,
 		CreateTopic: true,
 		MaxInflight: 20000,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"tidemark/promise"
 )
 
 // ErrTopicConfig marks a data topic whose configuration breaks one of the
@@ -34,9 +36,9 @@ type TopicRequirements struct {
 }
 
 // DefaultTopicRequirements are production's: three replicas, two in sync,
-// and a day of outage beyond the 29.8 s hard lifetime.
+// and a day of outage beyond the hard lifetime.
 func DefaultTopicRequirements() TopicRequirements {
-	return TopicRequirements{ReplicationFactor: 3, MinInsync: 2, Retention: 24*time.Hour + 29800*time.Millisecond}
+	return TopicRequirements{ReplicationFactor: 3, MinInsync: 2, Retention: 24*time.Hour + promise.HardLifetime}
 }
 
 func (r TopicRequirements) validate() error {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config is hot-key replication. Every serve process may run a Builder on
@@ -35,7 +36,7 @@ type Config struct {
 
 // DefaultConfig has building off; N is automatic once a threshold is set.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", SafeQPSPerShard: 20000, AutoFactor: 2, MaxReplicas: 8, MaxKeys: 32,
+	return Config{Namespace: promise.Namespace, SafeQPSPerShard: 20000, AutoFactor: 2, MaxReplicas: 8, MaxKeys: 32,
 		Interval: 500 * time.Millisecond, RenewBefore: 1500 * time.Millisecond, ManifestTTL: 500 * time.Millisecond}
 }
 

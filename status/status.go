@@ -18,8 +18,8 @@ import (
 
 	"tidemark/applier"
 	"tidemark/cache"
-
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Verdicts, from the watermark age (the bound on the oldest pending event's age).
@@ -45,8 +45,8 @@ type Config struct {
 
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
-	return Config{Topic: "tidemark.invalidations", Group: "tidemark-applier", Namespace: "catalog",
-		Slot: "tidemark", SLO: 30 * time.Second, Warn: 5 * time.Second, Timeout: 10 * time.Second}
+	return Config{Topic: promise.Topic, Group: promise.Group, Namespace: promise.Namespace,
+		Slot: promise.Slot, SLO: promise.Bound, Warn: 5 * time.Second, Timeout: 10 * time.Second}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.

@@ -24,6 +24,7 @@ import (
 	"tidemark/cache"
 	"tidemark/elect"
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config of the warmer.
@@ -46,7 +47,7 @@ type Config struct {
 // DefaultConfig warms the 20,000 hottest keys, starting at 1/8 of an 8,000/s
 // background budget and adding 1/8 a second while healthy.
 func DefaultConfig() Config {
-	return Config{Namespace: "catalog", Top: 20_000, MaxRate: 8000, StartRate: 1000, Step: 1000, StepEvery: time.Second,
+	return Config{Namespace: promise.Namespace, Top: 20_000, MaxRate: 8000, StartRate: 1000, Step: 1000, StepEvery: time.Second,
 		SlowFactor: 3, Workers: 32, CheckEvery: time.Second, Collapse: 0.5, MinPeakKeys: 100,
 		HotSetWait: 15 * time.Second, LeaseTTL: 5 * time.Second}
 }

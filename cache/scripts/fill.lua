@@ -1,9 +1,10 @@
 -- FILL(key; token, version, payload, obs_ms, soft_ms, hard_ms, ttl_ms, nf,
---       clock_bound_ms, hard_lifetime_ms)
+--       clock_bound_ms, hard_lifetime_ms, promise_ms)
 -- Returns 'ok' or the rejection reason: 'token', 'version', 'expired',
 -- 'clock' (obs is ahead of this server's clock by more than clock_bound_ms:
 -- the filler's clock runs fast) or 'lifetime' (hard is later than obs plus
--- hard_lifetime_ms, itself at most 30 s).
+-- hard_lifetime_ms, itself at most promise_ms: the promise, so no
+-- configuration can cache a value past it).
 -- A rejection changes nothing. A fill retires the replica manifest (it
 -- described the previous value). nf='1' installs a not-found entry whose
 -- version is the key's floor (the read saw every version up to it).
@@ -35,7 +36,7 @@ local obs = tonumber(ARGV[4])
 if obs > now + tonumber(ARGV[9]) then
   return 'clock'
 end
-if tonumber(ARGV[6]) > obs + math.min(tonumber(ARGV[10]), 30000) then
+if tonumber(ARGV[6]) > obs + math.min(tonumber(ARGV[10]), tonumber(ARGV[11])) then
   return 'lifetime'
 end
 

@@ -16,11 +16,11 @@ import (
 // the metrics endpoint.
 type applyCmd struct {
 	statusPageFlag
-	Kafka            string        `field:"applier.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis            string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
-	Topic            string        `field:"applier.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
-	Group            string        `field:"applier.Group" name:"group" env:"TIDEMARK_GROUP" default:"${applier_Group}" help:"Kafka consumer group."`
-	Namespace        string        `field:"cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
+	Kafka            string        `field:"applier.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Redis            string        `field:"Redis,page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Topic            string        `field:"applier.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
+	Group            string        `field:"applier.Group,page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${applier_Group}" help:"Kafka consumer group."`
+	Namespace        string        `field:"cache.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
 	SessionTimeout   time.Duration `field:"applier.SessionTimeout" name:"session-timeout" env:"TIDEMARK_SESSION_TIMEOUT" default:"${applier_SessionTimeout}" help:"Group session timeout: how fast a dead applier's partitions move."`
 	MaxBatch         int           `field:"applier.MaxBatch" name:"max-batch" env:"TIDEMARK_MAX_BATCH" default:"${applier_MaxBatch}" help:"Invalidations per batched cache-tier call."`
 	Linger           time.Duration `field:"applier.Linger" name:"linger" env:"TIDEMARK_LINGER" default:"${applier_Linger}" help:"How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch)."`
@@ -34,8 +34,8 @@ type applyCmd struct {
 	cacheFlags
 	MetricsAddr   string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	AllowEviction bool   `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
-	PG            string `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
-	Slot          string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page (with --pg)."`
+	PG            string `field:"page.Check.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
+	Slot          string `field:"page.Check.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${page_Check_Slot}" help:"Replication slot shown on the status page (with --pg)."`
 }
 
 func (c *applyCmd) config() applier.Config {
@@ -61,7 +61,7 @@ func (c *applyCmd) Validate() error {
 	}
 	validateAs(&p, "applier", c.config().Validate())
 	validateAs(&p, "cache", c.cacheConfig().Validate())
-	validateAs(&p, "page", c.pageConfig().Validate())
+	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
 	return flagErrors(c, p.Err())
 }
 
@@ -78,9 +78,13 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	g.Add(lifecycle.Cache, "clock guard", tier.Clock.Run)
-	page, err := c.page(e, "apply", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	page, err := c.page(e, "apply", c.target(), reg)
 	if err != nil {
 		return err
 	}
 	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, tier.Clock.Ready, app.Ready)
+}
+
+func (c *applyCmd) target() statusTarget {
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}
 }

@@ -18,12 +18,12 @@ import (
 type captureCmd struct {
 	pgFlag
 	statusPageFlag
-	Kafka           string        `field:"capture.Relay.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Topic           string        `field:"capture.Relay.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
+	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
+	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
 	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
-	Slot            string        `field:"capture.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${capture_Slot}" help:"Logical replication slot."`
+	Slot            string        `field:"capture.Slot,page.Check.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${capture_Slot}" help:"Logical replication slot."`
 	Publication     string        `field:"capture.Publication" name:"publication" env:"TIDEMARK_PUBLICATION" default:"${capture_Publication}" help:"Publication to stream."`
-	CreateSlot      bool          `name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"true" negatable:"" help:"Create the slot when missing."`
+	CreateSlot      bool          `field:"capture.CreateSlot" name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"${capture_CreateSlot}" negatable:"" help:"Create the slot when missing."`
 	Table           string        `field:"capture.Table" name:"table" env:"TIDEMARK_TABLE" default:"${capture_Table}" help:"Captured table (schema.table)."`
 	TenantColumn    string        `field:"capture.TenantColumn" name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"${capture_TenantColumn}" help:"Tenant column of the captured table."`
 	ItemColumn      string        `field:"capture.ItemColumn" name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"${capture_ItemColumn}" help:"Item column of the captured table."`
@@ -46,9 +46,9 @@ type captureCmd struct {
 	TopicRetention  time.Duration `field:"capture.Relay.Require.Retention" name:"topic-min-retention" env:"TIDEMARK_TOPIC_MIN_RETENTION" default:"${require_Retention}" help:"Shortest retention.ms the data topic may have when it deletes old segments."`
 	MaxProcs        int           `field:"MaxProcs" name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
 	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
-	Redis           string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
-	Group           string        `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page's lag table."`
-	Namespace       string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace, for the status page."`
+	Redis           string        `field:"page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
+	Group           string        `field:"page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${page_Check_Group}" help:"The applier's consumer group, for the status page's lag table."`
+	Namespace       string        `field:"page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${page_Check_Namespace}" help:"Cache-tier key namespace, for the status page."`
 }
 
 func (c *captureCmd) config() capture.Config {
@@ -72,7 +72,7 @@ func (c *captureCmd) Validate() error {
 	if c.MaxProcs < 0 {
 		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
-	validateAs(&p, "page", c.pageConfig().Validate())
+	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
 	return flagErrors(c, p.Err())
 }
 
@@ -86,9 +86,13 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	page, err := c.page(e, "capture", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	page, err := c.page(e, "capture", c.target(), reg)
 	if err != nil {
 		return err
 	}
 	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, capt.Ready)
+}
+
+func (c *captureCmd) target() statusTarget {
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}
 }

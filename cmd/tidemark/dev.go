@@ -19,7 +19,7 @@ type devCmd struct {
 	APIAddr     string  `field:"dev.Pipeline.APIAddr" name:"api-addr" env:"TIDEMARK_API_ADDR" default:"${dev_Pipeline_APIAddr}" help:"Where the catalog API listens."`
 	MetricsAddr string  `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9100" help:"Serve /metrics, /healthz, /readyz here."`
 	DemoLoad    float64 `field:"dev.DemoLoad" name:"demo-load" env:"TIDEMARK_DEMO_LOAD" default:"${dev_DemoLoad}" help:"Requests/s of demo traffic against the API (1 in 10 a merchant update, the rest zipf visitor reads); 0: none."`
-	Topic       string  `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic."`
+	Topic       string  `field:"dev.Pipeline.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${dev_Pipeline_Topic}" help:"Kafka topic."`
 	Namespace   string  `field:"dev.Pipeline.Cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${dev_Pipeline_Cache_Namespace}" help:"Cache-tier key namespace."`
 	Partitions  int     `field:"dev.Pipeline.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${dev_Pipeline_Partitions}" help:"Partitions of the topic when it is created."`
 	cacheFlags

@@ -20,11 +20,11 @@ import (
 type inspectCmd struct {
 	PG        string        `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
 	Redis     string        `field:"inspect.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
+	Namespace string        `field:"inspect.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${inspect_Namespace}" help:"Cache-tier key namespace."`
 	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
-	Tenant    string        `name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
+	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
 	SLO       time.Duration `field:"inspect.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${inspect_SLO}" help:"Freshness SLO."`
-	Table     string        `name:"table" env:"TIDEMARK_TABLE" default:"catalog.items" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
+	Table     string        `field:"inspect.Table" name:"table" env:"TIDEMARK_TABLE" default:"${inspect_Table}" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
 	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed)."`
 	Top       int           `name:"top" default:"20" help:"With --hot: how many keys to print."`

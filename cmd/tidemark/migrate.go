@@ -11,7 +11,7 @@ import (
 
 // pgFlag is the Postgres connection shared by commands that need one.
 type pgFlag struct {
-	PG string `field:"PG,capture.PG,inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres connection string (postgres://user@host:port/db)."`
+	PG string `field:"PG,capture.PG,inspect.PG,page.Check.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres connection string (postgres://user@host:port/db)."`
 }
 
 func (f pgFlag) problems() []string {

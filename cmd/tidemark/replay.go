@@ -67,13 +67,15 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 	return cfg, err
 }
 
+func (c *replayCmd) cacheConfig() cache.Config { return c.cacheTier(c.Namespace) }
+
 func (c *replayCmd) Validate() error {
 	cfg, err := c.config()
 	var p config.Problems
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
-	ccfg := c.cacheTier(c.Namespace)
+	ccfg := c.cacheConfig()
 	if err != nil {
 		p.Add("replay.Since", "%v", err)
 		cfg.Since = c.now // reported above; keep Validate from repeating it
@@ -94,7 +96,7 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	}
 	defer rdb.Close()
 	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
-	cc, err := cache.New(c.cacheTier(c.Namespace), cache.Deps{Redis: rdb, Log: e.log, Registerer: reg})
+	cc, err := cache.New(c.cacheConfig(), cache.Deps{Redis: rdb, Log: e.log, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -24,14 +24,14 @@ import (
 type serveCmd struct {
 	pgFlag
 	statusPageFlag
-	Redis       string `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
-	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
+	Redis       string `field:"Redis,page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
+	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
 	Addr        string `field:"api.Addr" name:"addr" env:"TIDEMARK_ADDR" default:"${api_Addr}" help:"Listen address of the API."`
 	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
-	Kafka       string `name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers (optional): adds the partition table, lag and DLQ depth to the status page, which needs them to judge freshness."`
-	Topic       string `name:"topic" env:"TIDEMARK_TOPIC" default:"tidemark.invalidations" help:"Kafka topic, for the status page."`
-	Group       string `name:"group" env:"TIDEMARK_GROUP" default:"tidemark-applier" help:"The applier's consumer group, for the status page."`
-	Slot        string `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot shown on the status page."`
+	Kafka       string `field:"page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka brokers (optional): adds the partition table, lag and DLQ depth to the status page, which needs them to judge freshness."`
+	Topic       string `field:"page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${page_Check_Topic}" help:"Kafka topic, for the status page."`
+	Group       string `field:"page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${page_Check_Group}" help:"The applier's consumer group, for the status page."`
+	Slot        string `field:"page.Check.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${page_Check_Slot}" help:"Replication slot shown on the status page."`
 
 	RequestTimeout       time.Duration `field:"api.RequestTimeout" name:"request-timeout" env:"TIDEMARK_REQUEST_TIMEOUT" default:"${api_RequestTimeout}" help:"Deadline of a GET; waiting for another reader's fill ends here with 503."`
 	SourceTimeout        time.Duration `field:"api.SourceTimeout" name:"source-timeout" env:"TIDEMARK_SOURCE_TIMEOUT" default:"${api_SourceTimeout}" help:"Statement timeout of one source read."`
@@ -137,7 +137,7 @@ func (c *serveCmd) Validate() error {
 	validateAs(&p, "audit", c.auditConfig().Validate())
 	validateAs(&p, "warm", c.warmConfig().Validate())
 	validateAs(&p, "replica", c.replicaConfig().Validate())
-	validateAs(&p, "page", c.pageConfig().Validate())
+	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
 	return flagErrors(c, p.Err())
 }
 
@@ -164,9 +164,13 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 		return evictionFlag(err)
 	}
 	tier.Add(&g)
-	page, err := c.page(e, "serve", statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}, reg)
+	page, err := c.page(e, "serve", c.target(), reg)
 	if err != nil {
 		return err
 	}
 	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, srv.Ready)
+}
+
+func (c *serveCmd) target() statusTarget {
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}
 }

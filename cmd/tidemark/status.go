@@ -11,11 +11,11 @@ import (
 type statusCmd struct {
 	Kafka     string        `field:"status.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated."`
 	Redis     string        `field:"status.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	PG        string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds slot lag and wal_status."`
+	PG        string        `field:"status.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds slot lag and wal_status."`
 	Topic     string        `field:"status.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${status_Topic}" help:"Kafka topic."`
 	Group     string        `field:"status.Group" name:"group" env:"TIDEMARK_GROUP" default:"${status_Group}" help:"The applier's consumer group."`
-	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache-tier key namespace."`
-	Slot      string        `name:"slot" env:"TIDEMARK_SLOT" default:"tidemark" help:"Replication slot (with --pg)."`
+	Namespace string        `field:"status.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${status_Namespace}" help:"Cache-tier key namespace."`
+	Slot      string        `field:"status.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${status_Slot}" help:"Replication slot (with --pg)."`
 	SLO       time.Duration `field:"status.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${status_SLO}" help:"Freshness SLO: BREACHED when the watermark is older."`
 	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`
 	Timeout   time.Duration `field:"status.Timeout" name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"${status_Timeout}" help:"Give up reading after this long (exit 2)."`

@@ -20,16 +20,17 @@ type statusTarget struct{ kafka, redis, pg, topic, group, namespace, slot string
 // page builds the status page of a process (a page without Kafka or Redis
 // says what it cannot read).
 func (f statusPageFlag) page(e *env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
-	cfg := f.pageConfig()
+	cfg := f.pageConfig(t)
 	cfg.Process = process
-	c := &cfg.Check
-	c.Brokers, c.Redis, c.PG = splitList(t.kafka), t.redis, t.pg
-	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
 	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.log})
 }
 
-func (f statusPageFlag) pageConfig() status.PageConfig {
+// pageConfig is the status page's config for a process that knows t.
+func (f statusPageFlag) pageConfig(t statusTarget) status.PageConfig {
 	cfg := status.DefaultPageConfig()
 	cfg.Every = f.StatusEvery
+	c := &cfg.Check
+	c.Brokers, c.Redis, c.PG = splitList(t.kafka), t.redis, t.pg
+	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
 	return cfg
 }

@@ -13,8 +13,8 @@ import (
 // and, with --wait, follows its progress.
 type warmCmd struct {
 	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"catalog" help:"Cache namespace."`
-	Top       int           `name:"top" default:"20000" help:"Warm this many of the hottest keys."`
+	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
+	Top       int           `name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
 	Tenant    string        `name:"tenant" help:"Only this tenant's hottest keys."`
 	Wait      time.Duration `name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
 }

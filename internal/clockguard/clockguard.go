@@ -31,6 +31,7 @@ import (
 
 	"tidemark/internal/config"
 	"tidemark/internal/telemetry"
+	"tidemark/promise"
 )
 
 // EnvTestOffset is the test-only wall-clock shift (a Go duration).
@@ -58,7 +59,7 @@ type Config struct {
 
 // DefaultConfig: 100 ms bound, measured every 2 s.
 func DefaultConfig() Config {
-	return Config{Bound: 100 * time.Millisecond, Interval: 2 * time.Second}
+	return Config{Bound: promise.ClockBound, Interval: 2 * time.Second}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/promise"
 )
 
 // Config of one chaos run.
@@ -35,7 +36,7 @@ type Config struct {
 // DefaultConfig is `tidemark chaos` with no flags.
 func DefaultConfig() Config {
 	return Config{Duration: 2 * time.Minute, Seed: 1, RateUpdates: 1000, RateReads: 3000, FaultEvery: 20 * time.Second,
-		Bound: 30 * time.Second, Tenants: 2, Items: 2000, SourceBudget: 400}
+		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400}
 }
 
 // Fault kinds.

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/lab/localserver"
+	"tidemark/promise"
 	"tidemark/schema"
 )
 
@@ -52,7 +53,7 @@ type system struct {
 
 const (
 	chaosDB     = "catalog"
-	namespace   = "catalog"
+	namespace   = promise.Namespace
 	partitions  = 6
 	stageGrace  = 10 * time.Second
 	readyWithin = 2 * time.Minute

@@ -19,6 +19,7 @@ import (
 	"tidemark/capture"
 	"tidemark/hotset"
 	"tidemark/internal/wiring"
+	"tidemark/promise"
 	"tidemark/replica"
 	"tidemark/status"
 	"tidemark/warm"
@@ -48,10 +49,10 @@ type PipelineConfig struct {
 // DefaultPipelineConfig matches the stand-alone commands' defaults.
 func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
-		Topic:       "tidemark.invalidations",
-		Namespace:   "catalog",
-		Slot:        "tidemark",
-		Group:       "tidemark-applier",
+		Topic:       promise.Topic,
+		Namespace:   promise.Namespace,
+		Slot:        promise.Slot,
+		Group:       promise.Group,
 		Partitions:  12,
 		APIAddr:     "127.0.0.1:8080",
 		Cache:       cache.DefaultConfig(),

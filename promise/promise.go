@@ -1,0 +1,40 @@
+// Package promise holds tidemark's freshness promise and the numbers derived
+// from it (docs/design.md, "The promise"), and the default names the stages
+// share, so every package, flag default and Lua script takes them from one
+// place.
+package promise
+
+import "time"
+
+// Bound is the promise: a display value is never served when its last
+// observation of the source is older than this.
+const Bound = 30 * time.Second
+
+// ClockBound is how far any host's clock may be from the cache tier's: FILL
+// refuses an observation time further than this in Redis's future, and the
+// clock guard stops trusting a host past it.
+const ClockBound = 100 * time.Millisecond
+
+// HardLifetime is the cache tier's hard lifetime of an entry from its
+// effective observation: the promise minus the clock skew allowed on each of
+// the two hosts that stamp and judge it (30 s - 2 x 100 ms = 29.8 s).
+const HardLifetime = Bound - 2*ClockBound
+
+// The default names the stages share; each package's DefaultConfig takes its
+// default from here.
+const (
+	// Namespace is the cache tier's key prefix and the name of the shared
+	// source budget.
+	Namespace = "catalog"
+	// Table is the source table (migrations create it).
+	Table = "catalog.items"
+	// Topic is the Kafka topic capture writes and the appliers read.
+	Topic = "tidemark.invalidations"
+	// Group is the appliers' Kafka consumer group.
+	Group = "tidemark-applier"
+	// Slot is capture's logical replication slot.
+	Slot = "tidemark"
+	// Publication is the Postgres publication capture streams (migrations
+	// create it).
+	Publication = "tidemark"
+)
