@@ -1,6 +1,7 @@
 package cachebench_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,18 @@ func TestRunBenchSmoke(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The CPU row must carry measured figures, not zeros: a smoke run's
+	// invalidations cost the server only a few ms in all.
+	row := ") |"
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "redis-server CPU per invalidation") {
+			row = line
+		}
+	}
+	var ours, trivial float64
+	if _, err := fmt.Sscanf(row[strings.LastIndex(row, ") |")+3:], " %f µs | trivial HSET script: %f µs", &ours, &trivial); err != nil || !(ours > 0) || !(trivial > 0) {
+		t.Errorf("redis-server CPU row: want both figures > 0 µs, got ours %v trivial %v (%v) in %q", ours, trivial, err, row)
 	}
 	svg, err := os.ReadFile(cfg.SVG)
 	if err != nil {
