@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/migrations"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -30,14 +33,45 @@ func TestPostgresIsLogicalAndRestartable(t *testing.T) {
 	}
 }
 
+// MigratedDatabase gives each caller its own database on the shared server,
+// with every migration applied, and drops it when the test ends.
 func TestSharedPostgresMigratedDatabase(t *testing.T) {
 	pg := SharedPostgres(t)
-	dsn := pg.MigratedDatabase(t)
-	_ = dsn
-	var n int
+	ctx := Context(t, 60*time.Second)
+	var names [2]string
+	t.Run("own database", func(t *testing.T) {
+		for i := range names {
+			dsn := pg.MigratedDatabase(t)
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatalf("connect to the DSN MigratedDatabase returned (%s): %v", dsn, err)
+			}
+			t.Cleanup(func() { conn.Close(context.Background()) })
+			if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&names[i]); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(names[i], "db_") {
+				t.Errorf("DSN %s: want a database of its own (db_...), got %q", dsn, names[i])
+			}
+			applied, pending, err := migrations.Status(ctx, dsn)
+			if err != nil || len(pending) != 0 || len(applied) == 0 {
+				t.Errorf("migrations in %s: want all applied and none pending, got applied %v pending %v (%v)", names[i], applied, pending, err)
+			}
+			var items *string
+			if err := conn.QueryRow(ctx, "SELECT to_regclass('catalog.items')::text").Scan(&items); err != nil || items == nil {
+				t.Errorf("catalog.items in %s: want the migrated table, got %v (%v)", names[i], items, err)
+			}
+		}
+		if names[0] == names[1] {
+			t.Errorf("two calls: want two databases, got %q twice", names[0])
+		}
+	})
 	conn := pg.Connect(t, "postgres")
-	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname LIKE 'db_%'").Scan(&n); err != nil || n < 1 {
-		t.Fatalf("databases: %d %v", n, err)
+	for _, name := range names {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil || n != 0 {
+			t.Errorf("database %q after its test ended: want dropped, got %d rows (%v)", name, n, err)
+		}
 	}
 }
 
