@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,10 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // schemathesisBin is the schemathesis CLI `make schemathesis` installs (a
@@ -34,7 +38,8 @@ func schemathesisBin(t *testing.T) string {
 }
 
 // watchingProxy sits between schemathesis and the API and remembers every
-// 5xx and every response that carries the other tenant's marker.
+// 5xx (503 included: see TestSchemathesisContract) and every response that
+// carries the other tenant's marker.
 type watchingProxy struct {
 	mu       sync.Mutex
 	requests int
@@ -42,9 +47,16 @@ type watchingProxy struct {
 	leaks    []string
 }
 
+type sentAt struct{}
+
 func (w *watchingProxy) handler(target string, marker []byte) http.Handler {
 	u, _ := url.Parse(target)
 	rp := httputil.NewSingleHostReverseProxy(u)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		*r = *r.WithContext(context.WithValue(r.Context(), sentAt{}, time.Now()))
+	}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -56,8 +68,14 @@ func (w *watchingProxy) handler(target string, marker []byte) http.Handler {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.requests++
-		if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
-			w.errors5 = append(w.errors5, fmt.Sprintf("%s: %d %s", what, resp.StatusCode, body))
+		if resp.StatusCode >= 500 {
+			// The read path says why in Cache-Status (detail=timeout, budget,
+			// source-unavailable, lease-wait, ...); the elapsed time tells a
+			// deadline from an immediate refusal.
+			sent, _ := resp.Request.Context().Value(sentAt{}).(time.Time)
+			w.errors5 = append(w.errors5, fmt.Sprintf("%s (If-None-Match %q) after %s: %d, Cache-Status %q, Retry-After %q: %s",
+				what, resp.Request.Header.Get("If-None-Match"), time.Since(sent).Round(time.Millisecond), resp.StatusCode,
+				resp.Header.Get("Cache-Status"), resp.Header.Get("Retry-After"), body))
 		}
 		if bytes.Contains(body, marker) {
 			w.leaks = append(w.leaks, fmt.Sprintf("%s: %d %s", what, resp.StatusCode, body))
@@ -71,11 +89,29 @@ func (w *watchingProxy) handler(target string, marker []byte) http.Handler {
 // schemathesis, as tenant acme, while globex owns items with the same ids
 // (the document's example id) and more: no 5xx, every response matches the
 // documented status codes, content types, headers and schemas, and no
-// response ever carries globex's data, nor do globex's rows change.
+// response ever carries globex's data, nor do globex's rows change. A 503 is
+// a 5xx like any other here: the serve under test is sized so that an
+// overload answer cannot happen (see below), and the proxy names the
+// Cache-Status detail of any that does.
 func TestSchemathesisContract(t *testing.T) {
 	bin := schemathesisBin(t)
 	e := newEnv(t)
-	in := e.instance(instOpts{})
+	// The production deadlines (1 s a GET, 1 s a source read) are sized for a
+	// serve process with its own cores. Here every request runs under the
+	// race detector on a box that `make test` saturates with other packages'
+	// servers, and a cache miss (Lookup, source read, fill: three round trips
+	// to processes competing for the same two cores) has been seen to take
+	// over 1 s: the server then answers, as designed, 503 with Retry-After
+	// and Cache-Status detail=timeout, and schemathesis counts any 5xx. This
+	// test is about the contract, not about latency, so the deadlines are
+	// sized for the box (schemathesis waits longer still) and the source
+	// budget stays the default's, far above what one sequential worker can
+	// ask for; any 503 is then a defect and fails the test with its
+	// Cache-Status detail.
+	in := e.instance(instOpts{cfg: func(c *Config) {
+		c.RequestTimeout, c.SourceTimeout, c.LookupTimeout, c.WriteTimeout = 15*time.Second, 10*time.Second, 10*time.Second, 15*time.Second
+		c.InFlightWait = 10 * time.Second
+	}})
 	acme, globex := e.apiKey("acme"), e.apiKey("globex")
 	marker := []byte("globex-only-" + fmt.Sprint(time.Now().UnixNano()))
 	for _, id := range []string{"item-00001", "item-00002", "globex-private"} {
@@ -96,7 +132,7 @@ func TestSchemathesisContract(t *testing.T) {
 		"--header", "Authorization: Bearer " + acme,
 		"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,missing_required_header,ignored_auth",
 		"--phases", "examples,coverage,fuzzing",
-		"--max-examples", "40", "--workers", "1", "--request-timeout", "10",
+		"--max-examples", "40", "--workers", "1", "--request-timeout", "60",
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=", "NO_COLOR=1")
@@ -106,8 +142,12 @@ func TestSchemathesisContract(t *testing.T) {
 		summary = summary[i:]
 	}
 	t.Logf("schemathesis summary:\n%s", summary)
+	seed := "unknown"
+	if m := regexp.MustCompile(`Seed: (\d+)`).FindSubmatch(out); m != nil {
+		seed = string(m[1])
+	}
 	if err != nil {
-		t.Errorf("schemathesis failed: %v\n%s", err, out)
+		t.Errorf("schemathesis: want exit 0, got %v (seed %s: rerun with `st run --seed %s` and the arguments %q)\n%s", err, seed, seed, args, out)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -115,7 +155,14 @@ func TestSchemathesisContract(t *testing.T) {
 		t.Errorf("only %d requests reached the API through the proxy", w.requests)
 	}
 	for _, s := range w.errors5 {
-		t.Errorf("server error: %s", s)
+		t.Errorf("want no 5xx, got (seed %s) %s", seed, s)
+	}
+	// Sized as above, the budget never refuses one sequential worker.
+	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
+		var m dto.Metric
+		if err := in.srv.m.budgetRejections.WithLabelValues(class).Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+			t.Errorf("source budget refusals of class %s: want 0, got %v (%v)", class, m.GetCounter().GetValue(), err)
+		}
 	}
 	for _, s := range w.leaks {
 		t.Errorf("globex's data answered to acme: %s", s)
@@ -123,5 +170,7 @@ func TestSchemathesisContract(t *testing.T) {
 	if after := e.count(`SELECT sum(version) FROM catalog.items WHERE tenant_id = 'globex'`); after != globexBefore {
 		t.Errorf("globex's items changed while acme was fuzzed: version sum %d -> %d", globexBefore, after)
 	}
-	t.Logf("%d requests through the proxy; no 5xx, no cross-tenant answer", w.requests)
+	if !t.Failed() {
+		t.Logf("%d requests through the proxy; no 5xx, no cross-tenant answer", w.requests)
+	}
 }
