@@ -3,6 +3,7 @@ package applier
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/lab/testenv"
@@ -116,27 +118,79 @@ func (r *rig) wave(final map[string]int64, prefix string, base int64, count, key
 }
 
 // kill -9 of a real applier mid-stream, then a restart: every key reaches
-// its final floor (nothing committed before it was applied).
+// its final floor (nothing committed before it was applied). The kill must
+// land mid-stream, after the group committed part of the wave and before
+// every record was applied, or the crash path goes untested: an attempt
+// that misses is repeated with a new wave, and the test fails if none hits.
 func TestCrashKill9MidStream(t *testing.T) {
 	r := newRig(t, 4)
 	group := "g_" + r.topic
 	final := map[string]int64{}
-	r.wave(final, "c", 0, 20000, 500)
-	p := r.startBinary(group)
-	testenv.Eventually(t, 60*time.Second, "applying started", func() error {
-		if r.floor("c-0") == 0 {
-			return fmt.Errorf("nothing applied yet")
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		before := committedSoFar(r, group)
+		// Versions above every earlier attempt's; one record per batch so
+		// the wave takes many commit intervals to apply.
+		r.wave(final, "c", int64(attempt)*100_000, 20000, 500)
+		ends := r.endOffsets()
+		p := r.startBinary(group, "--max-batch", "1")
+		// A tight poll, not testenv.Eventually's backoff: the kill must
+		// follow the first commit of the wave closely.
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			now, advanced := committedSoFar(r, group), false
+			for part, off := range now {
+				advanced = advanced || off > before[part]
+			}
+			if advanced {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("want the applier to commit part of the wave within 60 s, got committed %v (before the wave %v, end offsets %v)", now, before, ends)
+			}
 		}
-		return nil
-	})
-	r.wave(final, "c", 1000, 5000, 500)
-	p.kill()
-	if err := r.checkFloors(final); err == nil {
-		t.Log("note: every record was applied before the kill")
+		p.kill()
+		// The process is dead: the floors are what it applied. (Committed
+		// offsets are only logged: committing past what was applied is the
+		// fault the restart below must not be able to hide.)
+		committed := committedSoFar(r, group)
+		unapplied := r.checkFloors(final)
+		if unapplied != nil {
+			t.Logf("attempt %d: killed mid-stream: committed %v of end offsets %v; %v", attempt, committed, ends, unapplied)
+			break
+		}
+		if attempt == attempts {
+			t.Fatalf("want a kill -9 mid-stream (part of the wave committed, some records unapplied), got none in %d attempts; last: committed %v of end offsets %v, floors: %v",
+				attempts, committed, ends, unapplied)
+		}
+		t.Logf("attempt %d: the applier had applied every record before the kill (committed %v of end offsets %v); again with a new wave", attempt, committed, ends)
 	}
-	r.wave(final, "c", 2000, 2000, 500)
+	// The restart must apply the rest of the killed wave; later changes go
+	// to other keys so they cannot raise a key the restart failed to apply.
+	r.wave(final, "d", 0, 2000, 500)
 	r.startBinary(group)
 	r.waitFloors(60*time.Second, final)
+}
+
+// committedSoFar is the group's committed offsets, none before the group
+// first committed.
+func committedSoFar(r *rig, group string) map[int32]int64 {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := r.adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[int32]int64{}
+	}
+	if err != nil {
+		r.t.Fatalf("fetch offsets of %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	for p, o := range resp[r.topic] {
+		if o.Err == nil {
+			out[p] = o.At
+		}
+	}
+	return out
 }
 
 // Two and three appliers in one group, one (a real process) killed: its
