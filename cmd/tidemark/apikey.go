@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/api"
+	"tidemark/internal/config"
 )
 
 // apikeyCmd manages API keys; the tenant of every API request comes from its key.
@@ -17,15 +18,16 @@ type apikeyCmd struct {
 
 type apikeyCreateCmd struct {
 	pgFlag
-	Tenant string `name:"tenant" env:"TIDEMARK_TENANT" help:"Tenant the key acts for."`
+	Tenant string `field:"Tenant" name:"tenant" env:"TIDEMARK_TENANT" help:"Tenant the key acts for."`
 }
 
 func (c *apikeyCreateCmd) Validate() error {
-	p := c.problems()
+	var p config.Problems
+	c.require(&p)
 	if strings.TrimSpace(c.Tenant) == "" {
-		p = append(p, "--tenant (TIDEMARK_TENANT) is required")
+		p.Add("Tenant", "is required")
 	}
-	return joinProblems(p)
+	return flagErrors(c, p.Err())
 }
 
 func (c *apikeyCreateCmd) Run(ctx context.Context, e *env) error {

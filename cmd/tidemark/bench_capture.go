@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"time"
 
+	"tidemark/internal/config"
 	"tidemark/lab/bench"
 	"tidemark/lab/bench/capturebench"
 )
@@ -15,47 +15,38 @@ import (
 // benchCaptureCmd wires flags into capturebench.BenchConfig (lab/bench/capturebench), provides Postgres
 // (a private server unless --pg) and prints the table.
 type benchCaptureCmd struct {
-	PG          string        `name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
-	Rows        int           `name:"rows" default:"500000" help:"Row changes in the fixed WAL workload."`
-	Rate        int           `name:"rate" default:"2000" help:"Changes/s of the steady latency phase."`
-	Duration    time.Duration `name:"duration" default:"10s" help:"Length of the steady latency phase."`
-	Partitions  int           `name:"partitions" default:"12" help:"Partitions of the bench topic."`
-	Rounds      int           `name:"rounds" default:"3" help:"Drains of each kind, alternating; the median is reported."`
-	MaxProcs    int           `name:"max-procs" default:"1" help:"GOMAXPROCS while benchmarking, as tidemark capture's --max-procs (0 = one per core)."`
-	Recvlogical string        `name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
+	PG          string        `field:"benchcapture.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
+	Rows        int           `field:"benchcapture.Rows" name:"rows" default:"${benchcapture_Rows}" help:"Row changes in the fixed WAL workload."`
+	Rate        int           `field:"benchcapture.Rate" name:"rate" default:"${benchcapture_Rate}" help:"Changes/s of the steady latency phase."`
+	Duration    time.Duration `field:"benchcapture.Duration" name:"duration" default:"${benchcapture_Duration}" help:"Length of the steady latency phase."`
+	Partitions  int           `field:"benchcapture.Partitions" name:"partitions" default:"${benchcapture_Partitions}" help:"Partitions of the bench topic."`
+	Rounds      int           `field:"benchcapture.Rounds" name:"rounds" default:"${benchcapture_Rounds}" help:"Drains of each kind, alternating; the median is reported."`
+	MaxProcs    int           `field:"MaxProcs" name:"max-procs" default:"1" help:"GOMAXPROCS while benchmarking, as tidemark capture's --max-procs (0 = one per core)."`
+	Recvlogical string        `field:"benchcapture.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
 	SVG         string        `name:"svg" default:"capture.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
+func (c *benchCaptureCmd) config() capturebench.BenchConfig {
+	cfg := capturebench.DefaultBenchConfig()
+	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
+	cfg.Rounds = c.Rounds
+	return cfg
+}
+
 func (c *benchCaptureCmd) Validate() error {
-	var errs []error
-	if c.Rows < 1000 {
-		errs = append(errs, fmt.Errorf("--rows %d must be at least 1000", c.Rows))
-	}
-	if c.Rate < 1 {
-		errs = append(errs, fmt.Errorf("--rate %d must be positive", c.Rate))
-	}
-	if c.Duration < time.Second {
-		errs = append(errs, fmt.Errorf("--duration %s must be at least 1s", c.Duration))
-	}
-	if c.Rounds < 1 {
-		errs = append(errs, fmt.Errorf("--rounds %d must be at least 1", c.Rounds))
-	}
+	var p config.Problems
+	validateAs(&p, "benchcapture", c.config().Validate())
 	if c.MaxProcs < 0 {
-		errs = append(errs, fmt.Errorf("--max-procs %d must not be negative", c.MaxProcs))
+		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
-	if c.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("--partitions %d must be at least 1", c.Partitions))
-	}
-	return errors.Join(errs...)
+	return flagErrors(c, p.Err())
 }
 
 func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	cfg := capturebench.DefaultBenchConfig()
-	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
-	cfg.Rounds = c.Rounds
+	cfg := c.config()
 	if cfg.PG == "" {
 		dsn, stop, err := capturebench.StartPostgres()
 		if err != nil {

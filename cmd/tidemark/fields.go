@@ -18,6 +18,7 @@ import (
 	"tidemark/internal/config"
 	"tidemark/lab/bench/applybench"
 	"tidemark/lab/bench/cachebench"
+	"tidemark/lab/bench/capturebench"
 	"tidemark/lab/bench/e2ebench"
 	"tidemark/lab/bench/hotkeybench"
 	"tidemark/lab/bench/scanbench"
@@ -127,9 +128,10 @@ func defaultConfigs() map[string]any {
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
 		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
-		"benchwarm":   warmbench.DefaultConfig(),
-		"benchhotkey": hotkeybench.DefaultBenchConfig(),
-		"benchscan":   scanbench.DefaultConfig(),
+		"benchwarm":    warmbench.DefaultConfig(),
+		"benchhotkey":  hotkeybench.DefaultBenchConfig(),
+		"benchscan":    scanbench.DefaultConfig(),
+		"benchcapture": capturebench.DefaultBenchConfig(),
 	}
 }
 

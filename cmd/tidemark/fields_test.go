@@ -17,6 +17,7 @@ import (
 	"tidemark/internal/config"
 	"tidemark/lab/bench/applybench"
 	"tidemark/lab/bench/cachebench"
+	"tidemark/lab/bench/capturebench"
 	"tidemark/lab/bench/e2ebench"
 	"tidemark/lab/bench/hotkeybench"
 	"tidemark/lab/bench/scanbench"
@@ -69,6 +70,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), nil}}},
 		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},
+		{"bench capture", &benchCaptureCmd{}, []validated{{"benchcapture", capturebench.DefaultBenchConfig(), nil}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
@@ -95,7 +97,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}} {
+		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}, &benchCaptureCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

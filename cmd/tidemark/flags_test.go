@@ -87,6 +87,8 @@ func configsOf(cmd any) map[string]any {
 		return map[string]any{"benchhotkey": c.config()}
 	case *benchScanCmd:
 		return map[string]any{"benchscan": c.config()}
+	case *benchCaptureCmd:
+		return map[string]any{"benchcapture": c.config()}
 	}
 	return nil
 }

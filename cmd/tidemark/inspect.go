@@ -19,7 +19,7 @@ import (
 
 type inspectCmd struct {
 	PG        string        `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
-	Redis     string        `field:"inspect.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Redis     string        `field:"inspect.Redis,Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	Namespace string        `field:"inspect.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${inspect_Namespace}" help:"Cache-tier key namespace."`
 	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
 	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
@@ -27,7 +27,7 @@ type inspectCmd struct {
 	Table     string        `field:"inspect.Table" name:"table" env:"TIDEMARK_TABLE" default:"${inspect_Table}" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
 	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed)."`
-	Top       int           `name:"top" default:"20" help:"With --hot: how many keys to print."`
+	Top       int           `field:"Top" name:"top" default:"20" help:"With --hot: how many keys to print."`
 }
 
 func (c *inspectCmd) config() inspect.Config {
@@ -37,17 +37,14 @@ func (c *inspectCmd) config() inspect.Config {
 
 func (c *inspectCmd) Validate() error {
 	if c.Hot {
-		var p []string
+		var p config.Problems
 		if c.Redis == "" {
-			p = append(p, "--redis (TIDEMARK_REDIS) is required")
+			p.Add("Redis", "is required")
 		}
 		if c.Top < 1 {
-			p = append(p, fmt.Sprintf("--top %d must be at least 1", c.Top))
+			p.Add("Top", "must be at least 1 (got %d)", c.Top)
 		}
-		if len(p) > 0 {
-			return joinProblems(p)
-		}
-		return nil
+		return flagErrors(c, p.Err())
 	}
 	var p config.Problems
 	validateAs(&p, "inspect", c.config().Validate())

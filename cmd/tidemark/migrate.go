@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
+	"tidemark/internal/config"
 	"tidemark/migrations"
 )
 
@@ -14,18 +14,22 @@ type pgFlag struct {
 	PG string `field:"PG,capture.PG,inspect.PG,page.Check.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres connection string (postgres://user@host:port/db)."`
 }
 
-func (f pgFlag) problems() []string {
+// require records a missing --pg.
+func (f pgFlag) require(p *config.Problems) {
 	if strings.TrimSpace(f.PG) == "" {
-		return []string{"--pg (TIDEMARK_PG) is required"}
+		p.Add("PG", "is required")
 	}
-	return nil
 }
 
 type migrateCmd struct {
 	pgFlag
 }
 
-func (c *migrateCmd) Validate() error { return joinProblems(c.problems()) }
+func (c *migrateCmd) Validate() error {
+	var p config.Problems
+	c.require(&p)
+	return flagErrors(c, p.Err())
+}
 
 func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 	res, err := migrations.Up(ctx, c.PG, e.log.With("component", "migrate"))
@@ -38,12 +42,4 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d\n", len(res.Applied), res.Current)
 	return nil
-}
-
-// joinProblems turns every problem found into one error, one per line.
-func joinProblems(problems []string) error {
-	if len(problems) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(problems, "\n"))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"tidemark/api"
@@ -120,9 +119,7 @@ func (c *serveCmd) warmConfig() warm.Config {
 
 func (c *serveCmd) Validate() error {
 	var p config.Problems
-	if strings.TrimSpace(c.PG) == "" {
-		p.Add("PG", "is required")
-	}
+	c.require(&p)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}

@@ -6,34 +6,32 @@ import (
 	"time"
 
 	"tidemark/cache"
+	"tidemark/internal/config"
 	"tidemark/warm"
 )
 
 // warmCmd queues a warm request for the elected warmer of a serve process
 // and, with --wait, follows its progress.
 type warmCmd struct {
-	Redis     string        `name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Redis     string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
-	Top       int           `name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
+	Top       int           `field:"Top" name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
 	Tenant    string        `name:"tenant" help:"Only this tenant's hottest keys."`
-	Wait      time.Duration `name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
+	Wait      time.Duration `field:"Wait" name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
 }
 
 func (c *warmCmd) Validate() error {
-	var p []string
+	var p config.Problems
 	if c.Redis == "" {
-		p = append(p, "--redis (TIDEMARK_REDIS) is required")
+		p.Add("Redis", "is required")
 	}
 	if c.Top < 1 {
-		p = append(p, fmt.Sprintf("--top %d must be at least 1", c.Top))
+		p.Add("Top", "must be at least 1 (got %d)", c.Top)
 	}
 	if c.Wait < 0 {
-		p = append(p, "--wait must not be negative")
+		p.Add("Wait", "must not be negative (got %s)", c.Wait)
 	}
-	if len(p) > 0 {
-		return joinProblems(p)
-	}
-	return nil
+	return flagErrors(c, p.Err())
 }
 
 func (c *warmCmd) Run(ctx context.Context, e *env) error {

@@ -1,4 +1,4 @@
-// Package capture is `tidemark bench capture`: capture-to-Kafka rate against
+// Package capturebench is `tidemark bench capture`: capture-to-Kafka rate against
 // pg_recvlogical draining the same WAL with the same publication, and
 // commit-to-produced latency at a steady rate.
 package capturebench
@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"tidemark/capture"
+	"tidemark/internal/config"
 	"tidemark/lab/bench"
 	"tidemark/lab/localserver"
 	"tidemark/migrations"
@@ -41,6 +42,28 @@ type BenchConfig struct {
 // DefaultBenchConfig is `tidemark bench capture` with no flags.
 func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12, Rounds: 3}
+}
+
+// Validate reports every problem at once, one config.FieldError per field.
+// PG may be empty: the command then starts a private Postgres.
+func (c BenchConfig) Validate() error {
+	var p config.Problems
+	if c.Rows < 1000 {
+		p.Add("Rows", "must be at least 1000 (got %d)", c.Rows)
+	}
+	if c.Rate < 1 {
+		p.Add("Rate", "must be positive (got %d)", c.Rate)
+	}
+	if c.Duration < time.Second {
+		p.Add("Duration", "must be at least 1s (got %s)", c.Duration)
+	}
+	if c.Partitions < 1 {
+		p.Add("Partitions", "must be at least 1 (got %d)", c.Partitions)
+	}
+	if c.Rounds < 1 {
+		p.Add("Rounds", "must be at least 1 (got %d)", c.Rounds)
+	}
+	return p.Err()
 }
 
 // BenchResult is what Bench measured.
