@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"tidemark/internal/kafkaconn"
 )
 
 // Applier is the group consumer behind `tidemark apply`.
@@ -113,7 +115,11 @@ func (a *Applier) Run(ctx context.Context) error {
 
 	// A plain client for admin requests: the preflight runs before the group
 	// client exists, so that nothing is consumed until it has decided.
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(a.cfg.Brokers...))
+	conn, err := kafkaconn.Opts(a.cfg.Brokers, a.cfg.Kafka, a.log)
+	if err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	admCl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return fmt.Errorf("applier: kafka client: %w", err)
 	}
@@ -127,8 +133,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 
 	sess := a.cfg.SessionTimeout
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(a.cfg.Brokers...),
+	cl, err := kgo.NewClient(append(conn,
 		kgo.ConsumerGroup(a.cfg.Group),
 		kgo.ConsumeTopics(a.cfg.Topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -143,7 +148,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group reads the whole (compacted) history
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.ProducerLinger(0),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("applier: kafka client: %w", err)
 	}

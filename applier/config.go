@@ -37,6 +37,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/config"
+	"tidemark/internal/kafkaconn"
 	"tidemark/promise"
 )
 
@@ -78,11 +79,12 @@ func (d Deps) checked() (Deps, error) {
 
 // Config of the group applier (tidemark apply).
 type Config struct {
-	Brokers        []string      // --kafka
-	Topic          string        // --topic
-	DLQTopic       string        // <topic>.dlq when empty
-	Group          string        // --group
-	SessionTimeout time.Duration // --session-timeout: how fast a dead applier's partitions move
+	Brokers        []string         // --kafka
+	Kafka          kafkaconn.Config // TLS and SASL
+	Topic          string           // --topic
+	DLQTopic       string           // <topic>.dlq when empty
+	Group          string           // --group
+	SessionTimeout time.Duration    // --session-timeout: how fast a dead applier's partitions move
 
 	MaxBatch int           // records per InvalidateBatch
 	Linger   time.Duration // how long a worker waits for more records to fill a batch (0: apply what has arrived)
@@ -131,6 +133,7 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		p.Add("Brokers", "is required (host:port list)")
 	}
+	p.Nested("Kafka", c.Kafka.Validate())
 	if c.Topic == "" {
 		p.Add("Topic", "must not be empty")
 	}

@@ -14,15 +14,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/internal/config"
+	"tidemark/internal/kafkaconn"
 )
 
 // ReplayConfig configures a replay (tidemark replay).
 type ReplayConfig struct {
-	Brokers    []string  // --kafka
-	Topic      string    // --topic
-	Since      time.Time // --since: re-apply records produced at or after this time
-	Partitions []int32   // --partitions; empty means all
-	MaxBatch   int       // keys per InvalidateBatch call
+	Brokers    []string         // --kafka
+	Kafka      kafkaconn.Config // TLS and SASL
+	Topic      string           // --topic
+	Since      time.Time        // --since: re-apply records produced at or after this time
+	Partitions []int32          // --partitions; empty means all
+	MaxBatch   int              // keys per InvalidateBatch call
 	// Window is how many records a partition worker gathers before applying:
 	// replay dedupes by key over the whole window (only the newest version
 	// of a key matters, and order between keys does not), which saves most
@@ -45,6 +47,7 @@ func (c ReplayConfig) Validate() error {
 	if len(c.Brokers) == 0 {
 		p.Add("Brokers", "is required (host:port list)")
 	}
+	p.Nested("Kafka", c.Kafka.Validate())
 	if c.Topic == "" {
 		p.Add("Topic", "must not be empty")
 	}
@@ -124,7 +127,11 @@ func (r *Replay) Progress() (done, total int64) { return r.done.Load(), r.total.
 // Run replays from the offsets at Since to the end offsets seen at start.
 func (r *Replay) Run(ctx context.Context) (ReplaySummary, error) {
 	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cfg.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.FetchMaxPartitionBytes(16<<20), kgo.FetchMaxBytes(64<<20))
+	opts, err := kafkaconn.Opts(r.cfg.Brokers, r.cfg.Kafka, r.log)
+	if err != nil {
+		return ReplaySummary{}, fmt.Errorf("applier: replay: %w", err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.FetchMaxWait(200*time.Millisecond), kgo.FetchMaxPartitionBytes(16<<20), kgo.FetchMaxBytes(64<<20))...)
 	if err != nil {
 		return ReplaySummary{}, fmt.Errorf("applier: replay: kafka client: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/internal/config"
+	"tidemark/internal/kafkaconn"
 	"tidemark/internal/telemetry"
 	"tidemark/promise"
 	"tidemark/schema"
@@ -32,6 +33,7 @@ var ErrProduce = errors.New("relay: produce failed")
 // Config of the producer.
 type Config struct {
 	Brokers     []string
+	Kafka       kafkaconn.Config // TLS and SASL
 	Topic       string
 	Partitions  int           // partitions of a topic this creates
 	CreateTopic bool          // create the topic when missing
@@ -61,6 +63,7 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		p.Add("Brokers", "is required (host:port list)")
 	}
+	p.Nested("Kafka", c.Kafka.Validate())
 	if strings.TrimSpace(c.Topic) == "" {
 		p.Add("Topic", "must not be empty")
 	}
@@ -126,8 +129,11 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		return nil, err
 	}
 	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced, errCh: make(chan error, 1)}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, p.log)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	opts = append(opts,
 		kgo.ClientID(cfg.ClientID),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -135,13 +141,13 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		kgo.ProducerLinger(cfg.Linger),
 		// Capture bounds in-flight records itself (so it can keep sending
 		// standby status while paused); the margin covers one marker fan-out.
-		kgo.MaxBufferedRecords(cfg.MaxInflight + 4096),
+		kgo.MaxBufferedRecords(cfg.MaxInflight+4096),
 		kgo.WithHooks(hookErrors{m}),
 		// After a broker dies its partitions get new leaders within the
 		// cluster's broker session timeout; kgo's default 5 s floor between
 		// metadata refreshes would add up to that much again to the stall.
 		kgo.MetadataMinAge(time.Second),
-	}
+	)
 	opts = append(opts, deps.Opts...)
 	if p.client, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("relay: kafka client: %w", err)

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/internal/kafkaconn"
 )
 
 // State is what capture remembers about the Postgres it read last, so that a
@@ -45,8 +47,12 @@ func (p *Producer) LoadState(ctx context.Context, key string) (st State, found b
 	if end.Err != nil {
 		return st, false, fmt.Errorf("relay: read %s: %w", topic, end.Err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(p.cfg.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	opts, err := kafkaconn.Opts(p.cfg.Brokers, p.cfg.Kafka, p.log)
+	if err != nil {
+		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
+	}
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))...)
 	if err != nil {
 		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
 	}
@@ -80,7 +86,32 @@ func (p *Producer) LoadState(ctx context.Context, key string) (st State, found b
 // SaveState stores st under key and waits for Kafka to ack it.
 func (p *Producer) SaveState(ctx context.Context, key string, st State) error {
 	topic := StateTopic(p.cfg.Topic)
+	if err := p.ensureStateTopic(ctx, topic); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(st)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: b}).FirstErr(); err != nil {
+		return fmt.Errorf("relay: save capture state to %s: %w", topic, err)
+	}
+	return nil
+}
+
+// ensureStateTopic creates the state topic only when listing does not show
+// it, so a principal without CREATE on the cluster (the topic made by an
+// operator beforehand) can save state.
+func (p *Producer) ensureStateTopic(ctx context.Context, topic string) error {
 	adm := kadm.NewClient(p.client)
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("relay: describe %s: %w", topic, err)
+	}
+	if t, ok := td[topic]; ok && t.Err == nil {
+		return nil
+	} else if ok && !errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("relay: describe %s: %w", topic, t.Err)
+	}
 	policy := "compact"
 	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &policy}, topic)
 	if err == nil {
@@ -88,12 +119,6 @@ func (p *Producer) SaveState(ctx context.Context, key string, st State) error {
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("relay: create %s: %w", topic, err)
-	}
-	b, _ := json.Marshal(st)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := p.client.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: b}).FirstErr(); err != nil {
-		return fmt.Errorf("relay: save capture state to %s: %w", topic, err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"tidemark/applier"
 	"tidemark/cache"
 	"tidemark/internal/config"
+	"tidemark/internal/kafkaconn"
 	"tidemark/promise"
 )
 
@@ -31,16 +32,17 @@ const (
 
 // Config of one status check.
 type Config struct {
-	Brokers   []string      // --kafka
-	Topic     string        // --topic
-	Group     string        // --group: the applier's consumer group
-	Redis     string        // --redis
-	Namespace string        // --namespace
-	PG        string        // --pg (optional): slot health
-	Slot      string        // --slot
-	SLO       time.Duration // --slo
-	Warn      time.Duration // --warn
-	Timeout   time.Duration // --timeout: bound on the whole check
+	Brokers   []string         // --kafka
+	Kafka     kafkaconn.Config // TLS and SASL
+	Topic     string           // --topic
+	Group     string           // --group: the applier's consumer group
+	Redis     string           // --redis
+	Namespace string           // --namespace
+	PG        string           // --pg (optional): slot health
+	Slot      string           // --slot
+	SLO       time.Duration    // --slo
+	Warn      time.Duration    // --warn
+	Timeout   time.Duration    // --timeout: bound on the whole check
 }
 
 // DefaultConfig matches the pipeline's defaults.
@@ -55,6 +57,7 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		p.Add("Brokers", "is required")
 	}
+	p.Nested("Kafka", c.Kafka.Validate())
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -251,7 +254,11 @@ func readCache(ctx context.Context, cfg Config) (cache.Watermark, map[string]str
 }
 
 func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark, now time.Time) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, nil)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("status: kafka client: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 // the metrics endpoint.
 type applyCmd struct {
 	statusPageFlag
+	kafkaFlags
 	Kafka            string        `field:"applier.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Redis            string        `field:"Redis,page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
 	Topic            string        `field:"applier.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
@@ -40,7 +41,7 @@ type applyCmd struct {
 
 func (c *applyCmd) config() applier.Config {
 	cfg := applier.DefaultConfig()
-	cfg.Brokers = splitList(c.Kafka)
+	cfg.Brokers, cfg.Kafka = splitList(c.Kafka), c.kafkaConn()
 	cfg.Topic, cfg.Group, cfg.SessionTimeout = c.Topic, c.Group, c.SessionTimeout
 	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.CacheHardLifetime
 	cfg.MaxQueue, cfg.IdentityInterval, cfg.MetricsInterval, cfg.TopicInterval = c.MaxQueue, c.IdentityInterval, c.MetricsInterval, c.TopicInterval
@@ -86,5 +87,5 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *applyCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn()}
 }

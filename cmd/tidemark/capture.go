@@ -18,6 +18,7 @@ import (
 type captureCmd struct {
 	pgFlag
 	statusPageFlag
+	kafkaFlags
 	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
 	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
@@ -54,7 +55,7 @@ type captureCmd struct {
 func (c *captureCmd) config() capture.Config {
 	cfg := capture.DefaultConfig()
 	cfg.PG = c.PG
-	cfg.Relay.Brokers = splitList(c.Kafka)
+	cfg.Relay.Brokers, cfg.Relay.Kafka = splitList(c.Kafka), c.kafkaConn()
 	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
 	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
 	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = c.Table, c.TenantColumn, c.ItemColumn, c.VersionColumn
@@ -94,5 +95,5 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *captureCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn()}
 }

@@ -32,6 +32,7 @@ type replayCmd struct {
 	BackoffMin time.Duration `field:"replay.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${replay_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
 	BackoffMax time.Duration `field:"replay.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${replay_BackoffMax}" help:"Longest retry delay."`
 	cacheFlags
+	kafkaFlags
 
 	now time.Time // fixed at Validate, so --since is resolved once
 }
@@ -59,7 +60,7 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 		c.now = time.Now()
 	}
 	cfg := applier.DefaultReplayConfig()
-	cfg.Brokers = splitList(c.Kafka)
+	cfg.Brokers, cfg.Kafka = splitList(c.Kafka), c.kafkaConn()
 	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
 	cfg.BackoffMin, cfg.BackoffMax = c.BackoffMin, c.BackoffMax
 	var err error

@@ -19,11 +19,12 @@ type statusCmd struct {
 	SLO       time.Duration `field:"status.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${status_SLO}" help:"Freshness SLO: BREACHED when the watermark is older."`
 	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`
 	Timeout   time.Duration `field:"status.Timeout" name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"${status_Timeout}" help:"Give up reading after this long (exit 2)."`
-	JSON      bool          `name:"json" help:"Print the report as JSON."`
+	kafkaFlags
+	JSON bool `name:"json" help:"Print the report as JSON."`
 }
 
 func (c *statusCmd) config() status.Config {
-	return status.Config{Brokers: splitList(c.Kafka), Redis: c.Redis, PG: c.PG, Topic: c.Topic, Group: c.Group,
+	return status.Config{Brokers: splitList(c.Kafka), Kafka: c.kafkaConn(), Redis: c.Redis, PG: c.PG, Topic: c.Topic, Group: c.Group,
 		Namespace: c.Namespace, Slot: c.Slot, SLO: c.SLO, Warn: c.Warn, Timeout: c.Timeout}
 }
 

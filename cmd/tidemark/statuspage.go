@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tidemark/internal/kafkaconn"
 	"tidemark/status"
 )
 
@@ -15,7 +16,10 @@ type statusPageFlag struct {
 }
 
 // statusTarget is what a process knows of the pipeline, from its flags.
-type statusTarget struct{ kafka, redis, pg, topic, group, namespace, slot string }
+type statusTarget struct {
+	kafka, redis, pg, topic, group, namespace, slot string
+	kafkaConn                                       kafkaconn.Config
+}
 
 // page builds the status page of a process (a page without Kafka or Redis
 // says what it cannot read).
@@ -30,7 +34,7 @@ func (f statusPageFlag) pageConfig(t statusTarget) status.PageConfig {
 	cfg := status.DefaultPageConfig()
 	cfg.Every = f.StatusEvery
 	c := &cfg.Check
-	c.Brokers, c.Redis, c.PG = splitList(t.kafka), t.redis, t.pg
+	c.Brokers, c.Kafka, c.Redis, c.PG = splitList(t.kafka), t.kafkaConn, t.redis, t.pg
 	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
 	return cfg
 }
