@@ -222,6 +222,9 @@ func (c *Capture) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	pc.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
+		if pe := replicationRefused(pc.User, err); pe != nil {
+			return nil, pe
+		}
 		return nil, fmt.Errorf("capture: replication connection: %w", err)
 	}
 	return conn, nil

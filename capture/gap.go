@@ -109,6 +109,9 @@ func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
 		return nil
 	}
 	if err != nil {
+		if pe := replicationRefused(conn.Config().User, err); pe != nil {
+			return pe
+		}
 		return fmt.Errorf("capture: create slot %s: %w", c.cfg.Slot, err)
 	}
 	c.log.Info("created replication slot", "lsn", lsn)

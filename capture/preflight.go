@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"tidemark/schema"
 )
@@ -40,15 +41,6 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 	}
 	if walLevel != "logical" {
 		return si, preflightError("wal_level is %q but logical replication needs \"logical\": run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart Postgres", walLevel)
-	}
-
-	var role string
-	var canReplicate bool
-	if err := conn.QueryRow(ctx, "SELECT rolname, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&role, &canReplicate); err != nil {
-		return si, fmt.Errorf("capture: preflight: read role: %w", err)
-	}
-	if !canReplicate {
-		return si, preflightError("role %q lacks the REPLICATION attribute needed for a logical replication slot: run ALTER ROLE %s WITH REPLICATION as a superuser", role, pgx.Identifier{role}.Sanitize())
 	}
 
 	cfg := c.cfg
@@ -165,4 +157,21 @@ func checkReplicaIdentity(ctx context.Context, conn *pgx.Conn, cfg Config, nsp, 
 			cfg.Table, which, strings.Join(cols, ", "), cfg.TenantColumn, cfg.ItemColumn, fix)
 	}
 	return nil
+}
+
+// replicationRefused turns the server's refusal of a replication connection
+// (or of a slot call) into one preflight error naming every way to grant it.
+// Capture checks by doing, not by reading pg_roles: managed services grant
+// replication through role membership (rds_replication) that rolreplication
+// does not show.
+func replicationRefused(role string, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Code != "42501" && pe.Code != "28000") {
+		return nil
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	return preflightError("role %q may not use logical replication (%s): as a superuser run ALTER ROLE %s WITH REPLICATION; "+
+		"on Amazon RDS/Aurora GRANT rds_replication TO %s (and rds.logical_replication = 1); on Cloud SQL ALTER USER %s WITH REPLICATION (and cloudsql.logical_decoding = on); "+
+		"on Azure Database for PostgreSQL ALTER ROLE %s WITH REPLICATION (and wal_level = logical); pg_hba.conf must also allow it a replication connection (docs/postgres.md)",
+		role, pe.Message, r, r, r, r)
 }

@@ -60,7 +60,7 @@ func TestPreflightErrors(t *testing.T) {
 			pg.Exec(t, "postgres", "DROP OWNED BY "+role+" CASCADE")
 		})
 		cfg := testConfig(t, strings.Replace(dsn, "postgres@", role+"@", 1), k)
-		wantPreflight(t, runErr(t, cfg), "lacks the REPLICATION attribute", `ALTER ROLE "`+role+`" WITH REPLICATION`)
+		wantPreflight(t, runErr(t, cfg), "may not use logical replication", `ALTER ROLE "`+role+`" WITH REPLICATION`, "GRANT rds_replication TO")
 	})
 	t.Run("publication missing", func(t *testing.T) {
 		dsn := pg.MigratedDatabase(t)

@@ -23,8 +23,17 @@ var files embed.FS
 // FS returns the embedded migration files.
 func FS() fs.FS { return files }
 
-// VersionTable is where goose records applied migrations.
-const VersionTable = "tidemark_schema_migrations"
+// VersionTable is where goose records applied migrations: in tidemark's own
+// schema, so the migrate role needs no CREATE on public (revoked from PUBLIC
+// since Postgres 15, and often on managed services).
+const VersionTable = VersionSchema + ".schema_migrations"
+
+// VersionSchema holds VersionTable.
+const VersionSchema = "tidemark"
+
+// legacyVersionTable is where releases before VersionTable recorded
+// migrations (unqualified, so in the first schema on the search path).
+const legacyVersionTable = "tidemark_schema_migrations"
 
 // Result says what Up did.
 type Result struct {
@@ -41,7 +50,10 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) (Result, error) {
 		return Result{}, err
 	}
 	defer db.Close()
-	p, err := newProvider(db)
+	if err := prepareVersionTable(ctx, db); err != nil {
+		return Result{}, err
+	}
+	p, err := newProvider(db, VersionTable)
 	if err != nil {
 		return Result{}, err
 	}
@@ -76,7 +88,15 @@ func Status(ctx context.Context, dsn string) (applied, pending []int64, err erro
 		return nil, nil, err
 	}
 	defer db.Close()
-	p, err := newProvider(db)
+	table := VersionTable
+	var legacy bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) IS NOT NULL`, VersionTable, legacyVersionTable).Scan(&legacy); err != nil {
+		return nil, nil, fmt.Errorf("migrations: find version table: %w", err)
+	}
+	if legacy {
+		table = legacyVersionTable // Up moves it; Status only reads
+	}
+	p, err := newProvider(db, table)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,8 +149,40 @@ func openDB(dsn string) (*sql.DB, error) {
 	return stdlib.OpenDB(*cfg), nil
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithTableName(VersionTable))
+// prepareVersionTable creates VersionSchema and moves a legacy version table
+// into it, so an upgraded database keeps its recorded versions.
+func prepareVersionTable(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+VersionSchema); err != nil {
+		return fmt.Errorf("migrations: create schema %s (the migrate role needs CREATE on the database, or create the schema for it): %w", VersionSchema, err)
+	}
+	var legacy bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) IS NOT NULL`, VersionTable, legacyVersionTable).Scan(&legacy); err != nil {
+		return fmt.Errorf("migrations: find version table: %w", err)
+	}
+	if !legacy {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrations: move version table: %w", err)
+	}
+	defer tx.Rollback()
+	for _, q := range []string{
+		`ALTER TABLE ` + legacyVersionTable + ` SET SCHEMA ` + VersionSchema,
+		`ALTER TABLE ` + VersionSchema + `.` + legacyVersionTable + ` RENAME TO schema_migrations`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("migrations: move version table %s to %s: %w", legacyVersionTable, VersionTable, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrations: move version table: %w", err)
+	}
+	return nil
+}
+
+func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithTableName(table))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}

@@ -66,3 +66,31 @@ func TestPartialStateIsReported(t *testing.T) {
 		t.Fatalf("Up on a hand-made schema: %v, want a partial-state error", err)
 	}
 }
+
+// A database migrated when goose's table was public.tidemark_schema_migrations
+// keeps its recorded versions: Status reads the old table, Up moves it into
+// schema tidemark and applies nothing.
+func TestLegacyVersionTableIsMoved(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	dsn := pg.DSN(db)
+	ctx := testenv.Context(t, time.Minute)
+	first, err := migrations.Up(ctx, dsn, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Exec(t, db, `ALTER TABLE tidemark.schema_migrations RENAME TO tidemark_schema_migrations;
+		ALTER TABLE tidemark.tidemark_schema_migrations SET SCHEMA public; DROP SCHEMA tidemark`)
+	applied, pending, err := migrations.Status(ctx, dsn)
+	if err != nil || len(pending) != 0 || len(applied) != len(first.Applied) {
+		t.Fatalf("status on the legacy table: applied %v pending %v err %v", applied, pending, err)
+	}
+	again, err := migrations.Up(ctx, dsn, testenv.Logger(t))
+	if err != nil || len(again.Applied) != 0 || again.Current != first.Current {
+		t.Fatalf("up on the legacy table: applied %v (want none), current %d, err %v", again.Applied, again.Current, err)
+	}
+	var moved bool
+	if err := pg.Connect(t, db).QueryRow(ctx, `SELECT to_regclass('tidemark.schema_migrations') IS NOT NULL AND to_regclass('public.tidemark_schema_migrations') IS NULL`).Scan(&moved); err != nil || !moved {
+		t.Fatalf("version table not moved to %s: %v %v", migrations.VersionTable, moved, err)
+	}
+}
