@@ -19,9 +19,6 @@ import (
 // capture process (the real binary) stays small because events stream to
 // Kafka as they are decoded; its peak RSS (VmHWM) is reported.
 func TestLargeTransaction(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000,000-row transaction")
-	}
 	t.Parallel()
 	const rows = 1_000_000
 	// A private server: creating a logical slot waits for every transaction

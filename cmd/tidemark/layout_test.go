@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -31,5 +34,36 @@ func TestProductDoesNotImportLab(t *testing.T) {
 	}
 	if product < 10 {
 		t.Fatalf("saw only %d product packages in go list's output:\n%s", product, out)
+	}
+}
+
+// TestNoTestSkips holds the README's promise that nothing is skipped: no
+// test file calls Skip, SkipNow or Skipf, or asks testing.Short(), so
+// `go test -short` runs exactly what `make test` runs and a missing server
+// fails a test instead of hiding it.
+func TestNoTestSkips(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "realkafka", "-f", `{{.Dir}}{{range .TestGoFiles}} {{.}}{{end}}{{range .XTestGoFiles}} {{.}}{{end}}`, "tidemark/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	skip := regexp.MustCompile(`\.(Skip|SkipNow|Skipf)\(|testing\.Short\(\)`)
+	files := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[1:] {
+			files++
+			src, err := os.ReadFile(filepath.Join(f[0], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range strings.Split(string(src), "\n") {
+				if code, _, _ := strings.Cut(l, "//"); skip.MatchString(code) {
+					t.Errorf("%s:%d: want no skipped tests (README: nothing is skipped), got %q", filepath.Join(f[0], name), i+1, strings.TrimSpace(l))
+				}
+			}
+		}
+	}
+	if files < 50 {
+		t.Fatalf("saw only %d test files in go list's output:\n%s", files, out)
 	}
 }
