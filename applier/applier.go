@@ -68,7 +68,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	a.proc = processor{
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
 		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
-		identity: a.verifiedIdentity,
+		identity: a.verifiedIdentity, ahead: new(atomic.Bool),
 	}
 	return a, nil
 }

@@ -47,7 +47,10 @@ type Cache interface {
 	Purge(ctx context.Context, tenant, item string) error
 	SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error
 	SetPartitions(ctx context.Context, n int) error
-	SetResetAt(ctx context.Context, ts time.Time) error
+	// MarkGap raises reset_at to at + promise.ResetMargin; MarkGapNow does so
+	// at the cache tier's clock. Both return the reset_at stored.
+	MarkGap(ctx context.Context, at time.Time) (time.Time, error)
+	MarkGapNow(ctx context.Context) (time.Time, error)
 	ReadWatermark(ctx context.Context) (cache.Watermark, error)
 	ServerIdentity(ctx context.Context) (string, error)
 	CheckEvictionPolicy(ctx context.Context) error

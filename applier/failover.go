@@ -99,7 +99,8 @@ func (a *Applier) preflight(ctx context.Context) error {
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash while no applier watched: setting reset_at and rewinding partitions as they are assigned",
 		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", a.cfg.HardLifetime.String())
 	a.met.failoverRewinds.Inc()
-	err = retry(ctx, bo, a.log, "set reset_at after failover", func(ctx context.Context) error { return a.cache.SetResetAt(ctx, at) })
+	// reset_at by the cache tier's clock plus the margin, not this host's.
+	err = retry(ctx, bo, a.log, "set reset_at after failover", func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", a.cfg.HardLifetime.String()+" + lag")
 	a.met.failoverRewinds.Inc()
 	err = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "set reset_at after failover",
-		func(ctx context.Context) error { return a.cache.SetResetAt(ctx, at) })
+		func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
 	if err != nil {
 		return false // stopping
 	}

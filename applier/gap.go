@@ -113,15 +113,20 @@ func (a *Applier) dataLoss(ctx context.Context, ps []int32) {
 	a.rewind(ctx, at)
 }
 
-// gap sets reset_at = at (cached entries observed before it are no longer
-// extended by the watermark), retrying until Redis takes it, and counts it.
+// gap sets reset_at to the cache tier's clock plus promise.ResetMargin
+// (cached entries observed before it are no longer extended by the
+// watermark; Redis's clock, not this host's, so a fast or slow applier
+// cannot place it), retrying until Redis takes it, and counts it. at is
+// this process's time of the event, used only to place the rewind.
 func (a *Applier) gap(ctx context.Context, reason string, partitions int, at time.Time) error {
+	var resetAt time.Time
 	err := retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "set reset_at after a gap",
-		func(ctx context.Context) error { return a.cache.SetResetAt(ctx, at) })
+		func(ctx context.Context) error { var err error; resetAt, err = a.cache.MarkGapNow(ctx); return err })
 	if err != nil {
 		return err
 	}
 	a.met.gaps.WithLabelValues(reason).Add(float64(partitions))
-	a.log.Warn("gap in the topic: reset_at set; cached entries observed before it will not be extended", "reason", reason, "partitions", partitions)
+	a.log.Warn("gap in the topic: reset_at set; cached entries observed before it will not be extended", "reason", reason, "partitions", partitions,
+		"reset_at", resetAt.UTC(), "noticed_at", at.UTC())
 	return nil
 }

@@ -31,6 +31,7 @@ type metrics struct {
 	stalled          *prometheus.GaugeVec
 	stalls           prometheus.Counter
 	gaps             *prometheus.CounterVec
+	aheadRefused     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -65,6 +66,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		gaps: in.CounterVec("tidemark_applier_gaps_total",
 			"Partitions found to have lost records in the topic (reset_at set, partition rewound), by reason.",
 			"reason"),
+		aheadRefused: in.Counter("tidemark_applier_watermarks_refused_total",
+			"Resolved markers whose time the cache tier refused as ahead of its clock by more than the clock bound."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -50,6 +51,9 @@ type processor struct {
 	stall func(partition int32, what string, err error)
 	// identity is the cache tier identity stored with each watermark.
 	identity func() string
+	// ahead is set while the cache tier refuses this applier's resolved
+	// times as ahead of its clock (one log line per episode).
+	ahead *atomic.Bool
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -259,9 +263,10 @@ func (p *processor) retry(ctx context.Context, partition int32, what string, fn 
 // event time.
 func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Record, ev schema.Event) (time.Time, error) {
 	var (
-		what string
-		t    time.Time
-		fn   func(context.Context) error
+		what    string
+		t       time.Time
+		fn      func(context.Context) error
+		refused bool
 	)
 	switch e := ev.(type) {
 	case *schema.Change:
@@ -271,8 +276,10 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 			what = "purge"
 			fn = func(ctx context.Context) error { return p.cache.Purge(ctx, e.Tenant, e.Item) }
 		case schema.OpTruncate:
+			// The commit timestamp is taken before the commit is visible,
+			// and readers' clocks may be ahead: MarkGap adds the margin.
 			what = "set reset_at (truncate)"
-			fn = func(ctx context.Context) error { return p.cache.SetResetAt(ctx, e.CommitTime) }
+			fn = func(ctx context.Context) error { _, err := p.cache.MarkGap(ctx, e.CommitTime); return err }
 		}
 	case *schema.Resolved:
 		t = e.ResolvedTime
@@ -285,12 +292,21 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 			if p.identity != nil {
 				id = p.identity()
 			}
-			return p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)
+			err := p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)
+			if errors.Is(err, cache.ErrWatermarkAhead) {
+				// Refused, and counted in the hash: a resolved time from the
+				// future vouches for nothing. The partition moves on; its
+				// watermark waits for a marker the cache tier's clock allows.
+				refused = true
+				p.refusedAhead(partition, err)
+				return nil
+			}
+			return err
 		}
 	case *schema.Reset:
 		t = e.ResetTime
 		what = "set reset_at"
-		fn = func(ctx context.Context) error { return p.cache.SetResetAt(ctx, e.ResetTime) }
+		fn = func(ctx context.Context) error { _, err := p.cache.MarkGap(ctx, e.ResetTime); return err }
 	}
 	if fn == nil {
 		return t, nil
@@ -300,11 +316,27 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 	if err := p.retry(ctx, partition, what, fn); err != nil {
 		return t, err
 	}
+	if refused {
+		return time.Time{}, nil // no watermark was written
+	}
+	if _, ok := ev.(*schema.Resolved); ok && p.ahead != nil && p.ahead.CompareAndSwap(true, false) {
+		p.log.Info("resolved times are within the cache tier's clock again; watermarks move", "partition", partition)
+	}
 	if c, ok := ev.(*schema.Change); ok {
 		p.met.commitToApply.Observe(time.Since(c.CommitTime).Seconds())
 		p.count(resultApplied)
 	}
 	return t, nil
+}
+
+// refusedAhead counts a resolved time the cache tier refused as ahead of its
+// clock and logs the first of an episode.
+func (p *processor) refusedAhead(partition int32, err error) {
+	p.met.aheadRefused.Inc()
+	if p.ahead == nil || p.ahead.CompareAndSwap(false, true) {
+		p.log.Error("resolved time refused: ahead of the cache tier's clock (a Postgres clock stepped ahead, or a heartbeat message capture did not write); the watermark holds",
+			"partition", partition, "err", err)
+	}
 }
 
 // deadLetter handles a record no Redis state could ever accept (undecodable,

@@ -45,9 +45,13 @@ func (f *fakeCache) SetWatermarkIdentity(_ context.Context, p int32, ts time.Tim
 	return nil
 }
 func (f *fakeCache) SetPartitions(context.Context, int) error { return nil }
-func (f *fakeCache) SetResetAt(_ context.Context, ts time.Time) error {
+func (f *fakeCache) MarkGap(_ context.Context, ts time.Time) (time.Time, error) {
 	f.log(fmt.Sprintf("reset %d", ts.Unix()))
-	return nil
+	return ts, nil
+}
+func (f *fakeCache) MarkGapNow(context.Context) (time.Time, error) {
+	f.log("reset now")
+	return time.Now(), nil
 }
 func (f *fakeCache) ReadWatermark(context.Context) (cache.Watermark, error) {
 	return cache.Watermark{}, nil

@@ -13,6 +13,7 @@ type metrics struct {
 	fillRejected  *prometheus.CounterVec
 	invalidations *prometheus.CounterVec
 	watermarkAge  prometheus.Gauge
+	wmRepairs     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,7 +29,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Invalidations by result: applied, duplicate, older, error.",
 			"result"),
 		watermarkAge: in.Gauge("tidemark_cache_watermark_age_seconds",
-			"Age of the freshness watermark W as last polled by this process; +Inf while W is unknown."),
+			"Age of the freshness watermark W as last polled by this process; +Inf while W is unknown (or ahead of the cache tier's clock)."),
+		wmRepairs: in.Counter("tidemark_cache_watermark_repairs_total",
+			"Partition watermarks deleted because they were ahead of the cache tier's clock by more than the clock bound."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

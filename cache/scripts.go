@@ -2,8 +2,11 @@ package cache
 
 import (
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"tidemark/promise"
 )
 
 // The Lua sources run atomically in Redis; see each file's header for its
@@ -17,6 +20,14 @@ var (
 	invalidateLua string
 	//go:embed scripts/raise.lua
 	raiseLua string
+	//go:embed scripts/watermark.lua
+	watermarkLua string
+	//go:embed scripts/wmread.lua
+	wmreadLua string
+	//go:embed scripts/wmrepair.lua
+	wmrepairLua string
+	//go:embed scripts/gap.lua
+	gapLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/version.lua
@@ -37,27 +48,39 @@ var (
 // once; Run falls back from EVALSHA to EVAL on NOSCRIPT).
 type scripts struct {
 	lookup, fill, invalidate, raise, release *redis.Script
+	// the watermark hash (watermark.go)
+	watermark, wmread, wmrepair, gap *redis.Script
 	// hot-key replicas (replica.go)
 	replicaSource, replicaPut, replicaRead, replicaSwitch *redis.Script
 }
 
+// clockLua is prepended to the scripts that judge a time against the cache
+// tier's clock: the one bound every host's clock must keep (promise.ClockBound).
+var clockLua = fmt.Sprintf("local clock_bound_ms = %d\n", promise.ClockBound.Milliseconds())
+
 func newScripts() scripts {
 	return scripts{
-		lookup:     redis.NewScript(versionLua + lookupLua),
+		watermark: redis.NewScript(clockLua + watermarkLua),
+		wmread:    redis.NewScript(wmreadLua),
+		wmrepair:  redis.NewScript(clockLua + wmrepairLua),
+		gap:       redis.NewScript(gapLua),
+
+		lookup:     redis.NewScript(clockLua + versionLua + lookupLua),
 		fill:       redis.NewScript(versionLua + fillLua),
 		invalidate: redis.NewScript(versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
 		release:    redis.NewScript(releaseLua),
 
-		replicaSource: redis.NewScript(versionLua + effectiveLua + replicaSourceLua),
-		replicaPut:    redis.NewScript(effectiveLua + replicaPutLua),
-		replicaRead:   redis.NewScript(effectiveLua + replicaReadLua),
-		replicaSwitch: redis.NewScript(versionLua + effectiveLua + replicaSwitchLua),
+		replicaSource: redis.NewScript(clockLua + versionLua + effectiveLua + replicaSourceLua),
+		replicaPut:    redis.NewScript(clockLua + effectiveLua + replicaPutLua),
+		replicaRead:   redis.NewScript(clockLua + effectiveLua + replicaReadLua),
+		replicaSwitch: redis.NewScript(clockLua + versionLua + effectiveLua + replicaSwitchLua),
 	}
 }
 
 func (s scripts) all() []*redis.Script {
-	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.release, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch}
+	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.release, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch,
+		s.watermark, s.wmread, s.wmrepair, s.gap}
 }
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for

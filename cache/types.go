@@ -118,4 +118,16 @@ type Watermark struct {
 	Identity     string              // cache tier identity stored with the last watermark (FieldIdentity); empty if none
 	Found        bool                // the hash exists
 	ReadAt       time.Time           // when it was read (local clock)
+	// ServerNow is the cache tier's clock when the hash was read (zero when
+	// parsed without it). Ahead lists the partitions whose p<N> was ahead
+	// of it by more than promise.ClockBound: they count as missing.
+	ServerNow time.Time
+	Ahead     []int32
+	// FutureRefused counts resolved times the cache tier refused as ahead
+	// of its clock; the last one was FutureValue for FutureField at
+	// FutureRefusedAt (the cache tier's clock).
+	FutureRefused   int64
+	FutureRefusedAt time.Time
+	FutureField     string
+	FutureValue     time.Time
 }

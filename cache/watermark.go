@@ -2,12 +2,15 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"tidemark/promise"
 	"tidemark/schema"
 )
 
@@ -34,6 +37,7 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			failing = false
 			c.wm.Store(&wm)
+			c.repairAhead(ctx, wm)
 		}
 		c.observeAge()
 		select {
@@ -58,13 +62,50 @@ func (c *Client) observeAge() {
 // unknown, before the first one).
 func (c *Client) Watermark() Watermark { return *c.wm.Load() }
 
-// ReadWatermark reads the watermark hash now.
+// repairAhead deletes partition watermarks ahead of the cache tier's clock
+// (stored before the cache tier refused them, or left when its clock
+// stepped back): kept, they would vouch for entries once real time caught
+// up with them. The script checks again against Redis TIME.
+func (c *Client) repairAhead(ctx context.Context, wm Watermark) {
+	if len(wm.Ahead) == 0 {
+		return
+	}
+	fields := make([]any, len(wm.Ahead))
+	for i, p := range wm.Ahead {
+		fields[i] = schema.WatermarkField(p)
+	}
+	n, err := c.s.wmrepair.Run(ctx, c.rdb, []string{c.wmKey}, fields...).Int()
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("cannot delete partition watermarks ahead of the cache tier's clock", "partitions", fmt.Sprint(wm.Ahead), "err", err)
+		}
+		return
+	}
+	if n > 0 {
+		c.m.wmRepairs.Add(float64(n))
+		c.log.Error("deleted partition watermarks ahead of the cache tier's clock; they are unknown until their next resolved marker",
+			"partitions", fmt.Sprint(wm.Ahead), "redis_time", wm.ServerNow.UTC(), "bound", promise.ClockBound)
+	}
+}
+
+// ReadWatermark reads the watermark hash now, with the cache tier's clock.
 func (c *Client) ReadWatermark(ctx context.Context) (Watermark, error) {
-	h, err := c.rdb.HGetAll(ctx, c.wmKey).Result()
+	r, err := c.s.wmread.Run(ctx, c.rdb, []string{c.wmKey}).StringSlice()
 	if err != nil {
 		return Watermark{}, fmt.Errorf("cache: read watermark %s: %w", c.wmKey, err)
 	}
-	wm, err := parseWatermark(h)
+	if len(r)%2 != 1 {
+		return Watermark{}, fmt.Errorf("cache: read watermark %s: %d reply elements", c.wmKey, len(r))
+	}
+	now, err := strconv.ParseInt(r[0], 10, 64)
+	if err != nil {
+		return Watermark{}, fmt.Errorf("cache: read watermark %s: server time %q", c.wmKey, r[0])
+	}
+	h := make(map[string]string, len(r)/2)
+	for i := 1; i+1 < len(r); i += 2 {
+		h[r[i]] = r[i+1]
+	}
+	wm, err := parseWatermark(h, time.UnixMilli(now))
 	if err != nil {
 		return Watermark{}, fmt.Errorf("cache: read watermark %s: %w", c.wmKey, err)
 	}
@@ -75,12 +116,24 @@ func (c *Client) ReadWatermark(ctx context.Context) (Watermark, error) {
 // (ServerIdentity) the applier verified when it last wrote a watermark.
 const FieldIdentity = "identity"
 
-func parseWatermark(h map[string]string) (Watermark, error) {
-	wm := Watermark{PerPartition: map[int32]time.Time{}, ReadAt: time.Now(), Found: len(h) > 0}
+func parseWatermark(h map[string]string, serverNow time.Time) (Watermark, error) {
+	wm := Watermark{PerPartition: map[int32]time.Time{}, ReadAt: time.Now(), Found: len(h) > 0, ServerNow: serverNow}
 	for f, v := range h {
 		switch {
 		case f == FieldIdentity:
 			wm.Identity = v
+		case f == schema.FieldFutureRefused:
+			wm.FutureRefused, _ = strconv.ParseInt(v, 10, 64)
+		case f == schema.FieldFutureRefusedAt:
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				wm.FutureRefusedAt = time.UnixMilli(ms)
+			}
+		case f == schema.FieldFutureRefusedField:
+			wm.FutureField = v
+		case f == schema.FieldFutureRefusedValue:
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				wm.FutureValue = time.UnixMilli(ms)
+			}
 		case f == schema.FieldPartitions:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -105,11 +158,21 @@ func parseWatermark(h map[string]string) (Watermark, error) {
 			wm.PerPartition[int32(p)] = time.UnixMilli(ms)
 		}
 	}
+	// A partition watermark ahead of the cache tier's clock vouches for
+	// nothing (LOOKUP ignores such a W too): it counts as missing.
+	if !serverNow.IsZero() {
+		for p, ts := range wm.PerPartition {
+			if ts.After(serverNow.Add(promise.ClockBound)) {
+				wm.Ahead = append(wm.Ahead, p)
+			}
+		}
+		slices.Sort(wm.Ahead)
+	}
 	// W is a promise about every partition: unknown while any is missing.
 	wm.Known = wm.Partitions > 0
 	for p := 0; p < wm.Partitions && wm.Known; p++ {
 		ts, ok := wm.PerPartition[int32(p)]
-		if !ok {
+		if !ok || slices.Contains(wm.Ahead, int32(p)) {
 			wm.Known = false
 			break
 		}
@@ -128,9 +191,16 @@ func (c *Client) SetWatermark(ctx context.Context, partition int32, ts time.Time
 	return c.SetWatermarkIdentity(ctx, partition, ts, "")
 }
 
+// ErrWatermarkAhead is returned when the cache tier refuses a watermark
+// ahead of its clock by more than promise.ClockBound. Nothing was written
+// except the refusal count; the partition's watermark stays where it was.
+var ErrWatermarkAhead = errors.New("cache: watermark ahead of the cache tier's clock")
+
 // SetWatermarkIdentity is SetWatermark that also stores identity (when not
 // empty), the ServerIdentity the caller verified, in the same atomic write:
 // the stored identity always belongs to a writer that knew the tier's state.
+// A ts ahead of the cache tier's clock by more than promise.ClockBound is
+// refused (ErrWatermarkAhead); a stored value that is ahead is replaced.
 func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error {
 	if partition < 0 {
 		return fmt.Errorf("cache: set watermark: negative partition %d", partition)
@@ -139,19 +209,58 @@ func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts t
 	if identity != "" {
 		args = append(args, identity)
 	}
-	if err := c.s.raise.Run(ctx, c.rdb, []string{c.wmKey}, args...).Err(); err != nil {
+	r, err := c.s.watermark.Run(ctx, c.rdb, []string{c.wmKey}, args...).Int64Slice()
+	if err == nil && len(r) != 2 {
+		err = fmt.Errorf("WATERMARK replied %d values, want 2", len(r))
+	}
+	if err != nil {
 		return fmt.Errorf("cache: set watermark p%d: %w", partition, err)
+	}
+	if r[0] < 0 {
+		now := time.UnixMilli(r[1])
+		return fmt.Errorf("%w: p%d = %s is %s ahead of Redis TIME %s (bound %s)", ErrWatermarkAhead, partition,
+			ts.UTC().Format(time.RFC3339Nano), ts.Sub(now), now.UTC().Format(time.RFC3339Nano), promise.ClockBound)
 	}
 	return nil
 }
 
-// SetResetAt raises reset_at to ts (never lowers it): entries observed
-// before it are no longer extended by the watermark.
+// SetResetAt raises reset_at to exactly ts (never lowers it). The pipeline
+// marks gaps with MarkGap and MarkGapNow, which add promise.ResetMargin;
+// this is for operators and tests.
 func (c *Client) SetResetAt(ctx context.Context, ts time.Time) error {
 	if err := c.raise(ctx, schema.FieldResetAt, ts); err != nil {
 		return fmt.Errorf("cache: set reset_at: %w", err)
 	}
 	return nil
+}
+
+// MarkGap raises reset_at to at + promise.ResetMargin (never lowers it): no
+// entry observed before it is extended by the watermark. at comes from a
+// clock the design bounds (a commit timestamp, Postgres's clock in a reset
+// marker); the margin covers the commit becoming visible after its
+// timestamp and two clocks up to promise.ClockBound apart. It returns the
+// reset_at now stored.
+func (c *Client) MarkGap(ctx context.Context, at time.Time) (time.Time, error) {
+	return c.gap(ctx, strconv.FormatInt(at.UnixMilli(), 10))
+}
+
+// MarkGapNow is MarkGap at the cache tier's own clock (Redis TIME), for
+// gaps noticed by a process (the applier's data loss and failover resets):
+// it does not depend on the caller's clock.
+func (c *Client) MarkGapNow(ctx context.Context) (time.Time, error) {
+	return c.gap(ctx, "now")
+}
+
+func (c *Client) gap(ctx context.Context, at string) (time.Time, error) {
+	s, err := c.s.gap.Run(ctx, c.rdb, []string{c.wmKey}, at, promise.ResetMargin.Milliseconds()).Text()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("cache: set reset_at: %w", err)
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("cache: set reset_at: GAP replied %q", s)
+	}
+	return time.UnixMilli(ms), nil
 }
 
 // SetPartitions records the topic's partition count.

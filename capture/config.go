@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		StateColumn:     "state",
 		DeletedState:    "deleted",
 		Heartbeat:       time.Second,
-		HeartbeatMargin: 500 * time.Millisecond,
+		HeartbeatMargin: promise.HeartbeatMargin,
 		HeartbeatMode:   HeartbeatAuto,
 		HeartbeatTable:  "catalog.tidemark_heartbeat",
 		StatusInterval:  time.Second,
@@ -103,8 +103,9 @@ func (c Config) Validate() error {
 	if c.Heartbeat < 10*time.Millisecond {
 		p.Add("Heartbeat", "must be at least 10ms (got %s)", c.Heartbeat)
 	}
-	if c.HeartbeatMargin < 0 {
-		p.Add("HeartbeatMargin", "must not be negative (got %s)", c.HeartbeatMargin)
+	if c.HeartbeatMargin < 0 || c.HeartbeatMargin > promise.HeartbeatMargin {
+		// Reset margins (promise.ResetMargin) are sized for this bound.
+		p.Add("HeartbeatMargin", "must be between 0 and %s (got %s)", promise.HeartbeatMargin, c.HeartbeatMargin)
 	}
 	switch c.HeartbeatMode {
 	case HeartbeatAuto, HeartbeatMessage, HeartbeatRow:

@@ -86,7 +86,14 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		si.exists = true
 	}
 	if len(reasons) > 0 {
-		if err := c.reset(ctx, partitions, reasons); err != nil {
+		// The reset's time is the Postgres server's clock, the clock commit
+		// timestamps and heartbeats use (capture runs no clock guard of its
+		// own); the applier adds promise.ResetMargin when it sets reset_at.
+		var at time.Time
+		if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
+			return si, fmt.Errorf("capture: read the server clock for the reset marker: %w", err)
+		}
+		if err := c.reset(ctx, at, partitions, reasons); err != nil {
 			return si, err
 		}
 	}
@@ -118,11 +125,11 @@ func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// reset sends one reset marker (reset_time = now) to every partition and
-// waits until Kafka holds them.
-func (c *Capture) reset(ctx context.Context, partitions int, reasons []string) error {
+// reset sends one reset marker (reset_time = at, the server's clock) to
+// every partition and waits until Kafka holds them.
+func (c *Capture) reset(ctx context.Context, at time.Time, partitions int, reasons []string) error {
 	reason := strings.Join(reasons, ",")
-	v := schema.Encode(&schema.Reset{ResetTime: time.Now(), Reason: reason})
+	v := schema.Encode(&schema.Reset{ResetTime: at, Reason: reason})
 	tr := relay.NewTracker(0)
 	x := tr.Begin()
 	for p := range partitions {

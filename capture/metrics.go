@@ -19,6 +19,7 @@ type metrics struct {
 	safeWAL      prometheus.Gauge
 	resets       *prometheus.CounterVec
 	heartbeats   prometheus.Counter
+	beatSkipped  prometheus.Counter
 }
 
 // walStatuses are pg_replication_slots.wal_status values; exactly one is 1.
@@ -35,6 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		safeWAL:      in.Gauge("tidemark_slot_safe_wal_size_bytes", "pg_replication_slots.safe_wal_size (-1 when unlimited)."),
 		resets:       in.CounterVec("tidemark_capture_resets_total", "Reset markers sent for detected gaps, by reason.", "reason"),
 		heartbeats:   in.Counter("tidemark_capture_heartbeats_total", "Heartbeats read back from the stream (each sends resolved markers)."),
+		beatSkipped:  in.Counter("tidemark_capture_heartbeats_skipped_total", "Heartbeat-prefix messages or heartbeat-row updates skipped because they do not carry a time (not written by capture)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, fmt.Errorf("capture: register metrics: %w", err)

@@ -35,6 +35,8 @@ type streamer struct {
 	sent       schema.LSN // last LSN sent in a standby status
 	nextStatus time.Time
 
+	lastSkipLog time.Time // last warning about a skipped heartbeat
+
 	upserts, deletes, truncates prometheus.Counter
 }
 
@@ -212,7 +214,11 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 		}
 		at, err := messageTime(m.Content)
 		if err != nil {
-			return err
+			// Any role allowed to emit a logical message can write this
+			// prefix: a message capture did not write is skipped, never a
+			// reason to stop (a restart would stop on it again).
+			s.skipBeat(err)
+			return nil
 		}
 		if s.txn != nil { // not expected with proto 1; keep it behind the open transaction
 			s.beat = at
@@ -223,6 +229,16 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 		s.tr.Close(x, schema.LSN(m.LSN))
 	}
 	return nil
+}
+
+// skipBeat counts a heartbeat that carries no time and warns, at most once
+// a minute (a role emitting such messages in a loop must not flood the log).
+func (s *streamer) skipBeat(err error) {
+	s.c.m.beatSkipped.Inc()
+	if now := time.Now(); now.Sub(s.lastSkipLog) >= time.Minute {
+		s.lastSkipLog = now
+		s.c.log.Warn("skipped a heartbeat capture did not write; the watermark waits for the next one", "err", err)
+	}
 }
 
 func (s *streamer) change() *schema.Change {
@@ -247,7 +263,8 @@ func (s *streamer) row(ctx context.Context, relID uint32, t *pglogrepl.TupleData
 	case relHeartbeat:
 		at, err := beatTime(r, t)
 		if err != nil {
-			return err
+			s.skipBeat(err) // as for a heartbeat message: not capture's write
+			return nil
 		}
 		s.beat = at
 	}

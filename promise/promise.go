@@ -15,6 +15,16 @@ const Bound = 30 * time.Second
 // clock guard stops trusting a host past it.
 const ClockBound = 100 * time.Millisecond
 
+// HeartbeatMargin is the most capture subtracts from a heartbeat's time for
+// its resolved marker (commit timestamps versus WAL order).
+const HeartbeatMargin = 500 * time.Millisecond
+
+// ResetMargin is added to every reset time (a TRUNCATE's commit timestamp,
+// capture's gap resets, the applier's gap and failover resets): a commit
+// timestamp is taken before the commit is visible, and a read's observation
+// time comes from a clock up to ClockBound off, on either side.
+const ResetMargin = HeartbeatMargin + 2*ClockBound
+
 // HardLifetime is the cache tier's hard lifetime of an entry from its
 // effective observation: the promise minus the clock skew allowed on each of
 // the two hosts that stamp and judge it (30 s - 2 x 100 ms = 29.8 s).

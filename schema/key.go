@@ -164,7 +164,15 @@ func WatermarkKey(ns string) string { return ns + ":v1:_tidemark" }
 const (
 	FieldResetAt    = "reset_at"
 	FieldPartitions = "partitions"
+	// FieldFutureRefused counts resolved times the cache tier refused for
+	// being ahead of its clock; FieldFutureRefusedAt (Redis time, unix ms),
+	// FieldFutureRefusedField and FieldFutureRefusedValue describe the last.
+	FieldFutureRefused      = "future_refused"
+	FieldFutureRefusedAt    = "future_refused_at"
+	FieldFutureRefusedField = "future_refused_field"
+	FieldFutureRefusedValue = "future_refused_value"
 )
+
 
 // WatermarkField is the watermark hash field of partition p: "p<N>".
 func WatermarkField(partition int32) string {

@@ -18,6 +18,7 @@ import (
 
 	"tidemark/applier"
 	"tidemark/cache"
+
 	"tidemark/internal/config"
 	"tidemark/internal/kafkaconn"
 	"tidemark/promise"
@@ -113,8 +114,11 @@ type Report struct {
 	// EvictionPolicy is each Redis master's maxmemory-policy; allkeys-*
 	// may evict the watermark hash (reset_at), see cache.CheckEvictionPolicy.
 	EvictionPolicy map[string]string `json:"maxmemory_policy,omitempty"`
-	SLOSeconds     float64           `json:"slo_seconds"`
-	WarnSeconds    float64           `json:"warn_seconds"`
+	// FutureRefused counts resolved times the cache tier refused as ahead
+	// of its clock (ever; a recent one is in the verdict).
+	FutureRefused int64   `json:"future_refused,omitempty"`
+	SLOSeconds    float64 `json:"slo_seconds"`
+	WarnSeconds   float64 `json:"warn_seconds"`
 	// Warm is the warmer's last or current run (nil: never ran); Audit the
 	// auditor's figures of the process serving the status page.
 	Warm  *WarmUp `json:"warm,omitempty"`
@@ -155,6 +159,7 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 		rep.ResetAt = &t
 	}
 	rep.verdict(cfg, wm, now)
+	rep.futureRefusals(wm)
 	rep.stalled(now)
 	rep.evictable()
 	return rep, nil
@@ -210,6 +215,10 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 		if len(missing) > 0 {
 			rep.Reason += " for partition(s) " + strings.Join(missing, ",")
 		}
+		if len(wm.Ahead) > 0 {
+			rep.Reason += fmt.Sprintf(" (partition(s) %s ahead of the cache tier's clock by more than %s: they vouch for nothing)",
+				joinInts(wm.Ahead), promise.ClockBound)
+		}
 		rep.Reason += ": nothing bounds the age of pending events (is the applier running? is capture sending heartbeats?)"
 		return
 	}
@@ -225,6 +234,34 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 	default:
 		rep.Verdict, rep.Reason = Breached, fmt.Sprintf("watermark age %s > SLO %s", round(age), cfg.SLO)
 	}
+}
+
+// futureRefusals makes a recently refused resolved time part of the verdict:
+// some host's clock (Postgres's, most likely) is ahead of the cache tier's,
+// or a heartbeat message was sent by hand; the watermark holds meanwhile.
+func (rep *Report) futureRefusals(wm cache.Watermark) {
+	rep.FutureRefused = wm.FutureRefused
+	if wm.FutureRefused == 0 || wm.ServerNow.Sub(wm.FutureRefusedAt) > futureRefusalRecent {
+		return
+	}
+	if rep.Verdict == OK {
+		rep.Verdict = AtRisk
+	}
+	rep.Reason += fmt.Sprintf("; resolved time %s for %s refused %s ago: %s ahead of the cache tier's clock (%d refused in all; is the Postgres clock stepped?)",
+		wm.FutureValue.UTC().Format(time.RFC3339Nano), wm.FutureField, round(wm.ServerNow.Sub(wm.FutureRefusedAt)),
+		round(wm.FutureValue.Sub(wm.FutureRefusedAt)), wm.FutureRefused)
+}
+
+// futureRefusalRecent is how long a refused resolved time keeps the verdict
+// at least AT RISK.
+const futureRefusalRecent = time.Minute
+
+func joinInts(ps []int32) string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = fmt.Sprint(p)
+	}
+	return strings.Join(out, ",")
 }
 
 func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }

@@ -14,6 +14,12 @@ local maxage = tonumber(ARGV[6])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A watermark ahead of this server's clock by more than the clock bound
+-- vouches for nothing (a heartbeat from a host whose clock stepped ahead):
+-- it counts as unknown.
+if w > now + clock_bound_ms then
+  w = 0
+end
 
 local h = redis.call('HMGET', key, 'v', 'p', 'obs', 'soft', 'hard', 'nf', 'floor', 'tok', 'texp', 'stale', 'rep')
 local need = h[7] or '0'

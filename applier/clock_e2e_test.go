@@ -1,0 +1,75 @@
+package applier
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark/lab/testenv"
+	"tidemark/promise"
+	"tidemark/schema"
+)
+
+// markers sends ev to every partition under its marker key.
+func (r *rig) markers(ev schema.Event) {
+	r.t.Helper()
+	var recs []*kgo.Record
+	for p := int32(0); p < r.partitions; p++ {
+		recs = append(recs, &kgo.Record{Partition: p, Key: []byte(schema.MarkerKey(p)), Value: schema.Encode(ev)})
+	}
+	r.produce(r.manual, recs...)
+}
+
+// resetAtIs waits until reset_at is exactly want.
+func (r *rig) resetAtIs(want time.Time, what string) {
+	r.t.Helper()
+	testenv.Eventually(r.t, 20*time.Second, what, func() error {
+		if got := r.watermark().ResetAt; !got.Equal(want) {
+			return fmt.Errorf("reset_at = %s, want %s", got.UTC().Format(time.RFC3339Nano), want.UTC().Format(time.RFC3339Nano))
+		}
+		return nil
+	})
+}
+
+// A TRUNCATE's commit timestamp is taken before the commit is visible and
+// readers' clocks may be up to the clock bound ahead: reset_at is the
+// commit time plus promise.ResetMargin, and so is a reset marker's.
+func TestResetsCarryTheMargin(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 2)
+	r.start(r.config(), nil)
+	commit := time.Now().Add(-10 * time.Second).Truncate(time.Millisecond)
+	r.markers(&schema.Change{Op: schema.OpTruncate, LSN: 1, CommitTime: commit, Xid: 1})
+	r.resetAtIs(commit.Add(promise.ResetMargin), "reset_at = TRUNCATE commit + margin")
+	gap := commit.Add(5 * time.Second)
+	r.markers(&schema.Reset{ResetTime: gap, Reason: "slot_missing"})
+	r.resetAtIs(gap.Add(promise.ResetMargin), "reset_at = reset marker time + margin")
+}
+
+// A resolved marker an hour ahead of the cache tier's clock (Postgres's
+// clock stepped, or a heartbeat sent by hand) is refused and counted; the
+// partition keeps applying, and the next marker the clock allows moves W.
+func TestResolvedFromTheFutureIsRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 1)
+	run := r.start(r.config(), nil)
+	r.resolved(time.Now().Add(time.Hour))
+	r.produce(r.prod, changeRecord(change{"t1", "after", 3}, time.Now()))
+	r.waitFloors(20*time.Second, map[string]int64{"after": 3})
+	if wm := r.watermark(); wm.Known || wm.FutureRefused != 1 {
+		t.Fatalf("after a marker an hour ahead: watermark %+v, want unknown with one refusal", wm)
+	}
+	if n := testenv.Metric(t, run.reg, "tidemark_applier_watermarks_refused_total"); n != 1 {
+		t.Fatalf("tidemark_applier_watermarks_refused_total = %v, want 1", n)
+	}
+	good := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	r.resolved(good)
+	testenv.Eventually(t, 20*time.Second, "W at the good marker", func() error {
+		if wm := r.watermark(); !wm.Known || !wm.W.Equal(good) {
+			return fmt.Errorf("watermark %+v", wm)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,31 @@
+-- WATERMARK(hash; field, value_ms[, identity]) -> {result, now_ms}
+-- Raises a partition watermark p<N> (docs/design.md, "Freshness watermark").
+-- result: 1 raised, 0 kept (already at least as high), -1 refused: the value
+-- is ahead of this server's clock by more than clock_bound_ms (a heartbeat
+-- from a host whose clock stepped, or a message nobody should have sent);
+-- refusals are counted in the hash (future_refused, future_refused_at,
+-- future_refused_field, future_refused_value) for `tidemark status`. A
+-- stored value itself ahead of the clock is replaced, never kept. With
+-- identity, it also stores the cache tier identity the writer verified.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = tonumber(ARGV[2])
+if v == nil then
+  return redis.error_reply('ERR watermark value is not a number')
+end
+if v > now + clock_bound_ms then
+  redis.call('HINCRBY', KEYS[1], 'future_refused', 1)
+  redis.call('HSET', KEYS[1], 'future_refused_at', string.format('%d', now),
+    'future_refused_field', ARGV[1], 'future_refused_value', ARGV[2])
+  return {-1, now}
+end
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+local raised = 0
+if cur == nil or v > cur or cur > now + clock_bound_ms then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  raised = 1
+end
+if ARGV[3] then
+  redis.call('HSET', KEYS[1], 'identity', ARGV[3])
+end
+return {raised, now}
