@@ -182,12 +182,14 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 		if minVersion > 0 && !floorChecked && !(lr.Status == cache.StatusHit && e.Version >= minVersion) {
 			floorChecked = true
 			if floor, beyond := s.beyondFloor(ctx, tenant, id, minVersion, e.Version); beyond {
+				s.releaseLease(ctx, tenant, id, lr.Token)
 				return s.minVersionTooHigh(floor)
 			}
 		}
 		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !s.clock.Now().Before(e.Hard) {
 			// Redis's clock still said yes; ours says the hard deadline has
 			// passed. The deadline wins: read the source, fill nothing.
+			s.releaseLease(ctx, tenant, id, lr.Token)
 			return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=hard-expired")
 		}
 		switch lr.Status {
@@ -246,6 +248,20 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 		// A value below min_version that the cache still answered with: read
 		// the source without a lease (nothing is filled).
 		return s.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=min-version")
+	}
+}
+
+// releaseLease gives back a lease LOOKUP issued to a read that returns
+// without filling, so the key's next reader misses at once instead of
+// waiting out the lease (every early return of resolve that holds one).
+func (s *Server) releaseLease(ctx context.Context, tenant, id string, tok cache.Token) {
+	if tok.IsZero() {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+	defer cancel()
+	if _, err := s.cache.Release(fctx, tenant, id, tok); err != nil {
+		s.log.Warn("lease release failed", "tenant", tenant, "item", id, "err", err) // it expires by itself
 	}
 }
 

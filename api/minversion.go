@@ -10,9 +10,9 @@ import (
 // Read-your-writes reads (min_version) are bounded three ways, so a client
 // cannot turn them into a stream of source reads: they are metered in their
 // own budget class with a fair share per tenant; a min_version further above
-// the newest version the cache tier knows for the key (its floor) than
-// MinVersionSlack is refused with 400, since no write this deployment has
-// seen can have produced it; and a source read that found the item below
+// the newest version the cache tier knows for the key (its floor, when one
+// is stored) than MinVersionSlack is refused with 400, since no write this
+// deployment has seen can have produced it; and a source read that found the item below
 // min_version is remembered for MinVersionMemo, so repeats are answered 412
 // without reading the source again. A write through this process forgets the
 // key's memo at once; one through another process is seen when the memo ends.
@@ -79,7 +79,12 @@ func (m *belowMinMemo) forget(key string) {
 
 // beyondFloor reports whether minVersion is more than MinVersionSlack above
 // the key's floor (known is a version the caller already saw, e.g. the
-// cached one). When the floor cannot be read, nothing is refused.
+// cached one). Only a floor that is there can refuse: a floor is kept for
+// FloorTTL and may be evicted or lost with a Redis restart, so a missing
+// one (0) says nothing about the source and a long-lived item's own
+// writer must still get its version; such reads go to the source in the
+// read-your-writes class, whose budget and the below-min memo bound them.
+// When the floor cannot be read, nothing is refused either.
 func (s *Server) beyondFloor(ctx context.Context, tenant, id string, minVersion, known int64) (int64, bool) {
 	if minVersion <= known+s.cfg.MinVersionSlack {
 		return 0, false
@@ -91,6 +96,9 @@ func (s *Server) beyondFloor(ctx context.Context, tenant, id string, minVersion,
 		return 0, false
 	}
 	floor = max(floor, known)
+	if floor <= 0 {
+		return 0, false
+	}
 	return floor, minVersion > floor+s.cfg.MinVersionSlack
 }
 

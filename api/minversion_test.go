@@ -3,9 +3,11 @@ package api
 import (
 	"testing"
 	"time"
+
+	"tidemark/schema"
 )
 
-// min_version is bounded: far above the key's known floor it is refused with
+// min_version is bounded: far above the key's stored floor it is refused with
 // 400 and no source read; a source read below it is remembered, so a repeat
 // is 412 without reading the source; a write through this process forgets
 // the memo at once.
@@ -20,11 +22,10 @@ func TestMinVersionBounds(t *testing.T) {
 		t.Fatalf("GET: %d %s", r.code, r.raw)
 	}
 	before := e.sourceReads()
-	for _, id := range []string{"b", "never-seen"} {
-		r := e.do("GET", in.item(id)+"?min_version=9223372036854775807", key, "")
-		if r.code != 400 || r.body["code"] != "min_version_out_of_range" {
-			t.Fatalf("%s: huge min_version: %d %s", id, r.code, r.raw)
-		}
+	// Refused only above a floor that is stored (a missing one says
+	// nothing: TestMinVersionAboveMissingFloor).
+	if r := e.do("GET", in.item("b")+"?min_version=9223372036854775807", key, ""); r.code != 400 || r.body["code"] != "min_version_out_of_range" {
+		t.Fatalf("huge min_version: %d %s", r.code, r.raw)
 	}
 	if got := e.sourceReads() - before; got != 0 {
 		t.Fatalf("refused min_version made %d source reads", got)
@@ -48,5 +49,43 @@ func TestMinVersionBounds(t *testing.T) {
 	}
 	if r := e.do("GET", in.item("b")+"?min_version=2", key, ""); r.code != 200 || r.version() != 2 {
 		t.Fatalf("own write after the memo: %d %s", r.code, r.raw)
+	}
+}
+
+// A long-lived item whose floor is no longer in Redis (FloorTTL passed,
+// evicted, Redis restarted): its writer's min_version reads the source in
+// the read-your-writes class instead of being refused. A min_version that a
+// stored floor does refuse gives back the lease its LOOKUP took, so the
+// key's next reader is not kept waiting.
+func TestMinVersionAboveMissingFloor(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{cfg: func(c *Config) {
+		c.L1Size, c.MinVersionSlack, c.RequestTimeout, c.SourceTimeout = 0, 10, 10*time.Second, 5*time.Second
+	}, ccfg: longSoft})
+	key := e.apiKey("acme")
+	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"old","display":"one"}`)
+	e.exec(`UPDATE catalog.items SET version = 1500 WHERE tenant_id = 'acme' AND item_id = 'old'`)
+	rkey := schema.RedisKey("catalog", "acme", "old")
+	rdb := e.redis.Client(t)
+	if err := rdb.Del(t.Context(), rkey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("GET", in.item("old")+"?min_version=1500", key, "")
+	if r.code != 200 || r.version() != 1500 {
+		t.Fatalf("min_version=1500 on an item at 1500 without a floor in Redis: %d %s, want 200 at version 1500", r.code, r.raw)
+	}
+	// A stored floor refuses a min_version far above it, and the lease goes back.
+	if err := rdb.Del(t.Context(), rkey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(t.Context(), rkey, schema.FieldFloor, "1500").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = e.do("GET", in.item("old")+"?min_version=99999", key, "")
+	if r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 1500 {
+		t.Fatalf("min_version=99999 above a stored floor of 1500: %d %s, want 400 with current_version 1500", r.code, r.raw)
+	}
+	if tok := rdb.HGet(t.Context(), rkey, "tok").Val(); tok != "" {
+		t.Fatalf("after the refused min_version the key still holds lease %q: the refusal must release the lease its LOOKUP took", tok)
 	}
 }
