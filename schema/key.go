@@ -173,7 +173,6 @@ const (
 	FieldFutureRefusedValue = "future_refused_value"
 )
 
-
 // WatermarkField is the watermark hash field of partition p: "p<N>".
 func WatermarkField(partition int32) string {
 	return "p" + strconv.FormatInt(int64(partition), 10)
