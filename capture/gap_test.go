@@ -129,11 +129,13 @@ func TestIdleSlotAdvances(t *testing.T) {
 		if got := slotLSN(t, conn, cfg.Slot); got < want {
 			return errorf("confirmed_flush_lsn %s < %s", got, want)
 		}
+		// Checked in the loop: Postgres 18 may move confirmed_flush_lsn of
+		// an idle slot on its own before capture's next status goes out.
+		if got := testenv.Metric(t, r.reg, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
+			return errorf("tidemark_capture_confirmed_lsn %v < %s", got, want)
+		}
 		return nil
 	})
-	if got := testenv.Metric(t, r.reg, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
-		t.Fatalf("tidemark_capture_confirmed_lsn %v < %s", got, want)
-	}
 }
 
 // A slot that lost WAL it still needed (max_slot_wal_keep_size) can never
