@@ -321,7 +321,7 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 	obs := s.clock.Wall()
 	// Admitted reads run to their own statement timeout even if the caller
 	// gives up: the budget is spent, and the fill still helps the next reader.
-	it, err := s.src.read(context.WithoutCancel(ctx), tenant, id)
+	it, err := s.src.read(context.WithoutCancel(ctx), class, tenant, id)
 	release()
 	switch {
 	case err != nil && isTimeout(err):

@@ -35,10 +35,21 @@ type source struct {
 	timeout time.Duration
 }
 
-// The comment makes the statement easy to find in pg_stat_statements.
-const sourceSQL = `SELECT version, display, state /* tidemark source read */ FROM catalog.items WHERE tenant_id = $1 AND item_id = $2`
+// sourceSQL is the read of one item, one statement per budget class, so the
+// source itself can tell the classes apart: pg_stat_statements groups
+// statements by their parse tree (comments do not count, a CTE's name does),
+// so each class's reads are one row of that view, and the comment names the
+// class for a person reading it. The CTE is inlined by the planner.
+var sourceSQL = func() map[string]string {
+	m := map[string]string{}
+	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
+		m[class] = `WITH source_read_` + class + ` AS (SELECT version, display, state FROM catalog.items WHERE tenant_id = $1 AND item_id = $2)
+			SELECT version, display, state FROM source_read_` + class + ` /* tidemark source read: ` + class + ` */`
+	}
+	return m
+}()
 
-func (s *source) read(ctx context.Context, tenant, item string) (sourceItem, error) {
+func (s *source) read(ctx context.Context, class, tenant, item string) (sourceItem, error) {
 	// The client-side deadline backs the server-side statement timeout up in
 	// case Postgres cannot even be reached.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+200*time.Millisecond)
@@ -47,7 +58,7 @@ func (s *source) read(ctx context.Context, tenant, item string) (sourceItem, err
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY")
 	b.Queue("SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(s.timeout.Milliseconds(), 10))
-	b.Queue(sourceSQL, tenant, item).QueryRow(func(row pgx.Row) error {
+	b.Queue(sourceSQL[class], tenant, item).QueryRow(func(row pgx.Row) error {
 		var state string
 		err := row.Scan(&it.Version, &it.Display, &state)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -105,7 +105,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	}
 
 	rep := &Report{Seed: cfg.Seed, Duration: Duration(cfg.Duration), Cluster: cfg.Cluster, Kafka: "embedded broker process",
-		RateUpdates: cfg.RateUpdates, RateReads: cfg.RateReads, Bound: Duration(cfg.Bound), SourceBudget: 1.5 * cfg.SourceBudget}
+		RateUpdates: cfg.RateUpdates, RateReads: cfg.RateReads, Bound: Duration(cfg.Bound)}
 	if len(cfg.Kafka) > 0 {
 		rep.Kafka = sys.brokers
 	}
@@ -118,7 +118,14 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	var bgWG sync.WaitGroup
-	obs := newObserver(sys)
+	// The source's count of its reads has a connection of its own, so a
+	// sample is never queued behind the writers.
+	srcPool, err := pgxpool.New(ctx, sys.dsn+"&pool_max_conns=1")
+	if err != nil {
+		return nil, fmt.Errorf("chaos: source counter pool: %w", err)
+	}
+	defer srcPool.Close()
+	obs := newObserver(sys, newSourceCounter(srcPool))
 	restarts := map[string]int{}
 	var restartsMu sync.Mutex
 	bgWG.Add(3)
@@ -198,6 +205,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	ws := recoveries(faults, samples, end)
 	rep.Faults, rep.Recovery = faults, recoveryStats(faults)
 	rep.summarise(&rec.stats, samples, obs.bounds, ws, start, end)
+	rep.judgeBudget(cfg.Limits(), obs.sourceSeconds(), faults, start, end)
 	if len(restarts) > 0 {
 		rep.Restarts = restarts
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"tidemark/api"
 	"tidemark/internal/config"
 	"tidemark/promise"
 )
@@ -26,7 +27,9 @@ type Config struct {
 	Tenants     int
 	Items       int // per tenant
 	// SourceBudget is the shared foreground source-read budget (reads/s) the
-	// serve processes run with; the cold-read burst asks for more than it.
+	// serve processes run with (background gets half of it, read-your-writes
+	// a quarter, inside the total of foreground + background); the cold-read
+	// burst asks for more than it.
 	SourceBudget float64
 	// StageEnv is added to every stage's environment (tests use it for
 	// test-only switches).
@@ -141,4 +144,13 @@ func (c Config) Validate() error {
 		}
 	}
 	return p.Err()
+}
+
+// Limits is the source budget the serve processes run with, as the checker
+// judges it: foreground SourceBudget, background half of it, and
+// read-your-writes a quarter, all inside the total of foreground and
+// background; the burst window is serve's default.
+func (c Config) Limits() BudgetLimits {
+	return BudgetLimits{Total: 1.5 * c.SourceBudget, Burst: Duration(api.DefaultConfig().BudgetBurst),
+		Classes: map[string]float64{ClassForeground: c.SourceBudget, ClassBackground: c.SourceBudget / 2, ClassReadYourWrites: c.SourceBudget / 4}}
 }

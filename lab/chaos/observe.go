@@ -14,16 +14,16 @@ import (
 )
 
 // sample is one second of the run as the observer saw it: the watermark age
-// read from the cache tier, source reads made by the serve processes, and
+// read from the cache tier, source reads the serve processes counted, and
 // the commit-to-apply latencies the appliers recorded meanwhile. These feed
 // the report only; the verdict comes from the checker.
 type sample struct {
-	At          time.Time
-	WMAge       time.Duration
-	WMKnown     bool
-	SourceReads float64 // since the previous sample
-	Interval    time.Duration
-	C2A         []float64 // commit-to-apply observations per bucket (not cumulative) since the previous sample
+	At             time.Time
+	WMAge          time.Duration
+	WMKnown        bool
+	APISourceReads float64 // per second, as the serve processes counted them (for comparison with the source's own count)
+	Interval       time.Duration
+	C2A            []float64 // commit-to-apply observations per bucket (not cumulative) since the previous sample
 }
 
 type srcScrape struct {
@@ -39,14 +39,17 @@ type observer struct {
 	mu      sync.Mutex
 	samples []sample
 
+	src    *sourceCounter // nil: the source's reads are not sampled
+	source []SourceSecond // what the source served, sample by sample
+
 	bounds   []float64            // commit-to-apply bucket upper bounds
 	prevHist map[string][]uint64  // per applier endpoint, cumulative
 	prevSrc  map[string]srcScrape // per serve endpoint
 	prevAt   time.Time
 }
 
-func newObserver(sys *system) *observer {
-	return &observer{sys: sys, client: &http.Client{Timeout: 800 * time.Millisecond},
+func newObserver(sys *system, src *sourceCounter) *observer {
+	return &observer{sys: sys, src: src, client: &http.Client{Timeout: 800 * time.Millisecond},
 		prevHist: map[string][]uint64{}, prevSrc: map[string]srcScrape{}}
 }
 
@@ -79,6 +82,13 @@ func (o *observer) observe(ctx context.Context) {
 	now := time.Now()
 	s := sample{At: now, Interval: now.Sub(o.prevAt)}
 	o.prevAt = now
+	if o.src != nil {
+		if reads, at, iv, ok := o.src.sample(ctx); ok {
+			o.mu.Lock()
+			o.source = append(o.source, SourceSecond{At: at, Interval: Duration(iv), Reads: reads})
+			o.mu.Unlock()
+		}
+	}
 	if age, err := o.sys.watermarkAge(ctx); err == nil {
 		s.WMAge, s.WMKnown = age, true
 	}
@@ -98,7 +108,7 @@ func (o *observer) observe(ctx context.Context) {
 		// reset, unknown start) must not look like a burst.
 		prev, seen := o.prevSrc[u]
 		if seen && total >= prev.total {
-			s.SourceReads += (total - prev.total) / now.Sub(prev.at).Seconds()
+			s.APISourceReads += (total - prev.total) / now.Sub(prev.at).Seconds()
 		}
 		o.prevSrc[u] = srcScrape{total, now}
 	}
@@ -155,6 +165,12 @@ func (o *observer) all() []sample {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]sample(nil), o.samples...)
+}
+
+func (o *observer) sourceSeconds() []SourceSecond {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]SourceSecond(nil), o.source...)
 }
 
 // quantile of a bucketed distribution (counts per bucket, the last one

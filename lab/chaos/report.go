@@ -43,8 +43,18 @@ type Report struct {
 	Availability              float64 `json:"availability"` // share of answers that were not 503 / no answer
 	AvailabilityOutsideFaults float64 `json:"availability_outside_faults"`
 
-	SourceReadsPeak float64 `json:"source_reads_per_s_peak"`
-	SourceBudget    float64 `json:"source_budget_per_s"` // foreground + background, shared by the serve processes
+	// The source budget, judged from the source's own count (pg_stat_statements).
+	SourceReadsPeak        float64            `json:"source_reads_per_s_peak"`
+	SourceReadsPeakAt      Duration           `json:"source_reads_peak_at"`       // since the run started
+	SourceReadsPeakByClass map[string]float64 `json:"source_reads_peak_by_class"` // reads in the peak sample
+	SourceClassPeaks       map[string]float64 `json:"source_reads_per_s_peak_of_class"`
+	SourceBudget           float64            `json:"source_budget_per_s"` // every class together, shared by the serve processes
+	Budget                 BudgetLimits       `json:"source_budget"`
+	BudgetTolerance        string             `json:"source_budget_tolerance"`
+	SourceSamples          int                `json:"source_samples"`
+	BudgetViolations       []BudgetViolation  `json:"budget_violations"`
+	// APISourceReadsPeak is the serve processes' own count, for comparison.
+	APISourceReadsPeak float64 `json:"api_source_reads_per_s_peak"`
 
 	CommitToApplyP50 Duration `json:"commit_to_apply_p50_outside_faults"`
 	CommitToApplyP99 Duration `json:"commit_to_apply_p99_outside_faults"`
@@ -92,13 +102,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Cluster {
 		redisKind = "Redis Cluster (3 masters)"
 	}
-	fmt.Fprintf(&b, "tidemark chaos: %s — %d violations of the %s freshness promise\n\n", verdict, r.Violations, r.Bound)
+	fmt.Fprintf(&b, "tidemark chaos: %s — %d violations of the %s freshness promise, %d of the source budget\n\n", verdict,
+		r.Violations-r.ByKind[KindBudget], r.Bound, r.ByKind[KindBudget])
 	fmt.Fprintf(&b, "run          seed %d, %s, %s, kafka %s\n", r.Seed, r.Duration, redisKind, r.Kafka)
 	fmt.Fprintf(&b, "load         asked %g updates/s, %g reads/s; achieved %.0f updates/s, %.0f answers/s\n", r.RateUpdates, r.RateReads, r.UpdatesPerSec, r.AnswersPerSec)
 	fmt.Fprintf(&b, "source       %d commits, %d events (row versions), %d rolled back, %d API PATCHes, %d API creates, %d failed writes\n", r.Commits, r.Events, r.RolledBack, r.Patches, r.Creates, r.WriteErrors)
 	fmt.Fprintf(&b, "answers      %d, checked %d; by status %s\n", r.Answers, r.Checked, statusLine(r.ByStatus))
 	fmt.Fprintf(&b, "violations   %d", r.Violations)
-	for _, k := range Kinds {
+	for _, k := range append(slices.Clone(Kinds), KindBudget) {
 		if n := r.ByKind[k]; n > 0 {
 			fmt.Fprintf(&b, "  %s %d", k, n)
 		}
@@ -110,7 +121,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "available    %.3f%% overall, %.3f%% outside fault windows (non-503 answers)\n", 100*r.Availability, 100*r.AvailabilityOutsideFaults)
-	fmt.Fprintf(&b, "source reads peak %.0f/s against a budget of %.0f/s\n", r.SourceReadsPeak, r.SourceBudget)
+	fmt.Fprintf(&b, "budget       %d violations of the source budget (%.0f reads/s in total; %s), %d samples counted at the source\n",
+		r.ByKind[KindBudget], r.SourceBudget, classLimitsText(r.Budget.Classes), r.SourceSamples)
+	fmt.Fprintf(&b, "source reads peak %.0f/s against a budget of %.0f/s", r.SourceReadsPeak, r.SourceBudget)
+	if r.SourceReadsPeak > 0 {
+		fmt.Fprintf(&b, " at +%s (%s)", time.Duration(r.SourceReadsPeakAt).Round(time.Second), sharesText(r.SourceReadsPeakByClass))
+	}
+	fmt.Fprintf(&b, "; per class peaks/s: %s; the serve processes counted a peak of %.0f/s\n", sharesText(r.SourceClassPeaks), r.APISourceReadsPeak)
 	fmt.Fprintf(&b, "commit->apply outside faults: p50 %s, p99 %s\n", time.Duration(r.CommitToApplyP50).Round(time.Millisecond), time.Duration(r.CommitToApplyP99).Round(time.Millisecond))
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(&b, "unplanned restarts (stage exited by itself): %v\n", r.Restarts)
@@ -169,6 +186,20 @@ func (r *Report) WriteText(w io.Writer) error {
 				fmt.Fprintf(&b, "v%d@%s%s", c.Version, ts(c.At), d)
 			}
 			b.WriteString("\n")
+		}
+	}
+	if len(r.BudgetViolations) > 0 {
+		fmt.Fprintf(&b, "\nfirst %d budget violations (of %d) in full\n", min(len(r.BudgetViolations), firstViolations), r.ByKind[KindBudget])
+		for i, v := range r.BudgetViolations[:min(len(r.BudgetViolations), firstViolations)] {
+			fmt.Fprintf(&b, "\n%d. budget: %s %.0f reads in %s (%.0f/s) at +%s (%s), limit %.0f/s: at most %.0f allowed\n", i+1, v.Class, v.Reads,
+				time.Duration(v.Interval).Round(time.Millisecond), v.PerSecond, time.Duration(v.Offset).Round(time.Second), ts(v.At), v.Limit, v.Allowed)
+			fmt.Fprintf(&b, "   classes  %s\n", sharesText(v.Shares))
+			if len(v.Faults) == 0 {
+				b.WriteString("   faults   none within 10 s\n")
+			}
+			for _, f := range v.Faults {
+				fmt.Fprintf(&b, "   fault    %s\n", f)
+			}
 		}
 	}
 	if r.Logs != "" {
@@ -264,7 +295,7 @@ func (r *Report) summarise(st *answerStats, samples []sample, bounds []float64, 
 	r.Availability, r.AvailabilityOutsideFaults = ratio(ok, all), ratio(okOut, allOut)
 	var c2a []float64
 	for _, s := range samples {
-		r.SourceReadsPeak = max(r.SourceReadsPeak, s.SourceReads)
+		r.APISourceReadsPeak = max(r.APISourceReadsPeak, s.APISourceReads)
 		if s.C2A != nil && !inAny(ws, s.At) && !inAny(ws, s.At.Add(-s.Interval)) {
 			if c2a == nil {
 				c2a = make([]float64, len(s.C2A))
@@ -298,4 +329,41 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// judgeBudget judges the source's per-second reads against the budget and
+// adds the violations to the verdict.
+func (r *Report) judgeBudget(l BudgetLimits, secs []SourceSecond, faults []FaultRecord, start, end time.Time) {
+	r.Budget, r.SourceBudget, r.BudgetTolerance, r.SourceSamples = l, l.Total, l.ToleranceText(), len(secs)
+	r.SourceClassPeaks = map[string]float64{}
+	for _, s := range secs {
+		iv := time.Duration(s.Interval).Seconds()
+		if iv <= 0 {
+			continue
+		}
+		if t := s.total() / iv; t > r.SourceReadsPeak {
+			r.SourceReadsPeak, r.SourceReadsPeakAt, r.SourceReadsPeakByClass = t, Duration(s.At.Sub(start)), s.Reads
+		}
+		for c, n := range s.Reads {
+			r.SourceClassPeaks[c] = max(r.SourceClassPeaks[c], n/iv)
+		}
+	}
+	r.BudgetViolations = JudgeBudget(l, secs, faults, start, end)
+	if n := int64(len(r.BudgetViolations)); n > 0 {
+		if r.ByKind == nil {
+			r.ByKind = map[Kind]int64{}
+		}
+		r.ByKind[KindBudget] += n
+		r.Violations += n
+	}
+}
+
+func classLimitsText(m map[string]float64) string {
+	var parts []string
+	for _, c := range []string{ClassForeground, ClassBackground, ClassReadYourWrites} {
+		if n, ok := m[c]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.0f", c, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -151,6 +151,10 @@ func (s *system) startPostgres(ctx context.Context) error {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return err
 	}
+	// The source's own count of its reads, for the budget's verdict.
+	if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
 	if _, err := s.pool.Exec(ctx, historyDDL); err != nil {
 		return fmt.Errorf("history table: %w", err)
 	}
@@ -260,8 +264,8 @@ func (s *system) startStages(ctx context.Context) error {
 		s.appliers = append(s.appliers, s.stage(fmt.Sprintf("apply%d", i+1), "apply", "--kafka", s.brokers, "--redis", s.redisURL,
 			"--topic", s.topic, "--group", s.group, "--session-timeout", "2s", "--metrics-addr", m))
 	}
-	budget := strconv.FormatFloat(s.cfg.SourceBudget, 'f', -1, 64)
-	background := strconv.FormatFloat(s.cfg.SourceBudget/2, 'f', -1, 64)
+	lim := s.cfg.Limits()
+	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }
 	for i := 0; i < 2; i++ {
 		a, err := addr()
 		if err != nil {
@@ -276,7 +280,8 @@ func (s *system) startStages(ctx context.Context) error {
 		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), "serve", "--pg", s.dsn, "--redis", s.redisURL,
 			// While Redis cannot be asked, serve meters itself at the class
 			// rate divided by the live serve processes (no flag needed).
-			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", budget, "--source-background-rate", background))
+			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", rate(ClassForeground), "--source-background-rate", rate(ClassBackground),
+			"--source-ryw-rate", rate(ClassReadYourWrites)))
 	}
 	// The first capture starts alone so it creates the slot and becomes the
 	// active one; the second waits as the passive standby.
