@@ -67,15 +67,18 @@ func (s *Server) Warm(ctx context.Context, tenant, item string) (WarmOutcome, er
 const auditTenant = "\x00audit"
 
 // AcquireBackground spends n reads of the background class for a caller that
-// reads the source itself in one statement (the auditor). It waits while the
-// budget refuses, until ctx ends.
+// reads the source itself in one statement (the auditor): one admission of
+// cost n (more than a full bucket holds only in parts of what it holds). It
+// waits while the budget refuses, until ctx ends.
 func (s *Server) AcquireBackground(ctx context.Context, n int) error {
-	for range n {
-		release, err := s.budget.acquireWait(ctx, classBackground, auditTenant)
+	for n > 0 {
+		cost := min(n, s.budget.maxCost(classBackground))
+		release, err := s.budget.acquireWait(ctx, classBackground, auditTenant, cost)
 		if err != nil {
 			return fmt.Errorf("api: background budget: %w", err)
 		}
 		release()
+		n -= cost
 	}
 	return nil
 }

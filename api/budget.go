@@ -48,28 +48,50 @@ func (e *budgetError) Error() string {
 func (e *budgetError) Is(target error) bool { return target == errBudget }
 
 // budget admits source reads: a per-process in-flight cap, then the
-// cluster-wide GCRA rate of the class in Redis with a fair share per tenant.
-// When Redis cannot be asked the process falls back to a local GCRA at its
-// share of the class rate (rate / live serve processes), so a Redis outage
-// never means more reads of Postgres than the class allows in total.
+// cluster-wide GCRA in Redis: the total (foreground + background, what the
+// source is promised), the class inside it, and a fair share per tenant
+// inside the class. Background reads leave the last part of the total's
+// burst to the request path (they back off first). When Redis cannot be
+// asked the process falls back to local buckets at its share of the same
+// rates (rate / live serve processes), the total included, so a Redis
+// outage never means more reads of Postgres than the total allows.
 type budget struct {
 	rdb       redis.Scripter
 	script    *redis.Script
 	classes   map[string]*classBudget
+	total     bucketRate
+	totalKey  string
 	procs     *presence
 	wait      time.Duration
 	log       *slog.Logger
 	lastWarn  atomic.Int64 // unix nanos of the last "Redis unavailable" warning
 	redisWait time.Duration
 	refused   *prometheus.CounterVec // by class: every refusal, wherever it is asked from
+
+	// The local fallback: one bucket per class and one for the total,
+	// spent together under mu.
+	mu        sync.Mutex
+	localTAT  map[string]time.Time
+	totalTAT  time.Time
+	localUsed bool // the fallback has admitted since Redis last answered
 }
 
+// bucketRate is one GCRA bucket's emission interval and burst tolerance.
+type bucketRate struct {
+	interval  int64 // microseconds
+	tolerance int64 // microseconds
+}
+
+// capacity is the most reads a full bucket admits at once.
+func (r bucketRate) capacity() int { return max(1, int(r.tolerance/r.interval)) }
+
 type classBudget struct {
-	prefix    string // hash-tagged: every key of the class is in one Cluster slot
-	interval  int64  // microseconds
-	tolerance int64  // microseconds
-	inflight  chan struct{}
-	fallback  localGCRA
+	name    string
+	prefix  string // under the budget's hash tag: every key of the budget is in one Cluster slot
+	rate    bucketRate
+	reserve int64 // microseconds of the total's tolerance this class leaves to the others
+	// inflight is this process's cap on concurrent reads of the class.
+	inflight chan struct{}
 }
 
 func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometheus.CounterVec, log *slog.Logger) *budget {
@@ -77,48 +99,67 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
 	shared := make(chan struct{}, cfg.MaxInFlight)
-	mk := func(class string, rate float64, inflight chan struct{}) *classBudget {
+	tag := "{" + cfg.Namespace + ":v1:_budget}"
+	mkRate := func(rate float64) bucketRate {
 		interval := int64(math.Max(1, 1e6/rate))
-		return &classBudget{
-			prefix:    "{" + cfg.Namespace + ":v1:_budget:" + class + "}",
-			interval:  interval,
-			tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds()))),
-			inflight:  inflight,
-		}
+		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds())))}
 	}
+	total := mkRate(cfg.ForegroundRate + cfg.BackgroundRate)
+	mk := func(class string, rate float64, inflight chan struct{}) *classBudget {
+		return &classBudget{name: class, prefix: tag + ":" + class, rate: mkRate(rate), inflight: inflight}
+	}
+	bg := mk(classBackground, cfg.BackgroundRate, shared)
+	// Background reads may not take the last half of the total's burst:
+	// when the request path needs the source, background work waits first.
+	bg.reserve = total.tolerance / 2
 	return &budget{
 		rdb:    rdb,
 		script: redis.NewScript(budgetLua),
 		classes: map[string]*classBudget{
 			classForeground:     mk(classForeground, cfg.ForegroundRate, shared),
-			classBackground:     mk(classBackground, cfg.BackgroundRate, shared),
+			classBackground:     bg,
 			classReadYourWrites: mk(classReadYourWrites, cfg.ReadYourWritesRate, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
 		},
+		total:     total,
+		totalKey:  tag + ":total",
 		procs:     procs,
 		wait:      cfg.InFlightWait,
 		log:       log,
 		redisWait: cfg.LookupTimeout,
 		refused:   refused,
+		localTAT:  map[string]time.Time{},
 	}
+}
+
+// maxCost is the most reads of class one admission may ask for: what its
+// full buckets (the class, and the total less the class's reserve) hold.
+func (b *budget) maxCost(class string) int {
+	cb := b.classes[class]
+	return max(1, min(cb.rate.capacity(), int((b.total.tolerance-cb.reserve)/b.total.interval)))
 }
 
 // acquire admits one source read of class for tenant or returns a
 // *budgetError (counted). The caller must call release when the read is done.
 func (b *budget) acquire(ctx context.Context, class, tenant string) (release func(), err error) {
-	release, err = b.admit(ctx, class, tenant)
+	return b.acquireN(ctx, class, tenant, 1)
+}
+
+// acquireN admits cost reads at once (at most maxCost(class)).
+func (b *budget) acquireN(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
+	release, err = b.admit(ctx, class, tenant, cost)
 	if errors.Is(err, errBudget) {
 		b.refused.WithLabelValues(class).Inc()
 	}
 	return release, err
 }
 
-// acquireWait is acquire for background callers, which wait rather than
+// acquireWait is acquireN for background callers, which wait rather than
 // fail: while the budget refuses it sleeps the refusal's RetryAfter and asks
 // again, until it admits or ctx ends (ctx's error). Any other error returns
 // at once.
-func (b *budget) acquireWait(ctx context.Context, class, tenant string) (release func(), err error) {
+func (b *budget) acquireWait(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
 	for {
-		release, err := b.acquire(ctx, class, tenant)
+		release, err := b.acquireN(ctx, class, tenant, cost)
 		var be *budgetError
 		if !errors.As(err, &be) {
 			return release, err
@@ -133,12 +174,12 @@ func (b *budget) acquireWait(ctx context.Context, class, tenant string) (release
 	}
 }
 
-func (b *budget) admit(ctx context.Context, class, tenant string) (release func(), err error) {
+func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
 	cb := b.classes[class]
 	// The rate first: a refused read never holds an in-flight slot, so a
 	// tenant flooding past its share cannot crowd the slots either. (A token
 	// whose read then finds no free slot is lost; that only errs low.)
-	ok, retry, err := b.rate(ctx, cb, tenant)
+	ok, retry, err := b.rate(ctx, cb, tenant, cost)
 	if err != nil {
 		return nil, err
 	}
@@ -161,46 +202,79 @@ func (b *budget) admit(ctx context.Context, class, tenant string) (release func(
 	return func() { <-cb.inflight }, nil
 }
 
-func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string) (bool, time.Duration, error) {
+func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost int) (bool, time.Duration, error) {
 	rctx, cancel := context.WithTimeout(ctx, b.redisWait)
 	defer cancel()
-	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants"}
-	res, err := b.script.Run(rctx, b.rdb, keys, cb.interval, cb.tolerance, tenant, tenantWindow.Microseconds()).Int64Slice()
+	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey}
+	res, err := b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
+		b.total.interval, b.total.tolerance, cb.reserve).Int64Slice()
 	if err == nil && len(res) == 2 {
+		b.mu.Lock()
+		b.localUsed = false
+		b.mu.Unlock()
 		return res[0] == 1, time.Duration(res[1]) * time.Microsecond, nil
 	}
 	if ctx.Err() != nil {
 		return false, 0, fmt.Errorf("api: source budget: %w", ctx.Err())
 	}
 	// Redis is unreachable or broken: bounded local admission instead, at
-	// this process's share of the class rate.
+	// this process's share of the rates.
 	now := time.Now()
-	n := b.procs.count()
+	n, known := b.procs.share(now)
 	if last := b.lastWarn.Load(); now.UnixNano()-last > int64(10*time.Second) && b.lastWarn.CompareAndSwap(last, now.UnixNano()) {
-		b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n)
+		b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n, "share_known", known)
 	}
-	interval := time.Duration(cb.interval*n) * time.Microsecond
-	ok, retry := cb.fallback.allow(now, interval, max(interval, time.Duration(cb.tolerance)*time.Microsecond/time.Duration(n)))
+	if !known {
+		// This process has not yet counted the live serve processes (or was
+		// counted by the others only a moment ago): any share it took could
+		// be one another process already has. Hold.
+		return false, time.Second, nil
+	}
+	ok, retry := b.local(now, cb, n, cost)
 	return ok, retry, nil
 }
 
-// localGCRA is the in-process rate limiter used while Redis is unavailable.
-type localGCRA struct {
-	mu  sync.Mutex
-	tat time.Time
-}
-
-func (l *localGCRA) allow(now time.Time, interval, tolerance time.Duration) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	tat := l.tat
-	if tat.Before(now) {
-		tat = now
+// local is the fallback GCRA: the class's and the total's rates divided by
+// the n live serve processes, with the same burst window, so the processes
+// together never exceed the shared rates (nor their bursts). Its state
+// starts empty each time Redis stops answering: what was spent through Redis
+// just before is not known here, so no fresh burst is handed out on top.
+func (b *budget) local(now time.Time, cb *classBudget, n int64, cost int) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	share := func(r bucketRate) (iv, tol time.Duration) {
+		iv = time.Duration(r.interval*n) * time.Microsecond
+		return iv, max(iv, time.Duration(r.tolerance)*time.Microsecond)
 	}
-	newTat := tat.Add(interval)
-	if allowAt := newTat.Add(-tolerance); allowAt.After(now) {
-		return false, allowAt.Sub(now)
+	civ, ctol := share(cb.rate)
+	tiv, ttol := share(b.total)
+	if !b.localUsed {
+		b.localUsed = true
+		for c, other := range b.classes {
+			oiv, otol := share(other.rate)
+			b.localTAT[c] = now.Add(otol - oiv)
+		}
+		b.totalTAT = now.Add(ttol - tiv)
 	}
-	l.tat = newTat
+	next := func(tat time.Time, iv, tol time.Duration) (time.Time, time.Duration) {
+		if tat.Before(now) {
+			tat = now
+		}
+		newTat := tat.Add(iv * time.Duration(cost))
+		if allowAt := newTat.Add(-tol); allowAt.After(now) {
+			return time.Time{}, allowAt.Sub(now)
+		}
+		return newTat, 0
+	}
+	classTat, wait := next(b.localTAT[cb.name], civ, ctol)
+	if classTat.IsZero() {
+		return false, wait
+	}
+	reserve := time.Duration(cb.reserve) * time.Microsecond
+	totalTat, wait := next(b.totalTAT, tiv, ttol-reserve)
+	if totalTat.IsZero() {
+		return false, wait
+	}
+	b.localTAT[cb.name], b.totalTAT = classTat, totalTat
 	return true, 0
 }

@@ -1,22 +1,34 @@
--- GCRA (generic cell rate algorithm): the source-read budget of one class,
--- shared by every serve process, with a fair share per tenant. Keys hold
--- theoretical arrival times (TAT) in microseconds of Redis server time, so
--- processes with skewed clocks share one honest bucket. All keys carry the
--- class's hash tag (one Cluster slot).
+-- GCRA (generic cell rate algorithm): the source-read budget, shared by
+-- every serve process: a bucket for the total (foreground + background, what
+-- the source is promised), one per class inside it, and a fair share per
+-- tenant inside the class. Keys hold theoretical arrival times (TAT) in
+-- microseconds of Redis server time, so processes with skewed clocks share
+-- one honest bucket. Every key carries the budget's one hash tag (one
+-- Cluster slot), so one script spends the class and the total atomically.
 -- KEYS[1]  the class's bucket
 -- KEYS[2]  the tenant's bucket in this class
 -- KEYS[3]  sorted set of the tenants that asked within the window (score: time)
+-- KEYS[4]  the total's bucket
 -- ARGV[1]  emission interval of the class in microseconds (1e6 / rate)
--- ARGV[2]  burst tolerance in microseconds
+-- ARGV[2]  burst tolerance of the class in microseconds
 -- ARGV[3]  the tenant
 -- ARGV[4]  active window in microseconds
+-- ARGV[5]  cost: reads asked for at once (at most what a full bucket holds)
+-- ARGV[6]  emission interval of the total in microseconds
+-- ARGV[7]  burst tolerance of the total in microseconds
+-- ARGV[8]  reserve: the part of the total's tolerance this class must leave
+--          to the others (background work backs off first)
 -- A tenant's share is the class rate divided by the tenants active in the
 -- window: alone it may use the whole class; with others waiting it gets its
--- share and no more. Returns {1, 0} when the read is admitted,
+-- share and no more. Returns {1, 0} when the reads are admitted,
 -- {0, retry_after_us} when not; a refusal spends nothing.
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local window = tonumber(ARGV[4])
+local cost = tonumber(ARGV[5])
+local total_iv = tonumber(ARGV[6])
+local total_tol = tonumber(ARGV[7])
+local reserve = tonumber(ARGV[8])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -25,13 +37,21 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[3], math.floor(window / 1000) + 1000)
 local n = redis.call('ZCARD', KEYS[3])
 
--- next returns the bucket's new TAT, or nil and how long to wait.
-local function next(key, iv, tol)
-  local tat = tonumber(redis.call('GET', key)) or now
-  if tat < now then
-    tat = now
+-- tat_of is the bucket's TAT; lost is what a missing key counts as.
+local function tat_of(key, lost)
+  local tat = tonumber(redis.call('GET', key))
+  if not tat then
+    return lost
   end
-  local new_tat = tat + iv
+  if tat < now then
+    return now
+  end
+  return tat
+end
+
+-- next returns the bucket's new TAT, or nil and how long to wait.
+local function next(tat, iv, tol)
+  local new_tat = tat + iv * cost
   local allow_at = new_tat - tol
   if allow_at > now then
     return nil, allow_at - now
@@ -39,17 +59,27 @@ local function next(key, iv, tol)
   return new_tat, 0
 end
 
+-- A tenant's bucket may vanish once it is full again (it expires): missing
+-- is full. The class and total never expire, so a missing one was lost
+-- with its node (a restart without persistence, a master replaced by an
+-- empty one): it restarts empty but for one read, never with a fresh burst
+-- on top of what was just spent.
 local tenant_iv = interval * n
-local tenant_tat, wait = next(KEYS[2], tenant_iv, math.max(tenant_iv, tolerance))
+local tenant_tat, wait = next(tat_of(KEYS[2], now), tenant_iv, math.max(tenant_iv * cost, tolerance))
 if not tenant_tat then
   return {0, wait}
 end
 local class_tat
-class_tat, wait = next(KEYS[1], interval, tolerance)
+class_tat, wait = next(tat_of(KEYS[1], now + tolerance - interval), interval, tolerance)
 if not class_tat then
   return {0, wait}
 end
--- A key can vanish once its bucket is full again: a fresh bucket is full.
-redis.call('SET', KEYS[1], string.format('%d', class_tat), 'PX', math.floor((class_tat - now) / 1000) + 1000)
+local total_tat
+total_tat, wait = next(tat_of(KEYS[4], now + total_tol - total_iv), total_iv, total_tol - reserve)
+if not total_tat then
+  return {0, wait}
+end
+redis.call('SET', KEYS[1], string.format('%d', class_tat))
+redis.call('SET', KEYS[4], string.format('%d', total_tat))
 redis.call('SET', KEYS[2], string.format('%d', tenant_tat), 'PX', math.floor((tenant_tat - now) / 1000) + 1000)
 return {1, 0}

@@ -43,25 +43,3 @@ func TestL1(t *testing.T) {
 		t.Fatalf("L1 grew to %d entries, %d seen", len(c.entries), len(c.seen))
 	}
 }
-
-// The local fallback limiter admits tolerance/interval at once, then one per interval.
-func TestLocalGCRA(t *testing.T) {
-	l := &localGCRA{}
-	const iv, tol = 100 * time.Millisecond, 300 * time.Millisecond
-	now := time.Now()
-	n := 0
-	for range 100 {
-		if ok, _ := l.allow(now, iv, tol); ok {
-			n++
-		}
-	}
-	if n != 3 {
-		t.Fatalf("burst admitted %d, want 3 (tolerance / interval)", n)
-	}
-	if ok, retry := l.allow(now, iv, tol); ok || retry <= 0 {
-		t.Fatal("no retry-after when refused")
-	}
-	if ok, _ := l.allow(now.Add(100*time.Millisecond), iv, tol); !ok {
-		t.Fatal("refused after one interval")
-	}
-}

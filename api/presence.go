@@ -22,6 +22,7 @@ type presence struct {
 	ttl    time.Duration
 	every  time.Duration
 	n      atomic.Int64
+	joined atomic.Int64 // unix nanos of this process's first counted beat (0: none yet)
 }
 
 // presenceLua: register ARGV[1] at Redis's time, drop members not seen for
@@ -51,6 +52,15 @@ func newPresence(namespace string, rdb redis.Scripter) *presence {
 // count is the number of live serve processes, this one included.
 func (p *presence) count() int64 { return max(1, p.n.Load()) }
 
+// share is the number of live serve processes to divide a rate by, and
+// whether it is known: a process that has never counted the others, or
+// whose first beat the others may not have counted yet (they beat every
+// second), does not know which share is its own.
+func (p *presence) share(now time.Time) (int64, bool) {
+	j := p.joined.Load()
+	return p.count(), j != 0 && now.Sub(time.Unix(0, j)) >= 2*p.every
+}
+
 // beat registers once and refreshes the count; on error the last count stays.
 func (p *presence) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.every)
@@ -60,6 +70,7 @@ func (p *presence) beat(ctx context.Context) error {
 		return err
 	}
 	p.n.Store(n)
+	p.joined.CompareAndSwap(0, time.Now().UnixNano())
 	return nil
 }
 
