@@ -87,6 +87,9 @@ type instOpts struct {
 	// clockOffset shifts this instance's wall clock, as
 	// TIDEMARK_TEST_CLOCK_OFFSET does for a process.
 	clockOffset time.Duration
+	// uncounted: the process never registers as a live serve process, as
+	// one restarted while the presence key's master could not be reached.
+	uncounted bool
 }
 
 func (e *tenv) instance(o instOpts) *instance {
@@ -116,12 +119,14 @@ func (e *tenv) instance(o instOpts) *instance {
 	if o.hooks != nil {
 		o.hooks(srv)
 	}
-	// Registered as a live serve process, as Serve does.
-	srv.procs.beat(context.Background())
-	pctx, pcancel := context.WithCancel(context.Background())
-	pdone := make(chan struct{})
-	go func() { srv.procs.run(pctx); close(pdone) }()
-	e.t.Cleanup(func() { pcancel(); <-pdone })
+	if !o.uncounted {
+		// Registered as a live serve process, as Serve does.
+		srv.procs.beat(context.Background())
+		pctx, pcancel := context.WithCancel(context.Background())
+		pdone := make(chan struct{})
+		go func() { srv.procs.run(pctx); close(pdone) }()
+		e.t.Cleanup(func() { pcancel(); <-pdone })
+	}
 	hs := httptest.NewServer(srv.Handler())
 	e.t.Cleanup(func() {
 		hs.Close()
