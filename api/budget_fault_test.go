@@ -179,3 +179,113 @@ func TestBudgetLostWithRedisRestartsEmpty(t *testing.T) {
 		t.Fatal("nothing served: the flood never reached the source")
 	}
 }
+
+// fallbackFlood kills Redis under ins (the first counted of them counted as
+// live beforehand) and keeps every class in classes busy on each for dur:
+// goroutines asking for budgeted source reads of distinct items as fast as
+// they are admitted (the read visitors' misses, min_version reads, the
+// warmer and stale refreshes make). It returns the source's counts.
+func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes []string, dur time.Duration) []sourceCount {
+	t.Helper()
+	for _, in := range ins[:counted] {
+		if err := in.srv.procs.beat(context.Background()); err != nil || in.srv.procs.count() != int64(counted) {
+			t.Fatalf("live serve processes: %d (%v), want %d", in.srv.procs.count(), err, counted)
+		}
+	}
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		SELECT 'acme', 'r' || g, 1, '{}' FROM generate_series(1, 1000) g`)
+	for _, in := range ins[:counted] { // each has counted the others for long enough to take its share
+		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
+	}
+	e.redis.Kill()
+	sp := e.sample()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		for _, class := range classes {
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Since(start) < dur {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						if _, _, err := in.srv.sourceRead(ctx, class, "acme", fmt.Sprintf("r%d", next.Add(1)%1000)); err != nil {
+							time.Sleep(time.Millisecond) // refused: ask again at once, as a crowd would
+						}
+						cancel()
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	return sp.end()
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With Redis unreachable, three serve processes with every class busy
+// together stay within the total (foreground + background), counted by
+// Postgres per second: the classes' fallback shares never add up above it,
+// and background reads back off first.
+func TestFallbackClassesShareTheTotal(t *testing.T) {
+	e := newEnv(t)
+	const fg, bg, ryw, n = 30.0, 30.0, 30.0, 3
+	const burst = 100 * time.Millisecond
+	var ins []*instance
+	for range n {
+		ins = append(ins, e.instance(instOpts{cfg: func(c *Config) {
+			c.ForegroundRate, c.BackgroundRate, c.ReadYourWritesRate, c.BudgetBurst = fg, bg, ryw, burst
+			c.LookupTimeout, c.RequestTimeout, c.L1Size = 50*time.Millisecond, 5*time.Second, 0
+		}}))
+	}
+	s := fallbackFlood(t, e, ins, n, []string{classForeground, classReadYourWrites, classBackground}, 4*time.Second)
+	last := s[len(s)-1].byClass
+	for c, v := range s[0].byClass {
+		last[c] -= v
+	}
+	excess, what := worstWindow(s, fg+bg)
+	limit := (fg+bg)*burst.Seconds() + n
+	t.Logf("Redis down, %d processes, every class busy: %v read in all; worst window %s, %.0f over the total of %.0f/s (allowed one burst: %.0f)", n, last, what, excess, fg+bg, limit)
+	if excess > limit {
+		t.Fatalf("with Redis down the source served %s: %.0f reads over the total of %.0f/s (foreground %.0f + background %.0f; read-your-writes %.0f inside it), more than one burst (%.0f)",
+			what, excess, fg+bg, fg, bg, ryw, limit)
+	}
+	if last[classForeground] == 0 || last[classReadYourWrites] == 0 {
+		t.Fatalf("reads by class %v: the request path was not served at all", last)
+	}
+	if last[classBackground] > last[classForeground]/4 {
+		t.Errorf("background read %d against foreground's %d while both were busy: background work must back off first", last[classBackground], last[classForeground])
+	}
+}
+
+// A serve process that has not counted the live serve processes (restarted
+// while the presence key could not be reached) holds while Redis is
+// unreachable instead of taking the whole rate: the others' shares already
+// cover it.
+func TestFallbackHoldsUntilCounted(t *testing.T) {
+	e := newEnv(t)
+	const fg = 30.0
+	const burst = 100 * time.Millisecond
+	cfg := func(c *Config) {
+		c.ForegroundRate, c.BudgetBurst, c.LookupTimeout, c.RequestTimeout, c.L1Size = fg, burst, 50*time.Millisecond, 5*time.Second, 0
+	}
+	ins := []*instance{e.instance(instOpts{cfg: cfg}), e.instance(instOpts{cfg: cfg}), e.instance(instOpts{cfg: cfg, uncounted: true})}
+	s := fallbackFlood(t, e, ins, 2, []string{classForeground}, 4*time.Second)
+	excess, what := worstWindow(s, fg, classForeground)
+	limit := fg*burst.Seconds() + 3
+	t.Logf("Redis down, 2 counted processes and 1 never counted: worst window %s, %.0f over the foreground rate of %.0f/s (allowed one burst: %.0f)", what, excess, fg, limit)
+	if excess > limit {
+		t.Fatalf("with Redis down the source served %s: %.0f foreground reads over the rate of %.0f/s, more than one burst (%.0f): a process that never counted the others took a share that was already handed out", what, excess, fg, limit)
+	}
+}
