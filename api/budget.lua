@@ -63,7 +63,15 @@ end
 -- is full. The class and total never expire, so a missing one was lost
 -- with its node (a restart without persistence, a master replaced by an
 -- empty one): it restarts empty but for one read, never with a fresh burst
--- on top of what was just spent.
+-- on top of what was just spent. It is written at once, so that it fills
+-- from then on even while every caller is refused.
+local function lost(key, tol, iv)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('SET', key, string.format('%d', now + tol - iv))
+  end
+end
+lost(KEYS[1], tolerance, interval)
+lost(KEYS[4], total_tol, total_iv)
 local tenant_iv = interval * n
 local tenant_tat, wait = next(tat_of(KEYS[2], now), tenant_iv, math.max(tenant_iv * cost, tolerance))
 if not tenant_tat then
