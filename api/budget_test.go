@@ -125,6 +125,9 @@ func TestFallbackBudgetSharedAcrossProcesses(t *testing.T) {
 	for _, in := range ins {
 		e.do("GET", in.item("warm"), key, "")
 	}
+	for _, in := range ins {
+		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
+	}
 	e.redis.Kill()
 	before := e.sourceReads()
 	start := time.Now()

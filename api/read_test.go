@@ -353,6 +353,9 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
 		SELECT 'acme', 'r' || g, 3, '{}' FROM generate_series(1, 200) g`)
 	e.do("GET", in.item("r1"), key, "") // the key is known before Redis goes
+	// The process takes a share of the fallback only once the other serve
+	// processes have had time to count it.
+	waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
 	e.redis.Kill()
 	before := e.sourceReads()
 	start := time.Now()
