@@ -11,47 +11,47 @@ import (
 // Config is the serve stage's configuration. Every field maps to one flag of
 // `tidemark serve`; Validate names the field of each problem.
 type Config struct {
-	Addr      string // --addr: where the API listens
-	Namespace string // --namespace: Redis namespace, also of the shared source budget
+	Addr      string // where the API listens
+	Namespace string // Redis namespace, also of the shared source budget
 
-	RequestTimeout time.Duration // --request-timeout: a GET's deadline (Wait polling ends here with 503)
-	SourceTimeout  time.Duration // --source-timeout: statement timeout of one source read
-	WriteTimeout   time.Duration // --write-timeout: deadline of one write transaction
-	LookupTimeout  time.Duration // --lookup-timeout: bound of one cache Lookup, so a dead Redis is noticed within the request deadline
+	RequestTimeout time.Duration // a GET's deadline (Wait polling ends here with 503)
+	SourceTimeout  time.Duration // statement timeout of one source read
+	WriteTimeout   time.Duration // deadline of one write transaction
+	LookupTimeout  time.Duration // bound of one cache Lookup, so a dead Redis is noticed within the request deadline
 
 	// Source budget shared by every serve process (GCRA in Redis), per class.
-	ForegroundRate float64       // --source-foreground-rate: reads/s for request-path misses
-	BackgroundRate float64       // --source-background-rate: reads/s for stale refreshes
-	BudgetBurst    time.Duration // --source-burst: burst tolerance as a time window of the rate
-	// ReadYourWritesRate: --source-ryw-rate: reads/s for min_version reads
+	ForegroundRate float64       // reads/s for request-path misses
+	BackgroundRate float64       // reads/s for stale refreshes
+	BudgetBurst    time.Duration // burst tolerance as a time window of the rate
+	// ReadYourWritesRate: reads/s for min_version reads
 	ReadYourWritesRate float64
-	MaxInFlight        int           // --source-max-inflight: per-process concurrent source reads
-	InFlightWait       time.Duration // --source-inflight-wait: longest wait for a free in-flight slot
+	MaxInFlight        int           // per-process concurrent source reads
+	InFlightWait       time.Duration // longest wait for a free in-flight slot
 
-	L1TTL  time.Duration // --l1-ttl: in-process hot-key cache lifetime (at most 500ms)
-	L1Size int           // --l1-size: entries in the L1 (0 disables it)
-	// ReplicaManifestTTL: --hot-manifest-ttl: how long a hot key's replica
+	L1TTL  time.Duration // in-process hot-key cache lifetime (at most 500ms)
+	L1Size int           // entries in the L1 (0 disables it)
+	// ReplicaManifestTTL: how long a hot key's replica
 	// manifest learnt from a lookup is used (at most 500ms, the L1 bound; 0:
 	// never, every read goes to the primary)
 	ReplicaManifestTTL time.Duration
 
-	IdempotencyRetention time.Duration // --idempotency-retention: how long an Idempotency-Key's answer is kept
-	MaxWaitersPerKey     int           // --max-waiters-per-key: concurrent GETs of one key in this process; beyond it 503 at once
+	IdempotencyRetention time.Duration // how long an Idempotency-Key's answer is kept
+	MaxWaitersPerKey     int           // concurrent GETs of one key in this process; beyond it 503 at once
 
-	MinVersionSlack int64         // --min-version-slack: how far min_version may be above the key's known floor
-	MinVersionMemo  time.Duration // --min-version-memo: how long a source read below min_version answers repeats with 412 (0: off)
+	MinVersionSlack int64         // how far min_version may be above the key's known floor
+	MinVersionMemo  time.Duration // how long a source read below min_version answers repeats with 412 (0: off)
 
-	// MaxValueBytes: --max-value: largest value cached; a larger one is
+	// MaxValueBytes: largest value cached; a larger one is
 	// answered from the source but not cached (0: no limit)
 	MaxValueBytes int64
-	// FillRate: --fill-rate: fills/s of new keys per process, shared fairly
+	// FillRate: fills/s of new keys per process, shared fairly
 	// by the tenants filling; a tenant above its share caches only keys it
 	// missed twice within the admission window (0: every miss is cached)
 	FillRate float64
 
-	MaxBodyBytes int64         // --max-body: largest accepted request body
-	AuthTTL      time.Duration // --auth-ttl: how long a resolved API key is trusted before re-checking Postgres
-	AuthStale    time.Duration // --auth-stale: how long a known key keeps working while Postgres cannot be asked
+	MaxBodyBytes int64         // largest accepted request body
+	AuthTTL      time.Duration // how long a resolved API key is trusted before re-checking Postgres
+	AuthStale    time.Duration // how long a known key keeps working while Postgres cannot be asked
 }
 
 // DefaultConfig returns the production figures: 12,000 + 8,000 source

@@ -14,8 +14,6 @@ import (
 	"unicode/utf8"
 )
 
-type tenantKey struct{}
-
 // endpoint wraps a handler with metrics and authentication: the tenant comes
 // only from the API key, never from the path or body.
 func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Request, string)) http.Handler {

@@ -82,12 +82,12 @@ func (d Deps) checked() (Deps, error) {
 
 // Config of the group applier (tidemark apply).
 type Config struct {
-	Brokers        []string         // --kafka
+	Brokers        []string
 	Kafka          kafkaconn.Config // TLS and SASL
-	Topic          string           // --topic
-	DLQTopic       string           // <topic>.dlq when empty
-	Group          string           // --group
-	SessionTimeout time.Duration    // --session-timeout: how fast a dead applier's partitions move
+	Topic          string
+	DLQTopic       string // <topic>.dlq when empty
+	Group          string
+	SessionTimeout time.Duration // how fast a dead applier's partitions move
 
 	MaxBatch int           // records per InvalidateBatch
 	Linger   time.Duration // how long a worker waits for more records to fill a batch (0: apply what has arrived)

@@ -19,12 +19,12 @@ import (
 
 // ReplayConfig configures a replay (tidemark replay).
 type ReplayConfig struct {
-	Brokers    []string         // --kafka
+	Brokers    []string
 	Kafka      kafkaconn.Config // TLS and SASL
-	Topic      string           // --topic
-	Since      time.Time        // --since: re-apply records produced at or after this time
-	Partitions []int32          // --partitions; empty means all
-	MaxBatch   int              // keys per InvalidateBatch call
+	Topic      string
+	Since      time.Time // re-apply records produced at or after this time
+	Partitions []int32   // empty means all
+	MaxBatch   int       // keys per InvalidateBatch call
 	// Window is how many records a partition worker gathers before applying:
 	// replay dedupes by key over the whole window (only the newest version
 	// of a key matters, and order between keys does not), which saves most

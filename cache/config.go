@@ -10,7 +10,7 @@ import (
 // Config is the cache tier's protocol configuration. Every process that talks
 // to one namespace (API, applier) must use the same values.
 type Config struct {
-	Namespace     string        // key prefix <ns>:v1:... (--namespace)
+	Namespace     string        // key prefix <ns>:v1:...
 	Lease         time.Duration // lease token lifetime, on the Redis server clock
 	HardLifetime  time.Duration // hard = effObs + HardLifetime
 	SoftMin       time.Duration // soft = effObs + uniform(SoftMin, SoftMax)

@@ -25,13 +25,13 @@ import (
 
 // Config of one inspection.
 type Config struct {
-	Redis     string        // --redis
-	PG        string        // --pg
-	Namespace string        // --namespace
-	Sample    int           // --sample: entries to check
-	Tenant    string        // --tenant: only this tenant's entries
-	SLO       time.Duration // --slo
-	Table     string        // --table: the catalog table (tenant_id, item_id, version, state, updated_at)
+	Redis     string
+	PG        string
+	Namespace string
+	Sample    int    // entries to check
+	Tenant    string // only this tenant's entries
+	SLO       time.Duration
+	Table     string // the catalog table (tenant_id, item_id, version, state, updated_at)
 }
 
 // DefaultConfig matches the pipeline's defaults.

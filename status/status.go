@@ -33,17 +33,17 @@ const (
 
 // Config of one status check.
 type Config struct {
-	Brokers   []string         // --kafka
+	Brokers   []string
 	Kafka     kafkaconn.Config // TLS and SASL
-	Topic     string           // --topic
-	Group     string           // --group: the applier's consumer group
-	Redis     string           // --redis
-	Namespace string           // --namespace
-	PG        string           // --pg (optional): slot health
-	Slot      string           // --slot
-	SLO       time.Duration    // --slo
-	Warn      time.Duration    // --warn
-	Timeout   time.Duration    // --timeout: bound on the whole check
+	Topic     string
+	Group     string // the applier's consumer group
+	Redis     string
+	Namespace string
+	PG        string // optional: slot health
+	Slot      string
+	SLO       time.Duration
+	Warn      time.Duration
+	Timeout   time.Duration // bound on the whole check
 }
 
 // DefaultConfig matches the pipeline's defaults.

@@ -8,7 +8,7 @@ import (
 )
 
 // benchCacheCmd wires flags into cachebench.BenchConfig; the benchmark itself
-// lives in the cache package.
+// lives in lab/bench/cachebench.
 type benchCacheCmd struct {
 	Redis          string `field:"benchcache.RedisURL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis to benchmark (redis://host:port/db, or comma-separated Cluster seeds); empty starts a private redis-server from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
 	Keys           int    `field:"benchcache.Keys" name:"keys" default:"${benchcache_Keys}" help:"Keys invalidated per round (and -n of the pipelined redis-benchmark runs)."`

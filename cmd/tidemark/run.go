@@ -14,7 +14,8 @@ import (
 // runProcess runs a stand-alone process's actors g with its status page and
 // telemetry endpoint (metricsAddr; empty: off; /readyz asks ready) added in
 // their phases: the endpoint listens before anything runs and stops last,
-// so the whole shutdown is observable (lifecycle.Group has the order).
+// so the whole shutdown is observable (lifecycle.Group has the order). Every
+// actor is a service: one that returns by itself fails the process.
 func runProcess(ctx context.Context, e *env, metricsAddr string, reg prometheus.Gatherer, page *status.Page, g *lifecycle.Group, ready ...telemetry.ReadyFunc) error {
 	tel, err := telemetry.NewServer(metricsAddr, reg, e.log, ready...)
 	if err != nil {
@@ -23,7 +24,7 @@ func runProcess(ctx context.Context, e *env, metricsAddr string, reg prometheus.
 	tel.Handle("/", page.Handler())
 	g.Add(lifecycle.Observe, "status page", page.Run)
 	g.Add(lifecycle.Telemetry, "telemetry", tel.Run)
-	return g.Run(ctx)
+	return g.RunServices(ctx)
 }
 
 // splitList splits a comma-separated flag value (--kafka), dropping empty parts.

@@ -8,26 +8,31 @@
 // the order of the data flow's reverse (docs/design.md, "Lifecycle and
 // shutdown order"), so nothing is lost between two stages:
 //
-//  1. Load: dev's demo load and status line (they use the API);
-//  2. Requests: the API and what works on its behalf (auditor, warmer,
+//  1. Requests: the API and what works on its behalf (auditor, warmer,
 //     replica builder): no new requests, no new source reads;
-//  3. Capture: stop reading WAL, flush the relay, confirm what Kafka holds;
-//  4. Apply: finish applying, commit what was applied;
-//  5. Cache: the cache client's watermark poller, the hot-set merge, the
+//  2. Capture: stop reading WAL, flush the relay, confirm what Kafka holds;
+//  3. Apply: finish applying, commit what was applied;
+//  4. Cache: the cache client's watermark poller, the hot-set merge, the
 //     clock guard;
-//  6. Observe: the status page's sampler;
-//  7. Telemetry: /metrics, /healthz, /readyz, last, so the shutdown stays
+//  5. Observe: the status page's sampler;
+//  6. Telemetry: /metrics, /healthz, /readyz, last, so the shutdown stays
 //     observable.
 //
 // Each phase is stopped (its actors' contexts cancelled) only once every
-// actor of the phases before it has returned.
+// actor of the phases before it has returned. What uses a process's API
+// from outside the group (tidemark dev's demo load) stops before the group.
+//
+// A group of services (RunServices: serve, apply, capture, dev) treats an
+// actor that returns by itself, even with nil, as a failure: a server that
+// quietly stops serving must not make the process exit 0. A group of jobs
+// (Run: replay) ends when its job does.
 package lifecycle
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
-	"sync"
 )
 
 // Phase says when an actor stops; lower phases stop first.
@@ -35,8 +40,7 @@ type Phase int
 
 // The shutdown order. docs/design.md's lifecycle section says why.
 const (
-	Load Phase = iota
-	Requests
+	Requests Phase = iota
 	Capture
 	Apply
 	Cache
@@ -69,7 +73,17 @@ func (g *Group) Add(phase Phase, name string, run func(context.Context) error) {
 // context.Canceled because it was stopped is not an error. An actor that
 // returns nil before the group stops (a finished job) stops the group
 // without an error.
-func (g *Group) Run(ctx context.Context) error {
+func (g *Group) Run(ctx context.Context) error { return g.run(ctx, false) }
+
+// ErrStopped is the error of a service that returned before it was stopped.
+var ErrStopped = errors.New("stopped unexpectedly")
+
+// RunServices is Run for a group of services: an actor that returns before
+// it is stopped, even with nil, is an error, "<name>: stopped unexpectedly"
+// (ErrStopped) when it returned nil.
+func (g *Group) RunServices(ctx context.Context) error { return g.run(ctx, true) }
+
+func (g *Group) run(ctx context.Context, services bool) error {
 	type result struct {
 		i   int
 		err error
@@ -83,16 +97,20 @@ func (g *Group) Run(ctx context.Context) error {
 		cancels[i], done[i] = cancel, make(chan struct{})
 		go func() {
 			defer close(done[i])
-			results <- result{i, a.run(actx)}
+			err := a.run(actx)
+			if services && actx.Err() == nil {
+				if err == nil {
+					err = ErrStopped
+				}
+				err = fmt.Errorf("%s: %w", a.name, err)
+			}
+			results <- result{i, err}
 		}()
 	}
-	errs := make([]error, len(g.actors))
-	var mu sync.Mutex
+	errs := make([]error, len(g.actors)) // written by this goroutine only
 	record := func(r result) {
 		if r.err != nil && !errors.Is(r.err, context.Canceled) {
-			mu.Lock()
 			errs[r.i] = r.err
-			mu.Unlock()
 		}
 	}
 	if len(g.actors) > 0 {

@@ -119,3 +119,22 @@ func TestServeHTTPDrainsInFlight(t *testing.T) {
 		t.Fatal("listener still accepts after shutdown")
 	}
 }
+
+// In a group of services an actor that returns nil by itself is a failure
+// naming it, and it stops the others; a service stopped by the group may
+// return nil. Run (a group of jobs) takes the same nil as a finished job.
+func TestRunServicesFailsOnSilentReturn(t *testing.T) {
+	build := func() *Group {
+		var g Group
+		g.Add(Requests, "api", func(ctx context.Context) error { <-ctx.Done(); return nil })
+		g.Add(Apply, "applier", func(context.Context) error { return nil })
+		return &g
+	}
+	err := build().RunServices(context.Background())
+	if !errors.Is(err, ErrStopped) || err.Error() != "applier: stopped unexpectedly" {
+		t.Fatalf("RunServices = %v, want \"applier: stopped unexpectedly\" (ErrStopped) and nothing about the api, which was stopped", err)
+	}
+	if err := build().Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v, want nil: a finished job", err)
+	}
+}

@@ -272,31 +272,8 @@ func (p *pipeline) start(g *lifecycle.Group) {
 	p.cancel, p.done = cancel, make(chan struct{})
 	go func() {
 		defer close(p.done)
-		p.err = g.Run(ctx)
+		p.err = g.RunServices(ctx) // in dev, a part that ends by itself fails the pipeline
 	}()
-}
-
-// devGroup adds every part as untilStopped: in dev, a part that ends by
-// itself fails the pipeline.
-type devGroup struct{ g *lifecycle.Group }
-
-func (d devGroup) Add(phase lifecycle.Phase, name string, run func(context.Context) error) {
-	d.g.Add(phase, name, untilStopped(name, run))
-}
-
-// untilStopped turns a stage that ends by itself, even without an error,
-// into a failure of the pipeline, named for the stage.
-func untilStopped(name string, run func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		err := run(ctx)
-		if ctx.Err() != nil {
-			return err
-		}
-		if err == nil {
-			err = errors.New("stopped unexpectedly")
-		}
-		return fmt.Errorf("dev: %s: %w", name, err)
-	}
 }
 
 // startPipeline builds every role through internal/wiring, as capture,
@@ -318,20 +295,19 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 	}
 	closeConns := func() error { pool.Close(); return tier.Close() }
 	var g lifecycle.Group
-	dg := devGroup{&g}
-	srv, err := wiring.AddServe(ctx, dg, st.ServeConfig(), tier, pool, log, reg)
+	srv, err := wiring.AddServe(ctx, &g, st.ServeConfig(), tier, pool, log, reg)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}
-	capt, err := wiring.AddCapture(dg, st.CaptureConfig(), log, reg)
+	capt, err := wiring.AddCapture(&g, st.CaptureConfig(), log, reg)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}
-	app, err := wiring.AddApply(dg, st.ApplierConfig(), tier, log, reg)
+	app, err := wiring.AddApply(&g, st.ApplierConfig(), tier, log, reg)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}
-	tier.Add(dg)
+	tier.Add(&g)
 	page, err := st.StatusPage(reg)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
@@ -342,8 +318,8 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 	}
 	tel.Handle("/", page.Handler())
 	p := &pipeline{metricsAddr: tel.Addr(), stats: &statsSource{gather: reg, cache: tier.Cache}, closeConns: closeConns}
-	dg.Add(lifecycle.Observe, "status page", page.Run)
-	dg.Add(lifecycle.Telemetry, "telemetry", tel.Run)
+	g.Add(lifecycle.Observe, "status page", page.Run)
+	g.Add(lifecycle.Telemetry, "telemetry", tel.Run)
 	p.start(&g)
 
 	// Ready when every stage says so (the watermark is known, the API listens).

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"tidemark/internal/lifecycle"
+	"tidemark/internal/telemetry"
+	"tidemark/status"
+)
+
+// serve, apply and capture run through runProcess: a stage that returns nil
+// by itself there is an error exit, not a quiet exit 0.
+func TestRunProcessFailsWhenAServiceStops(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	e := &env{log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
+	page, err := status.NewPage(status.DefaultPageConfig(), status.PageDeps{Gatherer: reg, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g lifecycle.Group
+	g.Add(lifecycle.Requests, "api", func(context.Context) error { return nil })
+	err = runProcess(context.Background(), e, "", reg, page, &g)
+	if !errors.Is(err, lifecycle.ErrStopped) {
+		t.Fatalf("runProcess with a stage that returned nil = %v, want lifecycle.ErrStopped", err)
+	}
+}
