@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -41,18 +43,47 @@ func noneMatch(header, tag string) bool {
 	return false
 }
 
-// conditionalGET turns a 200 whose ETag matches the request's If-None-Match
-// into a 304 without a body.
-type conditionalGET struct {
+// tenantTag is the tenant part of an ETag: the first 48 bits of the
+// tenant's SHA-256, in hex. Every item starts at version 1 and the URL is
+// the same for every tenant, so a version alone would let a client cache
+// shared by two tenants (a BFF, a browser) revalidate one tenant's stored
+// body with the other's key and get 304.
+func tenantTag(tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(sum[:6])
+}
+
+// scopedETag is the ETag a tenant sees for version: "<version>.<tenantTag>".
+func scopedETag(version int64, tag string) string {
+	return `"` + strconv.FormatInt(version, 10) + "." + tag + `"`
+}
+
+// itemWriter finishes every authenticated answer: a 2xx item answer's
+// version ETag ("<version>", set by writeItem and setItemETag) becomes the
+// tenant-scoped one, and it carries Cache-Control: private, no-cache (a
+// shared cache must not store it; a private one must revalidate) and Vary:
+// Authorization (the body depends on the key). A GET whose If-None-Match
+// holds the scoped ETag becomes a 304 without a body, with those headers.
+type itemWriter struct {
 	http.ResponseWriter
-	inm         string
+	tag         string
+	inm         string // If-None-Match of a GET or HEAD
 	notModified bool
 }
 
-func (w *conditionalGET) WriteHeader(code int) {
-	if code == http.StatusOK && noneMatch(w.inm, w.Header().Get("ETag")) && w.Header().Get("ETag") != "" {
+func (w *itemWriter) WriteHeader(code int) {
+	h := w.Header()
+	if code >= 200 && code <= 299 {
+		if et := h.Get("ETag"); et != "" {
+			if v, err := strconv.ParseInt(strings.Trim(et, `"`), 10, 64); err == nil {
+				h["Etag"] = []string{scopedETag(v, w.tag)}
+			}
+			h["Cache-Control"] = cacheControlPrivate
+			h["Vary"] = varyAuthorization
+		}
+	}
+	if code == http.StatusOK && w.inm != "" && h.Get("ETag") != "" && noneMatch(w.inm, h.Get("ETag")) {
 		w.notModified = true
-		h := w.Header()
 		h.Del("Content-Type")
 		h.Del("Content-Length")
 		code = http.StatusNotModified
@@ -60,28 +91,41 @@ func (w *conditionalGET) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *conditionalGET) Write(b []byte) (int, error) {
+var (
+	cacheControlPrivate = []string{"private, no-cache"}
+	varyAuthorization   = []string{"Authorization"}
+)
+
+func (w *itemWriter) Write(b []byte) (int, error) {
 	if w.notModified {
 		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-// conditional wraps w for a GET with If-None-Match.
-func conditional(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
-	if inm := r.Header.Get("If-None-Match"); inm != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		return &conditionalGET{ResponseWriter: w, inm: inm}
+// conditional wraps w for the tenant's answer (itemWriter).
+func conditional(w http.ResponseWriter, r *http.Request, tenant string) http.ResponseWriter {
+	iw := &itemWriter{ResponseWriter: w, tag: tenantTag(tenant)}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		iw.inm = r.Header.Get("If-None-Match")
 	}
-	return w
+	return iw
 }
 
-var errIfMatch = errors.New(`If-Match must be one strong ETag from an earlier response (e.g. "3")`)
+var errIfMatch = errors.New(`If-Match must be one strong ETag from an earlier response (e.g. "3.1a2b3c4d5e6f", or "3")`)
+
+// errIfMatchTenant: If-Match holds an ETag another tenant was given; it
+// cannot match anything this tenant has (412).
+var errIfMatchTenant = errors.New("If-Match holds an ETag of another tenant's item")
 
 // expectedVersion is the version a write expects: from If-Match (the
 // standard precondition) or from expected_version (body or query). Both may
 // be given only when they agree. byIfMatch reports that If-Match set it, so
 // a mismatch answers 412 Precondition Failed rather than 409.
-func expectedVersion(r *http.Request, fromRequest *int64) (v int64, byIfMatch bool, err error) {
+//
+// If-Match may be the tenant-scoped ETag "<version>.<tag>" or the bare
+// "<version>"; a scoped one with another tenant's tag is errIfMatchTenant.
+func expectedVersion(r *http.Request, fromRequest *int64, tag string) (v int64, byIfMatch bool, err error) {
 	_, present := r.Header["If-Match"] // present but empty is malformed, not absent
 	im := strings.TrimSpace(r.Header.Get("If-Match"))
 	if !present {
@@ -94,9 +138,13 @@ func expectedVersion(r *http.Request, fromRequest *int64) (v int64, byIfMatch bo
 	if !ok || !strings.HasSuffix(unq, `"`) {
 		return 0, false, errIfMatch
 	}
-	v, err = strconv.ParseInt(strings.TrimSuffix(unq, `"`), 10, 64)
+	ver, etTag, scoped := strings.Cut(strings.TrimSuffix(unq, `"`), ".")
+	v, err = strconv.ParseInt(ver, 10, 64)
 	if err != nil || v < 1 {
 		return 0, false, errIfMatch
+	}
+	if scoped && etTag != tag {
+		return 0, false, errIfMatchTenant
 	}
 	if fromRequest != nil && *fromRequest != v {
 		return 0, false, errors.New("If-Match and expected_version disagree")

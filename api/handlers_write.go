@@ -125,7 +125,11 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion)
+	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion, tenantTag(tenant))
+	if errors.Is(err, errIfMatchTenant) {
+		writeError(w, http.StatusPreconditionFailed, "version_conflict", err.Error())
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -170,7 +174,11 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 		}
 		fromQuery = &v
 	}
-	expected, byIfMatch, err := expectedVersion(r, fromQuery)
+	expected, byIfMatch, err := expectedVersion(r, fromQuery, tenantTag(tenant))
+	if errors.Is(err, errIfMatchTenant) {
+		writeError(w, http.StatusPreconditionFailed, "version_conflict", err.Error())
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return

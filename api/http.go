@@ -41,7 +41,7 @@ func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Reques
 			writeError(sw, http.StatusServiceUnavailable, "unavailable", "the API key cannot be checked right now")
 			return
 		}
-		h(conditional(sw, r), r, tenant)
+		h(conditional(sw, r, tenant), r, tenant)
 	})
 }
 

@@ -120,8 +120,12 @@ func TestOpenAPIStatusCodesAreReal(t *testing.T) {
 				t.Errorf("%s %s: problem status %v, response %d", method, path, r.body["status"], r.code)
 			}
 		case r.code == 200 || r.code == 201:
-			if op != "GET /v1/openapi.json" && r.header.Get("ETag") != fmt.Sprintf(`"%d"`, r.version()) {
-				t.Errorf("%s %s: ETag %q for version %d", method, path, r.header.Get("ETag"), r.version())
+			et := r.header.Get("ETag")
+			if op != "GET /v1/openapi.json" && et != fmt.Sprintf(`"%d.%s"`, r.version(), tenantTag("acme")) && et != fmt.Sprintf(`"%d.%s"`, r.version(), tenantTag("globex")) {
+				t.Errorf("%s %s: ETag %q for version %d, want the tenant-scoped one", method, path, et, r.version())
+			}
+			if op != "GET /v1/openapi.json" && (r.header.Get("Cache-Control") != "private, no-cache" || r.header.Get("Vary") != "Authorization") {
+				t.Errorf("%s %s: Cache-Control %q, Vary %q, want private, no-cache and Authorization", method, path, r.header.Get("Cache-Control"), r.header.Get("Vary"))
 			}
 		case r.code == 304:
 			if r.raw != "" || r.header.Get("ETag") == "" {

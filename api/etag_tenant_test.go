@@ -1,0 +1,42 @@
+package api
+
+import (
+	"testing"
+)
+
+// One client cache shared by two tenants (a BFF, a browser) revalidates
+// tenant A's stored body with tenant B's key: the same URL, the same
+// version, but B must get its own body (200), never a 304 that would make
+// the cache hand B tenant A's body. Every 200 says the answer is private and
+// varies with Authorization.
+func TestETagIsTenantScoped(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{})
+	a, b := e.apiKey("tenant-a"), e.apiKey("tenant-b")
+	for _, k := range []struct{ key, display string }{{a, `"a's"`}, {b, `"b's"`}} {
+		if r := e.do("POST", in.url+"/v1/catalog/items", k.key, `{"item_id":"same","display":`+k.display+`}`); r.code != 201 || r.version() != 1 {
+			t.Fatalf("POST: %d %s", r.code, r.raw)
+		}
+	}
+	ra := e.do("GET", in.item("same"), a, "")
+	if ra.code != 200 || ra.body["display"] != "a's" {
+		t.Fatalf("GET as A: %d %s", ra.code, ra.raw)
+	}
+	if cc, v := ra.header.Get("Cache-Control"), ra.header.Get("Vary"); cc != "private, no-cache" || v != "Authorization" {
+		t.Fatalf("200 carries Cache-Control %q and Vary %q, want \"private, no-cache\" and \"Authorization\"", cc, v)
+	}
+	rb := e.do("GET", in.item("same"), b, "", "If-None-Match", ra.header.Get("ETag"))
+	if rb.code != 200 || rb.body["display"] != "b's" {
+		t.Fatalf("B revalidating A's stored body (ETag %s): %d %q, want 200 with B's own body: a 304 would vouch for A's body", ra.header.Get("ETag"), rb.code, rb.raw)
+	}
+	if r := e.do("GET", in.item("same"), a, "", "If-None-Match", ra.header.Get("ETag")); r.code != 304 {
+		t.Fatalf("A revalidating its own body: %d, want 304", r.code)
+	}
+	// A's ETag as B's If-Match precondition cannot match B's item.
+	if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", ra.header.Get("ETag"), "Idempotency-Key", "k1"); r.code != 412 {
+		t.Fatalf("PATCH as B with A's ETag in If-Match: %d %s, want 412", r.code, r.raw)
+	}
+	if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", rb.header.Get("ETag"), "Idempotency-Key", "k2"); r.code != 200 || r.version() != 2 {
+		t.Fatalf("PATCH as B with its own ETag: %d %s, want 200 at version 2", r.code, r.raw)
+	}
+}
