@@ -73,3 +73,29 @@ func TestResolvedFromTheFutureIsRefused(t *testing.T) {
 		return nil
 	})
 }
+
+// A marker record whose value does not decode (a reset from a newer
+// capture during a rolling upgrade, a corrupted value) moves reset_at to
+// the cache tier's clock plus the margin before it is dead-lettered: the
+// reset it may have carried is not lost.
+func TestUndecodableMarkerMovesResetAt(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 1)
+	run := r.start(r.config(), nil)
+	before, err := r.rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.produce(r.manual, &kgo.Record{Partition: 0, Key: []byte(schema.MarkerKey(0)), Value: []byte(`{"schema":2,"type":"reset","reset_time":"x"}`)})
+	testenv.Eventually(t, 20*time.Second, "the undecodable marker dead-lettered", func() error {
+		if c := run.a.Counts(); c.DLQ != 1 {
+			return fmt.Errorf("counts %+v, want 1 dlq", c)
+		}
+		return nil
+	})
+	want := before.Add(promise.ResetMargin).Truncate(time.Millisecond)
+	if got := r.watermark().ResetAt; got.Before(want) {
+		t.Fatalf("reset_at after an undecodable marker = %s, want at least Redis TIME before it + margin = %s",
+			got.UTC().Format(time.RFC3339Nano), want.UTC().Format(time.RFC3339Nano))
+	}
+}

@@ -343,9 +343,24 @@ func (p *processor) refusedAhead(partition int32, err error) {
 // unknown schema version): it purges the record's key when the key is
 // readable (when unsure, drop the cached value rather than keep a possibly
 // stale one), then hands the record to the DLQ and counts it.
+//
+// A record whose key is not an item key (a marker: reset, truncate or
+// resolved, from a newer capture during a rolling upgrade or corrupted)
+// may have been a reset: reset_at moves to the cache tier's clock plus the
+// reset margin first, which covers any reset time it could have carried
+// (no later than now), so no entry observed before the lost reset is
+// extended by the watermark.
 func (p *processor) deadLetter(ctx context.Context, partition int32, rec *kgo.Record, cause error) error {
 	if tenant, item, err := schema.ParseKey(string(rec.Key)); err == nil {
 		err := p.retry(ctx, partition, "purge dead-lettered key", func(ctx context.Context) error { return p.cache.Purge(ctx, tenant, item) })
+		if err != nil {
+			return err
+		}
+	} else {
+		err := p.retry(ctx, partition, "set reset_at for a dead-lettered marker", func(ctx context.Context) error {
+			_, err := p.cache.MarkGapNow(ctx)
+			return err
+		})
 		if err != nil {
 			return err
 		}
