@@ -182,7 +182,13 @@ func (c *Capture) session(ctx context.Context) error {
 	go func() { defer wg.Done(); c.heartbeats(sctx) }()
 	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
 
+	vconn, err := pgx.Connect(ctx, c.cfg.PG)
+	if err != nil {
+		return fmt.Errorf("capture: connect for visibility checks: %w", err)
+	}
+	defer vconn.Close(context.Background())
 	st := newStreamer(c, repl, partitions, start)
+	st.vis = &visibility{conn: vconn}
 	streamErr := st.run(sctx)
 	cancel(streamErr)
 	wg.Wait()

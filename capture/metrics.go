@@ -20,6 +20,7 @@ type metrics struct {
 	resets       *prometheus.CounterVec
 	heartbeats   prometheus.Counter
 	beatSkipped  prometheus.Counter
+	invisible    prometheus.Counter
 }
 
 // walStatuses are pg_replication_slots.wal_status values; exactly one is 1.
@@ -37,6 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resets:       in.CounterVec("tidemark_capture_resets_total", "Reset markers sent for detected gaps, by reason.", "reason"),
 		heartbeats:   in.Counter("tidemark_capture_heartbeats_total", "Heartbeats read back from the stream (each sends resolved markers)."),
 		beatSkipped:  in.Counter("tidemark_capture_heartbeats_skipped_total", "Heartbeat-prefix messages or heartbeat-row updates skipped because they do not carry a time (not written by capture)."),
+		invisible:    in.Counter("tidemark_capture_invisible_wait_seconds_total", "Time the stream was held on a decoded commit not yet visible to new snapshots (a synchronous standby's wait)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, fmt.Errorf("capture: register metrics: %w", err)

@@ -34,6 +34,7 @@ type streamer struct {
 
 	sent       schema.LSN // last LSN sent in a standby status
 	nextStatus time.Time
+	vis        *visibility // nil: no visibility gate (tests of the decoder)
 
 	lastSkipLog time.Time // last warning about a skipped heartbeat
 
@@ -153,6 +154,9 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 	}
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
+		if err := s.awaitVisible(ctx, m.Xid); err != nil {
+			return err
+		}
 		s.txn = s.tr.Begin()
 		s.commitLSN, s.commitTime, s.xid = schema.LSN(m.FinalLSN), m.CommitTime, m.Xid
 		s.beat = time.Time{}
