@@ -103,14 +103,18 @@ func (o *observer) observe(ctx context.Context) {
 				total += m.GetCounter().GetValue()
 			}
 		}
-		// A rate per process over the time since its own previous scrape:
-		// a process that missed scrapes (stopped) or restarted (counter
-		// reset, unknown start) must not look like a burst.
+		// A rate per process over the time since its own previous scrape,
+		// each timed when its answer arrived (not when the tick began: a
+		// scrape delayed by a slow one before it would otherwise count more
+		// than a second's reads as one second's): a process that missed
+		// scrapes (stopped) or restarted (counter reset, unknown start) must
+		// not look like a burst.
+		at := time.Now()
 		prev, seen := o.prevSrc[u]
 		if seen && total >= prev.total {
-			s.APISourceReads += (total - prev.total) / now.Sub(prev.at).Seconds()
+			s.APISourceReads += (total - prev.total) / at.Sub(prev.at).Seconds()
 		}
-		o.prevSrc[u] = srcScrape{total, now}
+		o.prevSrc[u] = srcScrape{total, at}
 	}
 	for _, u := range o.sys.applyMetrics {
 		fams, err := o.scrape(ctx, u)
