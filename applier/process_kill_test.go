@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -172,17 +173,25 @@ func TestCrashKill9MidStream(t *testing.T) {
 }
 
 // committedSoFar is the group's committed offsets, none before the group
-// first committed.
+// first committed. A real broker's coordinator may not be ready yet (or be
+// moving): retriable errors are asked again for up to 30 s.
 func committedSoFar(r *rig, group string) map[int32]int64 {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := r.adm.FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[int32]int64{}
-	}
-	if err != nil {
-		r.t.Fatalf("fetch offsets of %s: %v", group, err)
+	var resp kadm.OffsetResponses
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		resp, err = r.adm.FetchOffsets(ctx, group)
+		cancel()
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return map[int32]int64{}
+		}
+		if err == nil {
+			break
+		}
+		if !kerr.IsRetriable(err) && !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
+			r.t.Fatalf("fetch offsets of %s: want them, got %v", group, err)
+		}
 	}
 	out := map[int32]int64{}
 	for p, o := range resp[r.topic] {
