@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -38,6 +39,7 @@ type Config struct {
 	Topic     string
 	Group     string // the applier's consumer group
 	Redis     string
+	RedisConn cache.RedisConfig // TLS, credentials, mode (its URL is Redis)
 	Namespace string
 	PG        string // optional: slot health
 	Slot      string
@@ -268,7 +270,7 @@ func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecon
 
 // readCache reads the watermark hash and every master's maxmemory-policy.
 func readCache(ctx context.Context, cfg Config) (cache.Watermark, map[string]string, error) {
-	rdb, err := cache.ParseRedisURL(cfg.Redis)
+	rdb, err := cfg.openRedis()
 	if err != nil {
 		return cache.Watermark{}, nil, err
 	}
@@ -373,4 +375,11 @@ func readSlot(ctx context.Context, cfg Config) (Slot, error) {
 	}
 	s.Exists = true
 	return s, nil
+}
+
+// openRedis connects to the cache tier as the process's flags say.
+func (c Config) openRedis() (redis.UniversalClient, error) {
+	rc := c.RedisConn
+	rc.URL = c.Redis
+	return cache.OpenRedis(rc, nil)
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
 	"tidemark/warm"
 )
 
@@ -28,7 +27,7 @@ type WarmUp struct {
 
 // readWarm reads the warm-up progress; nil when no run was ever published.
 func readWarm(ctx context.Context, cfg Config) (*WarmUp, error) {
-	rdb, err := cache.ParseRedisURL(cfg.Redis)
+	rdb, err := cfg.openRedis()
 	if err != nil {
 		return nil, err
 	}

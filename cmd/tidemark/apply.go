@@ -17,8 +17,9 @@ import (
 type applyCmd struct {
 	statusPageFlag
 	kafkaFlags
+	redisFlags
 	Kafka            string        `field:"applier.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis            string        `field:"Redis,page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Redis            string        `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
 	Topic            string        `field:"applier.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
 	Group            string        `field:"applier.Group,page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${applier_Group}" help:"Kafka consumer group."`
 	Namespace        string        `field:"cache.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
@@ -60,6 +61,7 @@ func (c *applyCmd) Validate() error {
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
+	c.validateRedis(&p, c.Redis)
 	validateAs(&p, "applier", c.config().Validate())
 	validateAs(&p, "cache", c.cacheConfig().Validate())
 	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
@@ -68,7 +70,7 @@ func (c *applyCmd) Validate() error {
 
 func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	reg := telemetry.NewRegistry()
-	tier, err := wiring.OpenTier(c.Redis, c.cacheConfig(), nil, e.log, reg)
+	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), nil, e.log, reg)
 	if err != nil {
 		return usageError(err)
 	}
@@ -87,5 +89,5 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *applyCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn()}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis)}
 }

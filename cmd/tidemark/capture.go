@@ -19,6 +19,7 @@ type captureCmd struct {
 	pgFlag
 	statusPageFlag
 	kafkaFlags
+	redisFlags
 	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
 	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
@@ -47,7 +48,7 @@ type captureCmd struct {
 	TopicRetention  time.Duration `field:"capture.Relay.Require.Retention" name:"topic-min-retention" env:"TIDEMARK_TOPIC_MIN_RETENTION" default:"${require_Retention}" help:"Shortest retention.ms the data topic may have when it deletes old segments."`
 	MaxProcs        int           `field:"MaxProcs" name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
 	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
-	Redis           string        `field:"page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
+	Redis           string        `field:"page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
 	Group           string        `field:"page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${page_Check_Group}" help:"The applier's consumer group, for the status page's lag table."`
 	Namespace       string        `field:"page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${page_Check_Namespace}" help:"Cache-tier key namespace, for the status page."`
 }
@@ -70,6 +71,7 @@ func (c *captureCmd) config() capture.Config {
 func (c *captureCmd) Validate() error {
 	var p config.Problems
 	validateAs(&p, "capture", c.config().Validate())
+	c.validateRedis(&p, c.Redis)
 	if c.MaxProcs < 0 {
 		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
@@ -95,5 +97,5 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *captureCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn()}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis)}
 }

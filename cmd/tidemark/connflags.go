@@ -1,6 +1,8 @@
 package main
 
 import (
+	"tidemark/cache"
+	"tidemark/internal/config"
 	"tidemark/internal/kafkaconn"
 	"tidemark/internal/tlsfiles"
 )
@@ -29,5 +31,42 @@ func (f kafkaFlags) kafkaConn() kafkaconn.Config {
 			ServerName: f.KafkaServerName, InsecureSkipVerify: f.KafkaInsecure},
 		SASLMechanism: f.KafkaSASLMechanism, SASLUser: f.KafkaSASLUser, SASLPassword: f.KafkaSASLPassword,
 		SASLPasswordFile: f.KafkaSASLPasswordFile, OAuthTokenFile: f.KafkaOAuthTokenFile,
+	}
+}
+
+// redisFlags are how a process reaches and authenticates to the cache tier,
+// beyond the URL: the same flags wherever --redis is taken.
+type redisFlags struct {
+	RedisMode                 string   `field:"redis.Mode" name:"redis-mode" env:"TIDEMARK_REDIS_MODE" default:"${redis_Mode}" enum:"auto,standalone,cluster,sentinel" help:"auto (ask a single address whether it is a Cluster node: a Cluster configuration endpoint gets a Cluster client), standalone, cluster or sentinel (the URL's addresses are Sentinels)."`
+	RedisUser                 string   `field:"redis.Username" name:"redis-user" env:"TIDEMARK_REDIS_USER" help:"Redis ACL user (default: the URL's, else default)."`
+	RedisPassword             string   `field:"redis.Password" name:"redis-password" env:"TIDEMARK_REDIS_PASSWORD" secret:"true" help:"Redis password; prefer --redis-password-file (a password in --redis shows in ps)."`
+	RedisPasswordFile         string   `field:"redis.PasswordFile" name:"redis-password-file" env:"TIDEMARK_REDIS_PASSWORD_FILE" help:"File holding the Redis password, read at each new connection (a rotated secret is picked up)."`
+	RedisTLS                  bool     `field:"redis.TLS.Enabled" name:"redis-tls" env:"TIDEMARK_REDIS_TLS" help:"Connect with TLS (rediss:// implies it)."`
+	RedisCAFile               string   `field:"redis.TLS.CAFile" name:"redis-ca-file" env:"TIDEMARK_REDIS_CA_FILE" help:"PEM CA bundle the Redis servers' certificates are checked against (default: the system's)."`
+	RedisCertFile             string   `field:"redis.TLS.CertFile" name:"redis-cert-file" env:"TIDEMARK_REDIS_CERT_FILE" help:"PEM client certificate for Redis (mTLS)."`
+	RedisKeyFile              string   `field:"redis.TLS.KeyFile" name:"redis-key-file" env:"TIDEMARK_REDIS_KEY_FILE" help:"PEM key of --redis-cert-file."`
+	RedisServerName           string   `field:"redis.TLS.ServerName" name:"redis-tls-server-name" env:"TIDEMARK_REDIS_TLS_SERVER_NAME" help:"Name checked in the Redis servers' certificates (default: the host dialled)."`
+	RedisInsecure             bool     `field:"redis.TLS.InsecureSkipVerify" name:"redis-tls-insecure-skip-verify" env:"TIDEMARK_REDIS_TLS_INSECURE_SKIP_VERIFY" help:"Accept any Redis certificate (a lab only)."`
+	RedisSentinelMaster       string   `field:"redis.SentinelMaster" name:"redis-sentinel-master" env:"TIDEMARK_REDIS_SENTINEL_MASTER" help:"Sentinel master set name (or the path of a redis+sentinel:// URL)."`
+	RedisSentinelAddrs        []string `field:"redis.SentinelAddrs" name:"redis-sentinel-addrs" env:"TIDEMARK_REDIS_SENTINEL_ADDRS" sep:"," help:"Sentinel addresses (default: the URL's)."`
+	RedisSentinelUser         string   `field:"redis.SentinelUsername" name:"redis-sentinel-user" env:"TIDEMARK_REDIS_SENTINEL_USER" help:"ACL user on the Sentinels."`
+	RedisSentinelPassword     string   `field:"redis.SentinelPassword" name:"redis-sentinel-password" env:"TIDEMARK_REDIS_SENTINEL_PASSWORD" secret:"true" help:"Password on the Sentinels; prefer --redis-sentinel-password-file."`
+	RedisSentinelPasswordFile string   `field:"redis.SentinelPasswordFile" name:"redis-sentinel-password-file" env:"TIDEMARK_REDIS_SENTINEL_PASSWORD_FILE" help:"File holding the Sentinels' password."`
+}
+
+// redisConn is the cache tier's connection settings for url.
+func (f redisFlags) redisConn(url string) cache.RedisConfig {
+	return cache.RedisConfig{URL: url, Mode: f.RedisMode, Username: f.RedisUser, Password: f.RedisPassword, PasswordFile: f.RedisPasswordFile,
+		TLS: tlsfiles.Config{Enabled: f.RedisTLS, CAFile: f.RedisCAFile, CertFile: f.RedisCertFile, KeyFile: f.RedisKeyFile,
+			ServerName: f.RedisServerName, InsecureSkipVerify: f.RedisInsecure},
+		SentinelMaster: f.RedisSentinelMaster, SentinelAddrs: f.RedisSentinelAddrs, SentinelUsername: f.RedisSentinelUser,
+		SentinelPassword: f.RedisSentinelPassword, SentinelPasswordFile: f.RedisSentinelPasswordFile}
+}
+
+// validateRedis checks the connection settings when a URL is given (a
+// command that requires one says so itself).
+func (f redisFlags) validateRedis(p *config.Problems, url string) {
+	if url != "" {
+		validateAs(p, "redis", f.redisConn(url).Validate())
 	}
 }

@@ -122,7 +122,7 @@ func contains(xs []string, x string) bool {
 func defaultConfigs() map[string]any {
 	return map[string]any{
 		"capture": capture.DefaultConfig(), "applier": applier.DefaultConfig(), "replay": applier.DefaultReplayConfig(),
-		"cache": cache.DefaultConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
+		"cache": cache.DefaultConfig(), "redis": cache.DefaultRedisConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
 		"inspect": inspect.DefaultConfig(), "broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(),
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
 		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),

@@ -54,19 +54,21 @@ func commands(t *testing.T, c *cli) (*kong.Kong, []command) {
 func configsOf(cmd any) map[string]any {
 	switch c := cmd.(type) {
 	case *captureCmd:
-		return map[string]any{"capture": c.config(), "page": c.pageConfig(c.target())}
+		return map[string]any{"capture": c.config(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
 	case *applyCmd:
-		return map[string]any{"applier": c.config(), "cache": c.cacheConfig(), "page": c.pageConfig(c.target())}
+		return map[string]any{"applier": c.config(), "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
 	case *replayCmd:
 		cfg, _ := c.config()
-		return map[string]any{"replay": cfg, "cache": c.cacheConfig()}
+		return map[string]any{"replay": cfg, "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis)}
 	case *serveCmd:
 		return map[string]any{"api": c.apiConfig(), "cache": c.cacheConfig(), "audit": c.auditConfig(), "warm": c.warmConfig(),
-			"replica": c.replicaConfig(), "page": c.pageConfig(c.target())}
+			"replica": c.replicaConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
 	case *statusCmd:
-		return map[string]any{"status": c.config()}
+		return map[string]any{"status": c.config(), "redis": c.redisConn(c.Redis)}
 	case *inspectCmd:
-		return map[string]any{"inspect": c.config()}
+		return map[string]any{"inspect": c.config(), "redis": c.redisConn(c.Redis)}
+	case *warmCmd:
+		return map[string]any{"redis": c.redisConn(c.Redis)}
 	case *kafkaCmd:
 		return map[string]any{"broker": c.config()}
 	case *devCmd:

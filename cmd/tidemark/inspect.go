@@ -18,8 +18,9 @@ import (
 )
 
 type inspectCmd struct {
-	PG        string        `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
-	Redis     string        `field:"inspect.Redis,Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	PG    string `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
+	Redis string `field:"inspect.Redis,Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	redisFlags
 	Namespace string        `field:"inspect.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${inspect_Namespace}" help:"Cache-tier key namespace."`
 	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
 	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
@@ -74,7 +75,7 @@ func (c *inspectCmd) Run(ctx context.Context, e *env) error {
 // with the number of read replicas each key has published, and every
 // master's command rate (how the load spreads over a Cluster).
 func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
-	rdb, err := cache.ParseRedisURL(c.Redis)
+	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
 	if err != nil {
 		return usageError(err)
 	}

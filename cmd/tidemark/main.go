@@ -15,6 +15,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"tidemark/cache"
 	"tidemark/internal/telemetry"
 )
 
@@ -87,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark: %v\n", flagErrors(&c, err))
 		return exitUsage
 	}
+	cache.RedisLogger(log)
 	stopProfile, err := startProfile()
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark: %v\n", err)

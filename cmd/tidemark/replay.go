@@ -22,7 +22,7 @@ import (
 // progress display and prints the summary.
 type replayCmd struct {
 	Kafka      string        `field:"replay.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis      string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
+	Redis      string        `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
 	Topic      string        `field:"replay.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${replay_Topic}" help:"Kafka topic of invalidation events."`
 	Namespace  string        `field:"cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
 	Since      string        `field:"replay.Since" name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
@@ -33,6 +33,7 @@ type replayCmd struct {
 	BackoffMax time.Duration `field:"replay.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${replay_BackoffMax}" help:"Longest retry delay."`
 	cacheFlags
 	kafkaFlags
+	redisFlags
 
 	now time.Time // fixed at Validate, so --since is resolved once
 }
@@ -73,6 +74,7 @@ func (c *replayCmd) cacheConfig() cache.Config { return c.cacheTier(c.Namespace)
 func (c *replayCmd) Validate() error {
 	cfg, err := c.config()
 	var p config.Problems
+	c.validateRedis(&p, c.Redis)
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
@@ -91,7 +93,7 @@ func (c *replayCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return usageError(err)
 	}
-	rdb, err := cache.ParseRedisURL(c.Redis)
+	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
 	if err != nil {
 		return usageError(err)
 	}

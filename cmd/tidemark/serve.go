@@ -24,7 +24,8 @@ type serveCmd struct {
 	pgFlag
 	statusPageFlag
 	kafkaFlags
-	Redis       string `field:"Redis,page.Check.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
+	redisFlags
+	Redis       string `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
 	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
 	Addr        string `field:"api.Addr" name:"addr" env:"TIDEMARK_ADDR" default:"${api_Addr}" help:"Listen address of the API."`
 	MetricsAddr string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9103" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
@@ -121,6 +122,7 @@ func (c *serveCmd) warmConfig() warm.Config {
 func (c *serveCmd) Validate() error {
 	var p config.Problems
 	c.require(&p)
+	c.validateRedis(&p, c.Redis)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -148,7 +150,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	}
 	defer pool.Close()
 	reg := telemetry.NewRegistry()
-	tier, err := wiring.OpenTier(c.Redis, c.cacheConfig(), pool, log, reg)
+	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), pool, log, reg)
 	if err != nil {
 		return usageError(err)
 	}
@@ -170,5 +172,5 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *serveCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn()}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis)}
 }

@@ -10,7 +10,7 @@ import (
 
 type statusCmd struct {
 	Kafka     string        `field:"status.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated."`
-	Redis     string        `field:"status.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Redis     string        `field:"status.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	PG        string        `field:"status.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds slot lag and wal_status."`
 	Topic     string        `field:"status.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${status_Topic}" help:"Kafka topic."`
 	Group     string        `field:"status.Group" name:"group" env:"TIDEMARK_GROUP" default:"${status_Group}" help:"The applier's consumer group."`
@@ -20,17 +20,19 @@ type statusCmd struct {
 	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`
 	Timeout   time.Duration `field:"status.Timeout" name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"${status_Timeout}" help:"Give up reading after this long (exit 2)."`
 	kafkaFlags
+	redisFlags
 	JSON bool `name:"json" help:"Print the report as JSON."`
 }
 
 func (c *statusCmd) config() status.Config {
-	return status.Config{Brokers: splitList(c.Kafka), Kafka: c.kafkaConn(), Redis: c.Redis, PG: c.PG, Topic: c.Topic, Group: c.Group,
+	return status.Config{Brokers: splitList(c.Kafka), Kafka: c.kafkaConn(), Redis: c.Redis, RedisConn: c.redisConn(c.Redis), PG: c.PG, Topic: c.Topic, Group: c.Group,
 		Namespace: c.Namespace, Slot: c.Slot, SLO: c.SLO, Warn: c.Warn, Timeout: c.Timeout}
 }
 
 func (c *statusCmd) Validate() error {
 	var p config.Problems
 	validateAs(&p, "status", c.config().Validate())
+	c.validateRedis(&p, c.Redis)
 	return flagErrors(c, p.Err())
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tidemark/cache"
 	"tidemark/internal/kafkaconn"
 	"tidemark/status"
 )
@@ -19,6 +20,7 @@ type statusPageFlag struct {
 type statusTarget struct {
 	kafka, redis, pg, topic, group, namespace, slot string
 	kafkaConn                                       kafkaconn.Config
+	redisConn                                       cache.RedisConfig
 }
 
 // page builds the status page of a process (a page without Kafka or Redis
@@ -34,7 +36,7 @@ func (f statusPageFlag) pageConfig(t statusTarget) status.PageConfig {
 	cfg := status.DefaultPageConfig()
 	cfg.Every = f.StatusEvery
 	c := &cfg.Check
-	c.Brokers, c.Kafka, c.Redis, c.PG = splitList(t.kafka), t.kafkaConn, t.redis, t.pg
+	c.Brokers, c.Kafka, c.Redis, c.RedisConn, c.PG = splitList(t.kafka), t.kafkaConn, t.redis, t.redisConn, t.pg
 	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
 	return cfg
 }

@@ -13,15 +13,17 @@ import (
 // warmCmd queues a warm request for the elected warmer of a serve process
 // and, with --wait, follows its progress.
 type warmCmd struct {
-	Redis     string        `field:"Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	Namespace string        `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
-	Top       int           `field:"Top" name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
-	Tenant    string        `name:"tenant" help:"Only this tenant's hottest keys."`
-	Wait      time.Duration `field:"Wait" name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
+	Redis     string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
+	Top       int    `field:"Top" name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
+	Tenant    string `name:"tenant" help:"Only this tenant's hottest keys."`
+	redisFlags
+	Wait time.Duration `field:"Wait" name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
 }
 
 func (c *warmCmd) Validate() error {
 	var p config.Problems
+	c.validateRedis(&p, c.Redis)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -35,7 +37,7 @@ func (c *warmCmd) Validate() error {
 }
 
 func (c *warmCmd) Run(ctx context.Context, e *env) error {
-	rdb, err := cache.ParseRedisURL(c.Redis)
+	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
 	if err != nil {
 		return usageError(err)
 	}

@@ -44,15 +44,15 @@ type Tier struct {
 	log   *slog.Logger
 }
 
-// OpenTier connects to the cache tier at redisURL (cache.ParseRedisURL) and
+// OpenTier connects to the cache tier (cache.OpenRedis) and
 // builds the cache client and the clock guard; pg, when not nil, is a second
 // clock reference. The test-only TIDEMARK_TEST_CLOCK_OFFSET shifts the
 // guard's wall clock. Close the Tier when the group has returned.
-func OpenTier(redisURL string, cfg cache.Config, pg clockguard.Querier, log *slog.Logger, reg prometheus.Registerer) (*Tier, error) {
+func OpenTier(rc cache.RedisConfig, cfg cache.Config, pg clockguard.Querier, log *slog.Logger, reg prometheus.Registerer) (*Tier, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rdb, err := cache.ParseRedisURL(redisURL)
+	rdb, err := cache.OpenRedis(rc, log)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tidemark/cache"
 	"tidemark/internal/telemetry"
 	"tidemark/internal/wiring"
 	"tidemark/lab/broker"
@@ -288,7 +289,7 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 	if err != nil {
 		return nil, err
 	}
-	tier, err := wiring.OpenTier(st.ep.Redis, st.cfg.Cache, pool, log, reg)
+	tier, err := wiring.OpenTier(cache.RedisConfig{URL: st.ep.Redis}, st.cfg.Cache, pool, log, reg)
 	if err != nil {
 		pool.Close()
 		return nil, err

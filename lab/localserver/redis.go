@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,17 +21,24 @@ type RedisConfig struct {
 	Port    int    // 0 = a free port
 	Cluster bool   // cluster-enabled node (the caller forms the cluster)
 	Persist bool   // save an RDB snapshot on shutdown and every minute
+	// TLS, when set, adds a TLS port (TLSAddr) serving these certificates;
+	// clients may present one signed by the CA. The plain port stays for
+	// the lab's own start-up checks.
+	TLS       *Certs
+	ReplicaOf string // host:port of the master this server replicates
 }
 
 // Redis is a private redis-server process.
 type Redis struct {
-	Port int
-	Addr string // 127.0.0.1:<port>
+	Port    int
+	Addr    string // 127.0.0.1:<port>
+	TLSAddr string // 127.0.0.1:<tls port>, with RedisConfig.TLS
 
-	cfg  RedisConfig
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	cfg     RedisConfig
+	tlsPort int
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // RedisServerPath finds redis-server on PATH.
@@ -65,6 +73,12 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		}
 	}
 	r := &Redis{Port: cfg.Port, Addr: "127.0.0.1:" + strconv.Itoa(cfg.Port), cfg: cfg}
+	if cfg.TLS != nil {
+		if r.tlsPort, err = freePort(0); err != nil {
+			return nil, err
+		}
+		r.TLSAddr = "127.0.0.1:" + strconv.Itoa(r.tlsPort)
+	}
 	if err := r.Start(); err != nil {
 		return nil, err
 	}
@@ -87,6 +101,14 @@ func (r *Redis) Start() error {
 		args = append(args, "--save", "60 1")
 	} else {
 		args = append(args, "--save", "")
+	}
+	if t := r.cfg.TLS; t != nil {
+		args = append(args, "--tls-port", strconv.Itoa(r.tlsPort), "--tls-cert-file", t.ServerCert, "--tls-key-file", t.ServerKey,
+			"--tls-ca-cert-file", t.CA, "--tls-auth-clients", "optional")
+	}
+	if r.cfg.ReplicaOf != "" {
+		h, p, _ := strings.Cut(r.cfg.ReplicaOf, ":")
+		args = append(args, "--replicaof", h, p)
 	}
 	if r.cfg.Cluster {
 		os.Remove(filepath.Join(r.cfg.Dir, "nodes.conf")) // a restarted node is a new, empty node
