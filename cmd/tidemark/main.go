@@ -28,8 +28,10 @@ const (
 )
 
 type cli struct {
-	LogFormat string `field:"Format" name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
-	LogLevel  string `field:"Level" name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat   string `field:"Format" name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
+	LogLevel    string `field:"Level" name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	Config      string `name:"config" env:"TIDEMARK_CONFIG" type:"path" help:"YAML config file: keys are flag names (session-timeout) or the fields they fill (applier.SessionTimeout); flags and environment win over it."`
+	PrintConfig bool   `name:"print-config" help:"Print the command's effective configuration (secrets redacted) with where each value came from, and exit."`
 
 	Version versionCmd `cmd:"" help:"Print the version and exit."`
 	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
@@ -64,16 +66,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		exited   bool
 		exitCode int
 	)
-	parser, err := kong.New(&c,
+	opts := []kong.Option{}
+	var cf *configFile
+	if path := configPath(args); path != "" {
+		var err error
+		if cf, err = loadConfigFile(path); err != nil {
+			fmt.Fprintf(stderr, "tidemark: %v\n", err)
+			return exitUsage
+		}
+		opts = append(opts, kong.Resolvers(cf))
+	}
+	parser, err := kong.New(&c, append(opts,
 		kong.Name("tidemark"),
 		kong.Description("tidemark keeps a multi-tenant catalog cache fresh: Postgres changes -> Kafka -> Redis invalidations, gated by a freshness watermark."),
 		kong.Vars(defaultVars()), // flag defaults come from the packages' DefaultConfig
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exited, exitCode = true, code }),
-	)
+	)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark: %v\n", err)
 		return exitFailure
+	}
+	if cf != nil { // before parsing, so a misspelt key is the error seen first
+		if err := cf.Validate(parser.Model); err != nil {
+			fmt.Fprintf(stderr, "tidemark: %v\n", err)
+			return exitUsage
+		}
 	}
 	kctx, err := parser.Parse(args)
 	if exited { // --help
@@ -82,6 +100,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "tidemark: %v\n(see tidemark --help)\n", err)
 		return exitUsage
+	}
+	if c.PrintConfig {
+		if cf == nil {
+			cf = &configFile{}
+		}
+		printConfig(stdout, kctx, cf)
+		return 0
 	}
 	log, err := telemetry.NewLogger(stderr, c.LogFormat, c.LogLevel)
 	if err != nil {
