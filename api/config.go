@@ -54,6 +54,11 @@ type Config struct {
 	AuthStale    time.Duration // how long a known key keeps working while Postgres cannot be asked
 }
 
+// MaxMinVersionMemo bounds MinVersionMemo: a write through another serve
+// process is answered 412 to its own writer's min_version for at most this
+// long (read-your-writes, not freshness, is what the memo delays).
+const MaxMinVersionMemo = 5 * time.Second
+
 // DefaultConfig returns the production figures: 12,000 + 8,000 source
 // reads/s shared by every serve process, 1 s request deadline, 0.5 s L1.
 func DefaultConfig() Config {
@@ -131,8 +136,8 @@ func (c Config) Validate() error {
 	if c.MinVersionSlack < 1 {
 		p.Add("MinVersionSlack", "must be at least 1 (got %d)", c.MinVersionSlack)
 	}
-	if c.MinVersionMemo < 0 {
-		p.Add("MinVersionMemo", "must not be negative (got %s)", c.MinVersionMemo)
+	if c.MinVersionMemo < 0 || c.MinVersionMemo > MaxMinVersionMemo {
+		p.Add("MinVersionMemo", "must be between 0 and %s (got %s)", MaxMinVersionMemo, c.MinVersionMemo)
 	}
 	if c.MaxValueBytes < 0 {
 		p.Add("MaxValueBytes", "must not be negative (got %d)", c.MaxValueBytes)

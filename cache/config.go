@@ -61,6 +61,11 @@ func (c Config) Validate() error {
 	}
 	ms("Lease", c.Lease)
 	ms("HardLifetime", c.HardLifetime)
+	if c.HardLifetime > promise.HardLifetime {
+		// Longer would serve a value older than the promise once two
+		// clocks are the allowed bound apart.
+		p.Add("HardLifetime", "must be at most %s, the promise minus twice the clock bound (got %s)", promise.HardLifetime, c.HardLifetime)
+	}
 	ms("SoftMin", c.SoftMin)
 	ms("SoftMax", c.SoftMax)
 	ms("NegativeTTL", c.NegativeTTL)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/promise"
 )
 
 func TestConfigValidateReportsEveryProblem(t *testing.T) {
@@ -77,5 +78,19 @@ func TestParseRedisURL(t *testing.T) {
 	}
 	if _, err := cache.ParseRedisURL("redis://:hunter2@h1:1,h2:2/9"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error leaks the password or is missing: %v", err)
+	}
+}
+
+// The hard lifetime cannot be configured past the promise minus twice the
+// clock bound (29.8 s): a longer one would serve values older than 30 s.
+func TestHardLifetimeIsBounded(t *testing.T) {
+	cfg := cache.DefaultConfig()
+	cfg.HardLifetime = promise.HardLifetime
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("hard lifetime %s refused: %v", cfg.HardLifetime, err)
+	}
+	cfg.HardLifetime = promise.HardLifetime + time.Millisecond
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "HardLifetime:") {
+		t.Fatalf("hard lifetime %s: Validate = %v, want a HardLifetime problem", cfg.HardLifetime, err)
 	}
 }

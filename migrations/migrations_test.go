@@ -94,3 +94,29 @@ func TestLegacyVersionTableIsMoved(t *testing.T) {
 		t.Fatalf("version table not moved to %s: %v %v", migrations.VersionTable, moved, err)
 	}
 }
+
+// An UPDATE that leaves version as it was (a display fixed by hand) still
+// raises it, so the pipeline invalidates the cached copy; an UPDATE that
+// raises it keeps its own value.
+func TestEveryUpdateRaisesVersion(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	if _, err := migrations.Up(context.Background(), pg.DSN(db), testenv.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	conn := pg.Connect(t, db)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('t', 'i', 4, '"a"')`); err != nil {
+		t.Fatal(err)
+	}
+	var v int64
+	if err := conn.QueryRow(ctx, `UPDATE catalog.items SET display = '"b"' WHERE tenant_id = 't' AND item_id = 'i' RETURNING version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != 5 {
+		t.Fatalf("display-only UPDATE left version %d, want 5: the cached copy would never be invalidated", v)
+	}
+	if err := conn.QueryRow(ctx, `UPDATE catalog.items SET version = 9, display = '"c"' WHERE tenant_id = 't' AND item_id = 'i' RETURNING version`).Scan(&v); err != nil || v != 9 {
+		t.Fatalf("UPDATE raising version to 9: version %d, err %v", v, err)
+	}
+}
