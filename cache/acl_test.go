@@ -103,3 +103,15 @@ func TestCacheTierOverTLSAsACLUser(t *testing.T) {
 		b.Close()
 	}
 }
+
+// The README's Redis ACL line is the rule set the test above runs under.
+func TestREADMEHasTheACLRules(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ACL SETUSER tidemark on >PASSWORD " + cache.ACLRules("catalog")
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("README.md lacks the Redis ACL line %q", want)
+	}
+}

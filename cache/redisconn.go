@@ -313,5 +313,5 @@ func DefaultRedisConfig() RedisConfig { return RedisConfig{Mode: ModeAuto} }
 // identity, the eviction-policy check and the auto mode read INFO sections;
 // managed services that rename CONFIG still answer INFO).
 func ACLRules(ns string) string {
-	return "resetkeys ~" + ns + ":v1:* ~{" + ns + ":v1:* resetchannels -@all +@all -@dangerous +info"
+	return "resetkeys ~" + ns + ":v1:* ~{" + ns + ":v1:* resetchannels +@all -@dangerous +info"
 }
