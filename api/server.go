@@ -209,17 +209,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Ready reports whether Postgres and Redis answer and the clock is trusted
-// (for /readyz).
+// Ready reports whether this process can answer reads now (for /readyz):
+// the clock is trusted and either the cache tier answers (reads come from
+// the cache) or Postgres does (reads go to the source within the budget).
+// A Postgres blip alone does not take every serve process out of its
+// Service at once: the cache still answers.
 func (s *Server) Ready(ctx context.Context) error {
 	if err := s.clock.Ready(ctx); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("api: postgres: %w", err)
+	rerr := s.rdb.Ping(ctx).Err()
+	if rerr == nil {
+		return nil
 	}
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("api: redis: %w", err)
+	if perr := s.pool.Ping(ctx); perr != nil {
+		return fmt.Errorf("api: neither the cache nor the source answers: redis: %w; postgres: %w", rerr, perr)
 	}
 	return nil
 }

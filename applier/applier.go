@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark/internal/kafkaconn"
+	"tidemark/internal/telemetry"
 )
 
 // Applier is the group consumer behind `tidemark apply`.
@@ -49,6 +50,7 @@ type Applier struct {
 	partitions   atomic.Int64           // the topic's partition count, last read
 	wroteWM      atomic.Bool            // a watermark was written (so the hash must exist)
 	startRewind  time.Time              // set by preflight: rewind at the first assignment (a.mu)
+	liveLoop     *telemetry.Loop        // beaten by metricsLoop, for Live
 }
 
 // New checks cfg and deps and registers the metrics.
@@ -64,6 +66,8 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		met:     met,
 		rewindC: make(chan time.Time, 1),
 		workers: make(map[int32]*worker),
+		// metricsLoop goes round every MetricsInterval unless a lock is stuck.
+		liveLoop: telemetry.NewLoop("applier: state loop", 10*cfg.MetricsInterval+30*time.Second),
 	}
 	a.proc = processor{
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
@@ -90,13 +94,21 @@ func (d Deps) setup(cfg interface{ Validate() error }) (Deps, *metrics, error) {
 // Counts are the record results so far.
 func (a *Applier) Counts() Counts { return a.counts.snapshot() }
 
-// Ready reports nil once the cache tier answers and the watermark is known
-// (every partition has one), for /readyz.
+// Ready reports nil while the cache tier answers, for /readyz: this process
+// can apply. Whether the pipeline is fresh (the watermark) is `tidemark
+// status`'s verdict, not a reason to take every applier out of service at
+// once while capture is down.
 func (a *Applier) Ready(ctx context.Context) error {
 	ok := a.identityOKAt.Load()
 	if ok == 0 || time.Since(time.Unix(0, ok)) > max(3*a.cfg.IdentityInterval, 2*time.Second) {
 		return errors.New("applier: cache tier not reachable")
 	}
+	return nil
+}
+
+// WatermarkKnown reports nil once every partition has a watermark (what
+// `tidemark dev` waits for before its demo load).
+func (a *Applier) WatermarkKnown(ctx context.Context) error {
 	wm, err := a.cache.ReadWatermark(ctx)
 	if err != nil {
 		return fmt.Errorf("applier: read watermark: %w", err)
@@ -106,6 +118,11 @@ func (a *Applier) Ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Live reports an error when the applier's state loop (the gauges' refresh,
+// which takes every partition's lock) has stopped, for /healthz. A partition
+// held on a Redis error is not dead: the loop keeps going.
+func (a *Applier) Live(context.Context) error { return a.liveLoop.Check(time.Now()) }
 
 // Run consumes until ctx ends (returning nil) or a fatal error.
 func (a *Applier) Run(ctx context.Context) error {
@@ -465,6 +482,7 @@ func (a *Applier) metricsLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		a.liveLoop.Beat()
 		now := time.Now()
 		oldest := 0.0
 		for _, w := range a.snapshot() {

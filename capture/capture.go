@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tidemark/internal/telemetry"
 	"tidemark/relay"
 	"tidemark/schema"
 )
@@ -36,9 +37,15 @@ type Capture struct {
 	relay *relay.Producer
 
 	mu       sync.Mutex
-	readyErr error // nil while streaming
+	readyErr error  // nil while streaming or standing by
+	lastWAL  string // the slot's last polled wal_status
+	active   atomic.Bool
 
 	streamed bool // the last session reached streaming (Run's goroutine only)
+
+	// The process's own loops, for Live: the stream (watched only while
+	// streaming) and the slot poller (always).
+	streamLoop, pollLoop *telemetry.Loop
 
 	// crashed makes the next shutdown skip the flush and the final status,
 	// as if the process died (tests only).
@@ -69,15 +76,36 @@ func New(cfg Config, deps Deps) (*Capture, error) {
 		return nil, err
 	}
 	m.setWALStatus("")
-	return &Capture{cfg: cfg, log: log, m: m, relay: p, readyErr: errors.New("capture: not streaming yet")}, nil
+	return &Capture{cfg: cfg, log: log, m: m, relay: p, readyErr: errors.New("capture: not streaming yet"),
+		// The stream goes round at least every StatusInterval (its socket
+		// deadline); the poller every SlotPoll plus its 5 s connect and
+		// 5 s query bounds.
+		streamLoop: telemetry.NewLoop("capture: stream", 10*cfg.StatusInterval+20*time.Second),
+		pollLoop:   telemetry.NewLoop("capture: slot poller", 3*cfg.SlotPoll+20*time.Second),
+	}, nil
 }
 
-// Ready reports nil while capture holds the slot and streams; a passive
-// instance waiting for the slot is not ready.
+// Ready reports nil while capture streams, and while it stands by holding a
+// valid position: Postgres and Kafka passed the preflight and gap checks and
+// the slot exists but is active in another process, which this one takes
+// over as soon as it is freed. A two-replica Deployment is then fully ready
+// with one active replica.
 func (c *Capture) Ready(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.readyErr
+}
+
+// Active reports whether this process holds the slot and streams (the
+// tidemark_capture_active gauge).
+func (c *Capture) Active() bool { return c.active.Load() }
+
+// Live reports an error when one of capture's own loops has stopped making
+// progress (not when Postgres or Kafka are down: the loops keep retrying,
+// and a restart would not help).
+func (c *Capture) Live(context.Context) error {
+	now := time.Now()
+	return errors.Join(c.streamLoop.Check(now), c.pollLoop.Check(now))
 }
 
 func (c *Capture) setReady(err error) {
@@ -101,11 +129,17 @@ func fatal(err error) bool {
 // replication connection; finally close the Kafka client.
 func (c *Capture) Run(ctx context.Context) error {
 	defer c.relay.Close()
+	pctx, stopPoll := context.WithCancel(ctx)
+	pollDone := make(chan struct{})
+	go func() { defer close(pollDone); c.watchSlot(pctx) }()
+	defer func() { stopPoll(); <-pollDone }()
 	backoff := c.cfg.RetryMin
 	var lastWarn string
 	for {
 		err := c.session(ctx)
 		c.setReady(errors.New("capture: not streaming"))
+		c.active.Store(false)
+		c.m.active.Set(0)
 		if c.crashed.Load() {
 			return errCrashed
 		}
@@ -173,6 +207,8 @@ func (c *Capture) session(ctx context.Context) error {
 	}
 	c.log.Info("streaming", "from", start, "partitions", partitions, "topic", c.cfg.Relay.Topic)
 	c.setReady(nil)
+	c.active.Store(true)
+	c.m.active.Set(1)
 	c.streamed = true
 
 	sctx, cancel := context.WithCancelCause(ctx)
@@ -190,6 +226,7 @@ func (c *Capture) session(ctx context.Context) error {
 	st := newStreamer(c, repl, partitions, start)
 	st.vis = &visibility{conn: vconn}
 	streamErr := st.run(sctx)
+	c.streamLoop.Pause()
 	cancel(streamErr)
 	wg.Wait()
 	if cause := context.Cause(sctx); streamErr == nil || errors.Is(streamErr, context.Canceled) {
@@ -263,7 +300,7 @@ func (c *Capture) acquire(ctx context.Context, repl *pgconn.PgConn) error {
 			c.log.Info("slot is active in another process; standing by to take over", "detail", pe.Message)
 			logged = true
 		}
-		c.setReady(errors.New("capture: standing by: slot is active in another process"))
+		c.setReady(nil) // a valid standby position: see Ready
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -255,7 +255,13 @@ func (b *binary) waitReady(t *testing.T) {
 			t.Fatalf("capture binary exited: %v", b.cmd.ProcessState)
 		default:
 		}
-		return b.ready()
+		if err := b.ready(); err != nil {
+			return err
+		}
+		if v := b.metric("tidemark_capture_active"); v != 1 {
+			return errorf("tidemark_capture_active %v, want 1", v)
+		}
+		return nil
 	})
 }
 
@@ -284,12 +290,17 @@ func TestKill9AndTakeover(t *testing.T) {
 	// The standby: same slot, in-process.
 	r := start(t, cfg)
 	time.Sleep(2 * time.Second)
-	if err := r.c.Ready(context.Background()); err == nil {
-		t.Fatal("standby is ready while the active instance holds the slot")
+	if r.c.Active() {
+		t.Fatal("standby streams while the active instance holds the slot")
 	}
 	a.kill()
 	died := time.Now()
-	testenv.Eventually(t, 10*time.Second, "standby takes over", func() error { return r.c.Ready(context.Background()) })
+	testenv.Eventually(t, 10*time.Second, "standby takes over", func() error {
+		if !r.c.Active() {
+			return errorf("standby not streaming")
+		}
+		return nil
+	})
 	t.Logf("standby took over %s after kill -9", time.Since(died).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond)
 	w.finish()

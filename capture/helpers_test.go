@@ -85,12 +85,15 @@ func (r *running) wait(t *testing.T) error {
 
 func (r *running) waitReady(t *testing.T) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, "capture ready", func() error {
+	testenv.Eventually(t, 60*time.Second, "capture ready and streaming", func() error {
 		select {
 		case err := <-r.done:
 			r.done <- err
 			t.Fatalf("capture exited: %v", err)
 		default:
+		}
+		if !r.c.Active() {
+			return errors.New("capture not streaming")
 		}
 		return r.c.Ready(context.Background())
 	})

@@ -21,6 +21,7 @@ type metrics struct {
 	heartbeats   prometheus.Counter
 	beatSkipped  prometheus.Counter
 	invisible    prometheus.Counter
+	active       prometheus.Gauge
 }
 
 // walStatuses are pg_replication_slots.wal_status values; exactly one is 1.
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		heartbeats:   in.Counter("tidemark_capture_heartbeats_total", "Heartbeats read back from the stream (each sends resolved markers)."),
 		beatSkipped:  in.Counter("tidemark_capture_heartbeats_skipped_total", "Heartbeat-prefix messages or heartbeat-row updates skipped because they do not carry a time (not written by capture)."),
 		invisible:    in.Counter("tidemark_capture_invisible_wait_seconds_total", "Time the stream was held on a decoded commit not yet visible to new snapshots (a synchronous standby's wait)."),
+		active:       in.Gauge("tidemark_capture_active", "1 while this process holds the slot and streams, 0 while it stands by or retries."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, fmt.Errorf("capture: register metrics: %w", err)

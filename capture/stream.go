@@ -62,6 +62,7 @@ func (s *streamer) run(ctx context.Context) error {
 	defer stopWatch()
 	var deadline time.Time
 	for {
+		s.c.streamLoop.Beat()
 		if err := ctx.Err(); err != nil {
 			return err
 		}

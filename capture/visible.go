@@ -93,6 +93,9 @@ func (s *streamer) awaitVisible(ctx context.Context, xid uint32) error {
 	backoff := 5 * time.Millisecond
 	var since time.Time
 	for {
+		// Holding is progress, not a stuck loop (Live): restarting would
+		// not make the commit visible.
+		s.c.streamLoop.Beat()
 		if err := v.refresh(ctx); err != nil {
 			return err
 		}

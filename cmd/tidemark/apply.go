@@ -16,6 +16,7 @@ import (
 // the metrics endpoint.
 type applyCmd struct {
 	statusPageFlag
+	processFlags
 	kafkaFlags
 	redisFlags
 	Kafka            string        `field:"applier.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
@@ -58,6 +59,7 @@ func (c *applyCmd) cacheConfig() cache.Config {
 
 func (c *applyCmd) Validate() error {
 	var p config.Problems
+	c.processFlags.validate(&p)
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
@@ -85,7 +87,7 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, tier.Clock.Ready, app.Ready)
+	return runProcess(ctx, e, c.processFlags, c.MetricsAddr, reg, page, &g, probes{ready: ready(tier.Clock.Ready, app.Ready), live: ready(app.Live)})
 }
 
 func (c *applyCmd) target() statusTarget {

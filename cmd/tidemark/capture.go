@@ -18,6 +18,7 @@ import (
 type captureCmd struct {
 	pgFlag
 	statusPageFlag
+	processFlags
 	kafkaFlags
 	redisFlags
 	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
@@ -70,6 +71,7 @@ func (c *captureCmd) config() capture.Config {
 
 func (c *captureCmd) Validate() error {
 	var p config.Problems
+	c.processFlags.validate(&p)
 	validateAs(&p, "capture", c.config().Validate())
 	c.validateRedis(&p, c.Redis)
 	if c.MaxProcs < 0 {
@@ -93,7 +95,7 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, capt.Ready)
+	return runProcess(ctx, e, c.processFlags, c.MetricsAddr, reg, page, &g, probes{ready: ready(capt.Ready), live: ready(capt.Live)})
 }
 
 func (c *captureCmd) target() statusTarget {

@@ -33,20 +33,21 @@ type cli struct {
 	Config      string `name:"config" env:"TIDEMARK_CONFIG" type:"path" help:"YAML config file: keys are flag names (session-timeout) or the fields they fill (applier.SessionTimeout); flags and environment win over it."`
 	PrintConfig bool   `name:"print-config" help:"Print the command's effective configuration (secrets redacted) with where each value came from, and exit."`
 
-	Version versionCmd `cmd:"" help:"Print the version and exit."`
-	Migrate migrateCmd `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
-	Kafka   kafkaCmd   `cmd:"" help:"Run an embedded Kafka broker (kfake), or with --real an Apache Kafka cluster, for local runs and manual testing. Production uses its own Kafka."`
-	Capture captureCmd `cmd:"" help:"Stream committed catalog changes from Postgres logical replication to Kafka."`
-	Apply   applyCmd   `cmd:"" help:"Consume the topic and apply invalidations and the freshness watermark to the Redis cache tier."`
-	Replay  replayCmd  `cmd:"" help:"Re-apply the topic from a point in time to the cache tier (outside the consumer group)."`
-	Serve   serveCmd   `cmd:"" help:"Serve the reference catalog API on top of the cache tier."`
-	Apikey  apikeyCmd  `cmd:"" name:"apikey" help:"Manage API keys."`
-	Dev     devCmd     `cmd:"" help:"Run the whole pipeline locally in one process with embedded defaults."`
-	Status  statusCmd  `cmd:"" help:"Freshness gate: per-partition lag and watermark age; exit 0 OK, 1 AT RISK/BREACHED, 2 unreadable."`
-	Warm    warmCmd    `cmd:"" help:"Ask the elected warmer of the serve processes to fill the hottest keys now."`
-	Inspect inspectCmd `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
-	Bench   benchCmd   `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
-	Chaos   chaosCmd   `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`
+	Version     versionCmd     `cmd:"" help:"Print the version and exit."`
+	Healthcheck healthcheckCmd `cmd:"" help:"GET a probe URL (/healthz, /readyz) and exit 0 on 2xx, 1 otherwise: an exec probe for the shell-less image."`
+	Migrate     migrateCmd     `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
+	Kafka       kafkaCmd       `cmd:"" help:"Run an embedded Kafka broker (kfake), or with --real an Apache Kafka cluster, for local runs and manual testing. Production uses its own Kafka."`
+	Capture     captureCmd     `cmd:"" help:"Stream committed catalog changes from Postgres logical replication to Kafka."`
+	Apply       applyCmd       `cmd:"" help:"Consume the topic and apply invalidations and the freshness watermark to the Redis cache tier."`
+	Replay      replayCmd      `cmd:"" help:"Re-apply the topic from a point in time to the cache tier (outside the consumer group)."`
+	Serve       serveCmd       `cmd:"" help:"Serve the reference catalog API on top of the cache tier."`
+	Apikey      apikeyCmd      `cmd:"" name:"apikey" help:"Manage API keys."`
+	Dev         devCmd         `cmd:"" help:"Run the whole pipeline locally in one process with embedded defaults."`
+	Status      statusCmd      `cmd:"" help:"Freshness gate: per-partition lag and watermark age; exit 0 OK, 1 AT RISK/BREACHED, 2 unreadable."`
+	Warm        warmCmd        `cmd:"" help:"Ask the elected warmer of the serve processes to fill the hottest keys now."`
+	Inspect     inspectCmd     `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
+	Bench       benchCmd       `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
+	Chaos       chaosCmd       `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`
 }
 
 // env is what every command gets: the logger and the process streams.

@@ -23,7 +23,7 @@ func TestRunProcessFailsWhenAServiceStops(t *testing.T) {
 	}
 	var g lifecycle.Group
 	g.Add(lifecycle.Requests, "api", func(context.Context) error { return nil })
-	err = runProcess(context.Background(), e, "", reg, page, &g)
+	err = runProcess(context.Background(), e, processFlags{}, "", reg, page, &g, probes{})
 	if !errors.Is(err, lifecycle.ErrStopped) {
 		t.Fatalf("runProcess with a stage that returned nil = %v, want lifecycle.ErrStopped", err)
 	}

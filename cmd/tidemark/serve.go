@@ -23,6 +23,7 @@ import (
 type serveCmd struct {
 	pgFlag
 	statusPageFlag
+	processFlags
 	kafkaFlags
 	redisFlags
 	Redis       string `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
@@ -123,6 +124,7 @@ func (c *serveCmd) Validate() error {
 	var p config.Problems
 	c.require(&p)
 	c.validateRedis(&p, c.Redis)
+	c.processFlags.validate(&p)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -168,7 +170,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, e, c.MetricsAddr, reg, page, &g, srv.Ready)
+	return runProcess(ctx, e, c.processFlags, c.MetricsAddr, reg, page, &g, probes{ready: ready(srv.Ready)})
 }
 
 func (c *serveCmd) target() statusTarget {

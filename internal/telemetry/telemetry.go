@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,13 +53,18 @@ func NewRegistry() *prometheus.Registry {
 // ReadyFunc reports nil when the process is ready to do its job.
 type ReadyFunc func(context.Context) error
 
-// Server serves /metrics, /healthz (alive) and /readyz (ready funcs all nil).
+// Server serves /metrics, /healthz (live funcs all nil) and /readyz (not
+// draining and ready funcs all nil), the probes Kubernetes asks: liveness
+// restarts a process whose own loops are stuck, readiness takes a process
+// out of its Service while it cannot do its job.
 type Server struct {
-	addr  string
-	log   *slog.Logger
-	mux   *http.ServeMux
-	ready []ReadyFunc
-	ln    net.Listener
+	addr     string
+	log      *slog.Logger
+	mux      *http.ServeMux
+	ready    []ReadyFunc
+	live     []ReadyFunc
+	draining atomic.Bool
+	ln       net.Listener
 }
 
 // NewServer listens on addr at once, so a port conflict is reported at start.
@@ -66,7 +72,7 @@ type Server struct {
 func NewServer(addr string, g prometheus.Gatherer, log *slog.Logger, ready ...ReadyFunc) (*Server, error) {
 	s := &Server{addr: addr, log: log.With("component", "telemetry"), mux: http.NewServeMux(), ready: ready}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	if addr == "" {
 		return s, nil
@@ -91,20 +97,47 @@ func (s *Server) Addr() string {
 // /status.json). Call it before Run.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	var errs []error
-	for _, f := range s.ready {
-		if err := f(ctx); err != nil {
-			errs = append(errs, err)
-		}
+// SetLive sets the checks of /healthz: each says whether one of the
+// process's own loops is still making progress (not whether the servers it
+// talks to answer: restarting the process would not fix those). Call it
+// before Run.
+func (s *Server) SetLive(live ...ReadyFunc) { s.live = live }
+
+// Drain makes /readyz fail from now on, so load balancers stop sending new
+// work before the process closes its listeners (--shutdown-delay).
+func (s *Server) Drain() { s.draining.Store(true) }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := check(r.Context(), s.live); err != nil {
+		http.Error(w, "not alive: "+err.Error(), http.StatusServiceUnavailable)
+		return
 	}
-	if err := errors.Join(errs...); err != nil {
+	io.WriteString(w, "ok\n")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if err := check(r.Context(), s.ready); err != nil {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	io.WriteString(w, "ready\n")
+}
+
+// check runs fs within 2 s and joins their errors.
+func check(ctx context.Context, fs []ReadyFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var errs []error
+	for _, f := range fs {
+		if err := f(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Run serves until ctx ends, then shuts down within 5 s.

@@ -332,7 +332,7 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 			return nil // reported below
 		default:
 		}
-		return errors.Join(capt.Ready(ctx), app.Ready(ctx), srv.Ready(ctx))
+		return errors.Join(capt.Ready(ctx), app.Ready(ctx), app.WatermarkKnown(ctx), srv.Ready(ctx))
 	})
 	select {
 	case <-p.done:
