@@ -69,6 +69,30 @@ test-rules:
 	promtool check rules compose/prometheus/alerts.yml
 	cd compose/prometheus && promtool test rules alerts_test.yml
 
+# helm, for the chart in deploy/helm/tidemark: built from its Go module at a
+# pinned version into a cache outside the repository (no system package).
+# TestChartRendersValidObjects (./deploy/helm) renders the chart with it.
+HELM_VERSION := v3.22.0
+HELM_DIR     := $(HOME)/.cache/tidemark-tools/helm-$(HELM_VERSION)
+HELM         := $(HELM_DIR)/helm
+export TIDEMARK_HELM := $(HELM)
+
+helm:
+	@if [ ! -x "$(HELM)" ]; then \
+		echo "installing helm $(HELM_VERSION) into $(HELM_DIR)"; \
+		GOBIN="$(HELM_DIR)" GOFLAGS=-mod=mod $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	fi
+
+# The chart reads the alert rules and the dashboard from its files/ (helm
+# cannot read outside the chart); compose/ holds the sources.
+helm-sync:
+	cp compose/prometheus/alerts.yml deploy/helm/tidemark/files/alerts.yml
+	cp compose/grafana/dashboards/tidemark.json deploy/helm/tidemark/files/tidemark.json
+
+test-helm: helm
+	$(HELM) lint --strict deploy/helm/tidemark
+	$(GO) test -count=1 ./deploy/helm
+
 schemathesis:
 	@if ! "$(SCHEMATHESIS_VENV)/bin/st" --version 2>/dev/null | grep -q "$(SCHEMATHESIS_VERSION)"; then \
 		echo "installing schemathesis $(SCHEMATHESIS_VERSION) into $(SCHEMATHESIS_VENV)"; \
