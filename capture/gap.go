@@ -61,7 +61,11 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	}
 	if found && st.SystemID != ident.SystemID {
 		add(ReasonSystemIDChanged)
-	} else if found && st.Timeline != ident.Timeline {
+	} else if found && st.Timeline != ident.Timeline && !(si.exists && si.failover) {
+		// A failover slot (Postgres 17+) present on the promoted server was
+		// synchronised from the old primary, which with
+		// synchronized_standby_slots never sent capture a change the standby
+		// lacked: the slot resumes where capture confirmed, with no gap.
 		add(ReasonTimelineChanged)
 	}
 	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName}
@@ -110,7 +114,13 @@ func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
 	// holds this call until it ends.
 	c.log.Info("creating replication slot: waits for the transactions running on the server to end", "slot", c.cfg.Slot)
 	var lsn string
-	err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", c.cfg.Slot).Scan(&lsn)
+	q := "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+	if conn.PgConn().ParameterStatus("server_version") >= "17" {
+		// failover: standbys with sync_replication_slots keep a copy, so a
+		// promotion keeps the slot and needs no reset.
+		q = "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+	}
+	err := conn.QueryRow(ctx, q, c.cfg.Slot).Scan(&lsn)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another instance was faster
 		return nil

@@ -29,6 +29,7 @@ type slotInfo struct {
 	walStatus string
 	confirmed schema.LSN
 	active    bool
+	failover  bool // Postgres 17+: synchronised to standbys, kept across a promotion
 }
 
 // preflight checks, in order, everything that would make streaming fail or
@@ -93,6 +94,11 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 		return si, fmt.Errorf("capture: preflight: read slot: %w", err)
 	}
 	si.exists = true
+	if conn.PgConn().ParameterStatus("server_version") >= "17" {
+		if err := conn.QueryRow(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&si.failover); err != nil {
+			return si, fmt.Errorf("capture: preflight: read slot failover: %w", err)
+		}
+	}
 	if walStatus != nil {
 		si.walStatus = *walStatus
 	}

@@ -20,13 +20,26 @@ import (
 // target_session_attrs=read-write. Postgres 15 has no failover slots, so the
 // slot is gone on the new primary: capture must find it missing, send a
 // reset to every partition (the cache forgets what it cannot vouch for),
-// create the slot there and carry on with every later write.
+// create the slot there and carry on with every later write. Postgres 17+
+// keeps capture's failover slot on the standby: capture resumes on it with
+// no reset. The log line names the path that ran.
 func TestPromotionUnderLoadResets(t *testing.T) {
 	t.Parallel()
 	primary := testenv.StartPostgres(t)
 	dsn := primary.MigratedDatabase(t)
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
-	standby := testenv.StartStandby(t, primary, "")
+	// Postgres 17+: the standby keeps a copy of capture's failover slot
+	// (sync_replication_slots over its physical slot sb1), and the primary
+	// holds logical decoding behind what sb1 confirmed.
+	failover := primary.Version() >= 17
+	var standby *testenv.Postgres
+	if failover {
+		standby = testenv.StartStandby(t, primary, "sb1", testenv.PGConf("sync_replication_slots", "on"), testenv.PGConf("hot_standby_feedback", "on"))
+		exec(t, connect(t, primary.DSN("postgres")), "ALTER SYSTEM SET synchronized_standby_slots = 'sb1'")
+		exec(t, connect(t, primary.DSN("postgres")), "SELECT pg_reload_conf()")
+	} else {
+		standby = testenv.StartStandby(t, primary, "")
+	}
 	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port, db)
 	k := testenv.StartKafka(t)
 	cfg := testConfig(t, multi, k)
@@ -78,10 +91,38 @@ func TestPromotionUnderLoadResets(t *testing.T) {
 		return nil
 	})
 
+	if failover {
+		sb := connect(t, standby.DSN(db))
+		testenv.Eventually(t, 120*time.Second, "the standby holds a synchronised copy of the slot", func() error {
+			// A synced slot stays temporary (dropped at promotion) until the
+			// standby has caught up with the primary's copy.
+			var synced bool
+			if err := sb.QueryRow(context.Background(), "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&synced); err != nil || !synced {
+				return fmt.Errorf("slot %s on the standby: synced and persistent %v, err %v", cfg.Slot, synced, err)
+			}
+			return nil
+		})
+	}
+
 	primary.Kill()
 	promoted := time.Now()
 	sc := connect(t, standby.DSN(db))
 	exec(t, sc, "SELECT pg_promote(true, 60)")
+	if failover {
+		exec(t, sc, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'after', 1)")
+		waitItem(t, k, cfg.Relay.Topic, "t", "after", 1)
+		resumed := time.Since(promoted)
+		cancel()
+		wg.Wait()
+		for _, rec := range readTopic(t, k.Brokers, cfg.Relay.Topic) {
+			if rs, ok := rec.ev.(*schema.Reset); ok {
+				t.Fatalf("failover-slot path: capture sent a reset (%s) although the promoted server kept the slot", rs.Reason)
+			}
+		}
+		t.Logf("Postgres %d: failover-slot path: the promoted standby kept slot %s; capture resumed without a reset, a write on the new primary reached Kafka %s after the promotion; %d writes acknowledged",
+			standby.Version(), cfg.Slot, resumed.Round(time.Millisecond), writes)
+		return
+	}
 	var resetSeen time.Duration
 	testenv.Eventually(t, 120*time.Second, "a slot_missing reset on every partition after the promotion", func() error {
 		parts := map[int32]bool{}
@@ -108,6 +149,6 @@ func TestPromotionUnderLoadResets(t *testing.T) {
 	// Asynchronous replication may lose the old primary's last commits
 	// (acknowledged, never replayed): that is the database's loss; the reset
 	// is what keeps the cache from vouching for anything it read before.
-	t.Logf("Postgres %d: promoted; slot_missing reset on all %d partitions %s after the promotion; %d writes acknowledged, %d rows on the new primary",
+	t.Logf("Postgres %d: reset path: promoted; slot_missing reset on all %d partitions %s after the promotion; %d writes acknowledged, %d rows on the new primary",
 		standby.Version(), testPartitions, resetSeen.Round(time.Millisecond), writes, onNew)
 }

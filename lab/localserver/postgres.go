@@ -86,7 +86,9 @@ func NewPostgres(cfg PostgresConfig) (*Postgres, error) {
 // synchronized_standby_slots can name.
 func NewStandby(primary *Postgres, cfg PostgresConfig, slot string) (*Postgres, error) {
 	return newPostgres(cfg, func(pg *Postgres) error {
-		args := []string{"-D", pg.Dir, "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
+		// dbname in the connection string: Postgres 17+ writes it into
+		// primary_conninfo, which slot synchronisation needs.
+		args := []string{"-D", pg.Dir, "-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", primary.Port),
 			"-R", "-X", "stream", "-c", "fast", "--no-sync"}
 		if slot != "" {
 			args = append(args, "-C", "-S", slot)
