@@ -115,6 +115,11 @@ func (p *Producer) CheckTopic(ctx context.Context, req TopicRequirements) error 
 				v, want, want, alter("min.insync.replicas="+strconv.Itoa(want))))
 		}
 	}
+	if v := conf["unclean.leader.election.enable"]; strings.EqualFold(v, "true") {
+		problems = append(problems, fmt.Sprintf(
+			"unclean.leader.election.enable is true: an out-of-sync replica may become leader and drop acknowledged changes: %s",
+			alter("unclean.leader.election.enable=false")))
+	}
 	policy := strings.Split(strings.ReplaceAll(conf["cleanup.policy"], " ", ""), ",")
 	if v, ok := conf["cleanup.policy"]; ok && !slices.Contains(policy, "compact") {
 		problems = append(problems, fmt.Sprintf(
