@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"tidemark/cache"
 )
 
@@ -86,10 +84,4 @@ func (s *Server) AcquireBackground(ctx context.Context, n int) error {
 // ForegroundRefusals is how many request-path source reads the budget has
 // refused so far in this process; a background task backs off while it
 // rises.
-func (s *Server) ForegroundRefusals() float64 {
-	var m dto.Metric
-	if err := s.m.budgetRejections.WithLabelValues(classForeground).Write(&m); err != nil {
-		return 0 // a counter's Write does not fail
-	}
-	return m.GetCounter().GetValue()
-}
+func (s *Server) ForegroundRefusals() float64 { return float64(s.budget.fgRefused.Load()) }

@@ -67,6 +67,9 @@ type budget struct {
 	lastWarn  atomic.Int64 // unix nanos of the last "Redis unavailable" warning
 	redisWait time.Duration
 	refused   *prometheus.CounterVec // by class: every refusal, wherever it is asked from
+	// fgRefused counts the foreground class's refusals for the warmer's
+	// back-off (Server.ForegroundRefusals), beside the metric.
+	fgRefused atomic.Int64
 
 	// The local fallback: one bucket per class and one for the total,
 	// spent together under mu.
@@ -149,6 +152,9 @@ func (b *budget) acquireN(ctx context.Context, class, tenant string, cost int) (
 	release, err = b.admit(ctx, class, tenant, cost)
 	if errors.Is(err, errBudget) {
 		b.refused.WithLabelValues(class).Inc()
+		if class == classForeground {
+			b.fgRefused.Add(1)
+		}
 	}
 	return release, err
 }

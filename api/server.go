@@ -46,31 +46,29 @@ type Deps struct {
 	Redis      redis.UniversalClient // for the shared source budget
 	Log        *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics are kept but not exposed
-	// Clock is the process's guarded clock; the caller runs it (Guard.Run).
-	// nil: New builds one on Redis and Pool, and Serve runs it.
+	// Clock is the process's guarded clock (required); the caller measures
+	// it before serving and runs it (Guard.Check, Guard.Run).
 	Clock *clockguard.Guard
 }
 
 // Server is the API. Build it with New and serve Handler, or call Run.
 type Server struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	rdb      redis.UniversalClient
-	cache    Cache
-	budget   *budget
-	procs    *presence
-	src      *source
-	auth     *authenticator
-	l1       *l1
-	replicas *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
-	belowMin *belowMinMemo
-	waiters  *keyWaiters
-	admit    *admission // which misses of new keys are cached (admission.go)
-	m        *metrics
-	log      *slog.Logger
-	clock    *clockguard.Guard
-	// ownClock: the server built clock itself and runs it while serving.
-	ownClock     bool
+	cfg          Config
+	pool         *pgxpool.Pool
+	rdb          redis.UniversalClient
+	cache        Cache
+	budget       *budget
+	procs        *presence
+	src          *source
+	auth         *authenticator
+	l1           *l1
+	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
+	belowMin     *belowMinMemo
+	waiters      *keyWaiters
+	admit        *admission // which misses of new keys are cached (admission.go)
+	m            *metrics
+	log          *slog.Logger
+	clock        *clockguard.Guard
 	hardLifetime time.Duration // of values read from the source now
 
 	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
@@ -102,6 +100,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Redis == nil {
 		missing = append(missing, "Redis")
 	}
+	if deps.Clock == nil {
+		missing = append(missing, "Clock")
+	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("api: missing dependencies: %v", missing)
 	}
@@ -118,13 +119,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: metrics: %w", err)
 	}
-	clock, ownClock := deps.Clock, false
-	if clock == nil {
-		if clock, err = clockguard.New(clockguard.DefaultConfig(), clockguard.Deps{Redis: deps.Redis, Postgres: deps.Pool, Log: log, Registerer: reg}); err != nil {
-			return nil, fmt.Errorf("api: %w", err)
-		}
-		ownClock = true
-	}
+	clock := deps.Clock
 	procs := newPresence(cfg.Namespace, deps.Redis)
 	s := &Server{
 		cfg:          cfg,
@@ -142,7 +137,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		m:            m,
 		log:          log,
 		clock:        clock,
-		ownClock:     ownClock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
 	}
 	if s.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, clock.Now, reg); err != nil {
@@ -192,11 +186,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
 	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
-	if s.ownClock {
-		s.clock.Check(ctx) // before the first request: an unmeasured clock is not trusted
-		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.clock.Run(s.base) }()
-	}
 	// Slow clients cannot hold connections: headers within 5 s, the whole
 	// request (body included) within 10 s, the answer written within the
 	// longest handler deadline plus a margin, idle keep-alives 2 min.

@@ -43,7 +43,8 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.DefaultConfig(), api.Deps{Pool: pool, Cache: cc, Redis: r.Client(t), Log: testenv.Logger(t)})
+	srv, err := api.New(api.DefaultConfig(), api.Deps{Pool: pool, Cache: cc, Redis: r.Client(t), Log: testenv.Logger(t),
+		Clock: testenv.Clock(t, r.Client(t), pool)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/hotset"
+	"tidemark/internal/wiring"
 	"tidemark/lab/testenv"
 	"tidemark/replica"
 )
@@ -87,7 +88,7 @@ func TestHotKeyAboveThresholdGetsCopies(t *testing.T) {
 	fill(t, c, "t1", "hot", 4)
 	fill(t, c, "t1", "cold", 4)
 	reg := prometheus.NewRegistry()
-	b, err := replica.New(builderConfig(), replica.Deps{Cache: c, Hot: hotset.HotKeys(rdb, "catalog"), Log: testenv.Logger(t), Registerer: reg})
+	b, err := replica.New(builderConfig(), replica.Deps{Cache: c, Hot: wiring.HotKeys(rdb, "catalog"), Log: testenv.Logger(t), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestReadsDuringSwitchesNeverOlderOrExpired(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	c := newCache(t, rdb)
 	cfg := builderConfig()
-	b, err := replica.New(cfg, replica.Deps{Cache: c, Hot: hotset.HotKeys(rdb, "catalog"), Log: testenv.Logger(t)})
+	b, err := replica.New(cfg, replica.Deps{Cache: c, Hot: wiring.HotKeys(rdb, "catalog"), Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

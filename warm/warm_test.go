@@ -20,6 +20,7 @@ import (
 	"tidemark/api"
 	"tidemark/cache"
 	"tidemark/hotset"
+	"tidemark/internal/wiring"
 	"tidemark/lab/testenv"
 	"tidemark/warm"
 )
@@ -79,8 +80,8 @@ func newEnv(t *testing.T, items int, acfg api.Config) *env {
 		t.Fatal(err)
 	}
 	apiReg := prometheus.NewRegistry()
-	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: cc, T: hot}, Redis: rdb,
-		Log: testenv.Logger(t), Registerer: apiReg})
+	srv, err := api.New(acfg, api.Deps{Pool: pool, Cache: wiring.Counted{Cache: cc, T: hot}, Redis: rdb,
+		Log: testenv.Logger(t), Registerer: apiReg, Clock: testenv.Clock(t, rdb, pool)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Po
 		return nil, err
 	}
 	t.Clock.Check(ctx)
-	srv, err := api.New(cfg.API, api.Deps{Pool: pool, Cache: hotset.Counted{Cache: t.Cache, T: hot}, Redis: t.Redis,
+	srv, err := api.New(cfg.API, api.Deps{Pool: pool, Cache: Counted{Cache: t.Cache, T: hot}, Redis: t.Redis,
 		Log: log, Registerer: reg, Clock: t.Clock})
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Po
 		}
 		g.Add(lifecycle.Requests, "warmer", w.Run)
 	}
-	reps, err := replica.New(cfg.Replica, replica.Deps{Cache: t.Cache, Hot: hotset.HotKeys(t.Redis, cfg.Hot.Namespace), Log: log, Registerer: reg})
+	reps, err := replica.New(cfg.Replica, replica.Deps{Cache: t.Cache, Hot: HotKeys(t.Redis, cfg.Hot.Namespace), Log: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -1,19 +1,21 @@
-package hotset
+package wiring
 
 import (
 	"context"
 
 	"tidemark/api"
 	"tidemark/cache"
+	"tidemark/hotset"
 )
 
-// Counted is the API's cache-tier client with every lookup counted by T.
+// Counted is the API's cache-tier client with every lookup counted by T
+// (the hot-set tracker).
 // Reads answered by the API's in-process L1 do not reach it: a key that hot
 // is still counted at least once per L1 lifetime per process, enough to rank
 // among the hottest.
 type Counted struct {
 	api.Cache
-	T *Tracker
+	T *hotset.Tracker
 }
 
 // Lookup counts the read, then looks it up.

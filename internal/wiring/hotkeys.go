@@ -1,17 +1,18 @@
-package hotset
+package wiring
 
 import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/hotset"
 	"tidemark/replica"
 )
 
 // HotKeys feeds a replica.Builder from the namespace's shared hot set.
 func HotKeys(rdb redis.UniversalClient, ns string) func(context.Context, int) ([]replica.HotKey, error) {
 	return func(ctx context.Context, n int) ([]replica.HotKey, error) {
-		top, err := ReadTop(ctx, rdb, ns, n, "")
+		top, err := hotset.ReadTop(ctx, rdb, ns, n, "")
 		out := make([]replica.HotKey, len(top))
 		for i, h := range top {
 			out[i] = replica.HotKey{Tenant: h.Tenant, Item: h.Item, Rate: h.Rate}
