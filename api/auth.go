@@ -50,7 +50,7 @@ func CreateAPIKey(ctx context.Context, db Querier, tenant string) (string, error
 	}
 	key := keyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
 	sum := sha256.Sum256([]byte(key))
-	if _, err := db.Exec(ctx, `INSERT INTO catalog.api_keys (key_sha256, tenant_id) VALUES ($1, $2)`, sum[:], tenant); err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO tidemark.api_keys (key_sha256, tenant_id) VALUES ($1, $2)`, sum[:], tenant); err != nil {
 		return "", fmt.Errorf("api: create api key: %w", err)
 	}
 	return key, nil
@@ -159,7 +159,7 @@ func (a *authenticator) lookup(ctx context.Context, sum [32]byte) (string, error
 		return "", fmt.Errorf("api: api key lookup: %w", ctx.Err())
 	}
 	var tenant string
-	err := a.db.QueryRow(ctx, `SELECT tenant_id FROM catalog.api_keys WHERE key_sha256 = $1`, sum[:]).Scan(&tenant)
+	err := a.db.QueryRow(ctx, `SELECT tenant_id FROM tidemark.api_keys WHERE key_sha256 = $1`, sum[:]).Scan(&tenant)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("api: api key lookup: %w", err)
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"strings"
+	"tidemark/catalog"
 	"time"
 
 	"tidemark/internal/config"
@@ -11,8 +12,9 @@ import (
 // Config is the serve stage's configuration. Every field maps to one flag of
 // `tidemark serve`; Validate names the field of each problem.
 type Config struct {
-	Addr      string // where the API listens
-	Namespace string // Redis namespace, also of the shared source budget
+	Addr      string        // where the API listens
+	Namespace string        // Redis namespace, also of the shared source budget
+	Table     catalog.Table // the catalog table and how its columns map
 
 	RequestTimeout time.Duration // a GET's deadline (Wait polling ends here with 503)
 	SourceTimeout  time.Duration // statement timeout of one source read
@@ -65,6 +67,7 @@ func DefaultConfig() Config {
 	return Config{
 		Addr:                 "127.0.0.1:8080",
 		Namespace:            promise.Namespace,
+		Table:                catalog.DefaultTable(),
 		RequestTimeout:       time.Second,
 		SourceTimeout:        time.Second,
 		WriteTimeout:         5 * time.Second,
@@ -93,6 +96,7 @@ func DefaultConfig() Config {
 // Validate reports every problem at once, one config.FieldError per field.
 func (c Config) Validate() error {
 	var p config.Problems
+	p.Nested("Table", c.Table.Validate())
 	if strings.TrimSpace(c.Addr) == "" {
 		p.Add("Addr", "must not be empty")
 	}

@@ -93,14 +93,13 @@ func (s *Server) createItem(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	hash := requestHash([]byte("POST"), []byte(req.ItemID), display)
 	s.runWrite(w, r, tenant, req.ItemID, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
-		tag, err := tx.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display, state)
-			VALUES ($1, $2, 1, $3, 'active') ON CONFLICT (tenant_id, item_id) DO NOTHING`, tenant, req.ItemID, display)
+		tag, err := tx.Exec(ctx, s.writes.Insert, tenant, req.ItemID, display)
 		if err != nil {
 			return writeOutcome{}, err
 		}
 		if tag.RowsAffected() == 0 { // IDs are never reused, tombstones included
 			var current int64
-			if err := tx.QueryRow(ctx, `SELECT version FROM catalog.items WHERE tenant_id = $1 AND item_id = $2`, tenant, req.ItemID).Scan(&current); err != nil {
+			if err := tx.QueryRow(ctx, s.writes.Version, tenant, req.ItemID).Scan(&current); err != nil {
 				return writeOutcome{}, err
 			}
 			return conflict(req.ItemID, current, "the item already exists (item IDs are never reused)"), nil
@@ -141,12 +140,11 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	hash := requestHash([]byte("PATCH"), []byte(id), []byte(strconv.FormatInt(expected, 10)), display)
 	s.runWrite(w, r, tenant, id, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
-		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
+		if o, done, err := s.lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
 			return preconditionFailed(o, byIfMatch), err
 		}
 		var v int64
-		err := tx.QueryRow(ctx, `UPDATE catalog.items SET version = version + 1, display = $3, updated_at = now()
-			WHERE tenant_id = $1 AND item_id = $2 RETURNING version`, tenant, id, display).Scan(&v)
+		err := tx.QueryRow(ctx, s.writes.Update, tenant, id, display).Scan(&v)
 		if err != nil {
 			return writeOutcome{}, err
 		}
@@ -185,14 +183,13 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 	}
 	hash := requestHash([]byte("DELETE"), []byte(id), []byte(strconv.FormatInt(expected, 10)))
 	s.runWrite(w, r, tenant, id, key, hash, func(ctx context.Context, tx pgx.Tx) (writeOutcome, error) {
-		if o, done, err := lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
+		if o, done, err := s.lockForChange(ctx, tx, tenant, id, expected); done || err != nil {
 			return preconditionFailed(o, byIfMatch), err
 		}
 		var v int64
 		// A tombstone keeps its row and its increasing version, so the
 		// pipeline invalidates it like any change and the ID is never reused.
-		err := tx.QueryRow(ctx, `UPDATE catalog.items SET version = version + 1, state = 'deleted', display = NULL, updated_at = now()
-			WHERE tenant_id = $1 AND item_id = $2 RETURNING version`, tenant, id).Scan(&v)
+		err := tx.QueryRow(ctx, s.writes.Delete, tenant, id).Scan(&v)
 		if err != nil {
 			return writeOutcome{}, err
 		}
@@ -202,18 +199,18 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 
 // lockForChange locks the tenant's item row and checks expected_version.
 // done is true when the outcome is already decided (404 or 409).
-func lockForChange(ctx context.Context, tx pgx.Tx, tenant, id string, expected int64) (writeOutcome, bool, error) {
+func (s *Server) lockForChange(ctx context.Context, tx pgx.Tx, tenant, id string, expected int64) (writeOutcome, bool, error) {
 	var (
 		current int64
-		state   string
+		deleted bool
 	)
-	err := tx.QueryRow(ctx, `SELECT version, state FROM catalog.items WHERE tenant_id = $1 AND item_id = $2 FOR UPDATE`, tenant, id).Scan(&current, &state)
+	err := tx.QueryRow(ctx, s.writes.Lock, tenant, id).Scan(&current, &deleted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return writeOutcome{http.StatusNotFound, errorJSON{Detail: "no such item", Code: "not_found"}}, true, nil
 	case err != nil:
 		return writeOutcome{}, false, err
-	case state == "deleted":
+	case deleted:
 		return writeOutcome{http.StatusNotFound, errorJSON{Detail: "the item is deleted", Code: "deleted", ItemID: id, CurrentVersion: &current}}, true, nil
 	case current != expected:
 		return conflict(id, current, "expected_version does not match the current version"), true, nil
@@ -281,7 +278,7 @@ func (s *Server) write(ctx context.Context, tenant, key string, hash []byte,
 		return 0, nil, false, fmt.Errorf("api: write: encode: %w", err)
 	}
 	if key != "" {
-		tag, err := tx.Exec(ctx, `INSERT INTO catalog.requests (tenant_id, request_id, body_sha256, status, response)
+		tag, err := tx.Exec(ctx, `INSERT INTO tidemark.requests (tenant_id, request_id, body_sha256, status, response)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, request_id) DO NOTHING`, tenant, key, hash, o.status, body)
 		if err != nil {
 			return 0, nil, false, fmt.Errorf("api: write: store result: %w", err)
@@ -310,7 +307,7 @@ func (s *Server) storedResult(ctx context.Context, tenant, key string, hash []by
 		status int
 		body   []byte
 	)
-	err := s.pool.QueryRow(ctx, `SELECT body_sha256, status, response::text FROM catalog.requests WHERE tenant_id = $1 AND request_id = $2`,
+	err := s.pool.QueryRow(ctx, `SELECT body_sha256, status, response::text FROM tidemark.requests WHERE tenant_id = $1 AND request_id = $2`,
 		tenant, key).Scan(&stored, &status, &body)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Idempotency records (catalog.requests) are kept for IdempotencyRetention
+// Idempotency records (tidemark.requests) are kept for IdempotencyRetention
 // (24 h by default): a client may retry a write with the same
 // Idempotency-Key within that window and get the stored answer; after it the
 // key may be used again. Every serve process deletes expired rows every
@@ -26,8 +26,8 @@ func (s *Server) pruneRequests(ctx context.Context) (int64, error) {
 	defer cancel()
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM catalog.requests WHERE ctid IN (
-			SELECT ctid FROM catalog.requests WHERE created_at < now() - make_interval(secs => $1)
+		tag, err := s.pool.Exec(ctx, `DELETE FROM tidemark.requests WHERE ctid IN (
+			SELECT ctid FROM tidemark.requests WHERE created_at < now() - make_interval(secs => $1)
 			LIMIT $2 FOR UPDATE SKIP LOCKED)`, s.cfg.IdempotencyRetention.Seconds(), pruneBatch)
 		if err != nil {
 			if total > 0 && ctx.Err() != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"tidemark/catalog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,6 +61,9 @@ type Server struct {
 	budget       *budget
 	procs        *presence
 	src          *source
+	writes       catalog.WriteSQL
+	readOnly     error  // non-nil: the table cannot be written by this API (catalog.Table.Writable)
+	listSQL      string // catalog.Table.ListSQL
 	auth         *authenticator
 	l1           *l1
 	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
@@ -128,7 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cache:        deps.Cache,
 		budget:       newBudget(cfg, deps.Redis, procs, m.budgetRejections, log),
 		procs:        procs,
-		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout},
+		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout, sql: readSQL(cfg.Table)},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
 		l1:           newL1(cfg.L1TTL, cfg.L1Size),
 		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
@@ -138,6 +142,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log:          log,
 		clock:        clock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
+	}
+	if s.readOnly = cfg.Table.Writable(); s.readOnly == nil {
+		s.writes = cfg.Table.Writes()
+	}
+	if cfg.Table.UpdatedAtColumn != "" {
+		s.listSQL = cfg.Table.ListSQL()
 	}
 	if s.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -152,14 +162,29 @@ const (
 	routeCreate = "create_item"
 	routePatch  = "patch_item"
 	routeDelete = "delete_item"
+	routeList   = "list_items"
 )
+
+// writable answers 405 for a write to a table the reference API cannot
+// write (catalog.Table.Writable): its writes go through the operator's own
+// application, and tidemark only reads and invalidates.
+func (s *Server) writable(h func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, string) {
+	if s.readOnly == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request, _ string) {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, "read_only", s.readOnly.Error())
+	}
+}
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/catalog/items/{id}", s.endpoint(routeGet, s.getItem))
-	mux.Handle("POST /v1/catalog/items", s.endpoint(routeCreate, s.createItem))
-	mux.Handle("PATCH /v1/catalog/items/{id}", s.endpoint(routePatch, s.patchItem))
-	mux.Handle("DELETE /v1/catalog/items/{id}", s.endpoint(routeDelete, s.deleteItem))
+	mux.Handle("GET /v1/catalog/items", s.endpoint(routeList, s.listItems))
+	mux.Handle("POST /v1/catalog/items", s.endpoint(routeCreate, s.writable(s.createItem)))
+	mux.Handle("PATCH /v1/catalog/items/{id}", s.endpoint(routePatch, s.writable(s.patchItem)))
+	mux.Handle("DELETE /v1/catalog/items/{id}", s.endpoint(routeDelete, s.writable(s.deleteItem)))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return mux
 }

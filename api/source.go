@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"tidemark/catalog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,7 +15,7 @@ import (
 // down, slow (timeout) or erroring. It is never an answer about the item.
 var errSource = errors.New("api: source read failed")
 
-// sourceItem is one row of catalog.items as a source read saw it.
+// sourceItem is one row of the catalog table as a source read saw it.
 type sourceItem struct {
 	Found   bool // a row exists (active or tombstone)
 	Deleted bool
@@ -33,21 +34,20 @@ type Batcher interface {
 type source struct {
 	db      Batcher
 	timeout time.Duration
+	sql     map[string]string // by budget class (readSQL): (version, display, deleted)
 }
 
-// sourceSQL is the read of one item, one statement per budget class, so the
-// source itself can tell the classes apart: pg_stat_statements groups
-// statements by their parse tree (comments do not count, a CTE's name does),
-// so each class's reads are one row of that view, and the comment names the
-// class for a person reading it. The CTE is inlined by the planner.
-var sourceSQL = func() map[string]string {
+// readSQL is the read of one item per budget class, so the source itself
+// can tell the classes apart: pg_stat_statements groups statements by their
+// parse tree (comments do not count, a CTE's name does), so each class's
+// reads are one row of that view (catalog.Table.ReadSQL).
+func readSQL(t catalog.Table) map[string]string {
 	m := map[string]string{}
 	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
-		m[class] = `WITH source_read_` + class + ` AS (SELECT version, display, state FROM catalog.items WHERE tenant_id = $1 AND item_id = $2)
-			SELECT version, display, state FROM source_read_` + class + ` /* tidemark source read: ` + class + ` */`
+		m[class] = t.ReadSQL(class)
 	}
 	return m
-}()
+}
 
 func (s *source) read(ctx context.Context, class, tenant, item string) (sourceItem, error) {
 	// The client-side deadline backs the server-side statement timeout up in
@@ -58,16 +58,16 @@ func (s *source) read(ctx context.Context, class, tenant, item string) (sourceIt
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY")
 	b.Queue("SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(s.timeout.Milliseconds(), 10))
-	b.Queue(sourceSQL[class], tenant, item).QueryRow(func(row pgx.Row) error {
-		var state string
-		err := row.Scan(&it.Version, &it.Display, &state)
+	b.Queue(s.sql[class], tenant, item).QueryRow(func(row pgx.Row) error {
+		var deleted bool
+		err := row.Scan(&it.Version, &it.Display, &deleted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		it.Found, it.Deleted = true, state == "deleted"
+		it.Found, it.Deleted = true, deleted
 		if it.Deleted {
 			it.Display = nil
 		}

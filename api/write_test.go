@@ -171,7 +171,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if n := e.count(`SELECT version FROM catalog.items`); n != 1 {
 		t.Fatalf("version %d, want 1", n)
 	}
-	if n := e.count(`SELECT count(*) FROM catalog.requests`); n != 0 {
+	if n := e.count(`SELECT count(*) FROM tidemark.requests`); n != 0 {
 		t.Fatalf("%d stored requests, want 0", n)
 	}
 }

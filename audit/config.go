@@ -10,6 +10,7 @@ package audit
 
 import (
 	"context"
+	"tidemark/catalog"
 	"time"
 
 	"tidemark/internal/config"
@@ -19,7 +20,7 @@ import (
 // Config of the auditor.
 type Config struct {
 	Namespace string
-	Table     string        // the catalog table (tenant_id, item_id, version, state, updated_at)
+	Table     catalog.Table // the catalog table mapping
 	Rate      float64       // entries checked per second, across all masters
 	Batch     int           // entries per round (one SCAN page, one source query)
 	Grace     time.Duration // an entry behind by less than this is the pipeline still delivering, not a violation
@@ -32,7 +33,7 @@ type Config struct {
 // (its end-to-end lag is well under a second when healthy) before a behind
 // entry counts.
 func DefaultConfig() Config {
-	return Config{Namespace: promise.Namespace, Table: promise.Table, Rate: 200, Batch: 50, Grace: 5 * time.Second,
+	return Config{Namespace: promise.Namespace, Table: catalog.DefaultTable(), Rate: 200, Batch: 50, Grace: 5 * time.Second,
 		SLO: promise.Bound, Window: 10 * time.Minute, LeaseTTL: 5 * time.Second}
 }
 
@@ -42,9 +43,7 @@ func (c Config) Validate() error {
 	if c.Namespace == "" {
 		p.Add("Namespace", "must not be empty")
 	}
-	if c.Table == "" {
-		p.Add("Table", "must not be empty")
-	}
+	p.Nested("Table", c.Table.Validate())
 	if !(c.Rate > 0) {
 		p.Add("Rate", "must be positive (got %v)", c.Rate)
 	}

@@ -67,7 +67,7 @@ func DefaultConfig() Config {
 		Heartbeat:       time.Second,
 		HeartbeatMargin: promise.HeartbeatMargin,
 		HeartbeatMode:   HeartbeatAuto,
-		HeartbeatTable:  "catalog.tidemark_heartbeat",
+		HeartbeatTable:  "tidemark.heartbeat",
 		StatusInterval:  time.Second,
 		SlotPoll:        5 * time.Second,
 		RetryMin:        250 * time.Millisecond,

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
+	"tidemark/catalog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,12 +31,12 @@ type Config struct {
 	Sample    int    // entries to check
 	Tenant    string // only this tenant's entries
 	SLO       time.Duration
-	Table     string // the catalog table (tenant_id, item_id, version, state, updated_at)
+	Table     catalog.Table // the catalog table mapping
 }
 
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
-	return Config{Namespace: promise.Namespace, Sample: 1000, SLO: promise.Bound, Table: promise.Table}
+	return Config{Namespace: promise.Namespace, Sample: 1000, SLO: promise.Bound, Table: catalog.DefaultTable()}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -54,6 +54,7 @@ func (c Config) Validate() error {
 		p.Add("Sample", "must be at least 1 (got %d)", c.Sample)
 	}
 	p.Positive("SLO", c.SLO)
+	p.Nested("Table", c.Table.Validate())
 	return p.Err()
 }
 
@@ -307,7 +308,7 @@ type Querier interface {
 
 // SourceRows reads the row of every entry's item from table in one query,
 // keyed by schema.Key(tenant, item); an item without a row is absent.
-func SourceRows(ctx context.Context, q Querier, table string, entries []Entry) (map[string]SourceRow, error) {
+func SourceRows(ctx context.Context, q Querier, table catalog.Table, entries []Entry) (map[string]SourceRow, error) {
 	out := make(map[string]SourceRow, len(entries))
 	if len(entries) == 0 {
 		return out, nil
@@ -317,15 +318,7 @@ func SourceRows(ctx context.Context, q Querier, table string, entries []Entry) (
 	for i, e := range entries {
 		tenants[i], items[i] = e.Tenant, e.Item
 	}
-	ident := pgx.Identifier{table}
-	if sch, tbl, ok := strings.Cut(table, "."); ok {
-		ident = pgx.Identifier{sch, tbl}
-	}
-	// The comment makes the statement easy to find in pg_stat_statements
-	// (the auditor's reads are source reads of the background budget).
-	rows, err := q.Query(ctx, `SELECT i.tenant_id, i.item_id, i.version, i.state, i.updated_at /* tidemark source versions */
-		FROM `+ident.Sanitize()+` i JOIN unnest($1::text[], $2::text[]) AS k(t, it) ON i.tenant_id = k.t AND i.item_id = k.it`,
-		tenants, items)
+	rows, err := q.Query(ctx, table.VersionsSQL(), tenants, items)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: read source versions: %w", err)
 	}

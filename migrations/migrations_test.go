@@ -80,7 +80,7 @@ func TestLegacyVersionTableIsMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	pg.Exec(t, db, `ALTER TABLE tidemark.schema_migrations RENAME TO tidemark_schema_migrations;
-		ALTER TABLE tidemark.tidemark_schema_migrations SET SCHEMA public; DROP SCHEMA tidemark`)
+		ALTER TABLE tidemark.tidemark_schema_migrations SET SCHEMA public`)
 	applied, pending, err := migrations.Status(ctx, dsn)
 	if err != nil || len(pending) != 0 || len(applied) != len(first.Applied) {
 		t.Fatalf("status on the legacy table: applied %v pending %v err %v", applied, pending, err)
@@ -118,5 +118,38 @@ func TestEveryUpdateRaisesVersion(t *testing.T) {
 	}
 	if err := conn.QueryRow(ctx, `UPDATE catalog.items SET version = 9, display = '"c"' WHERE tenant_id = 't' AND item_id = 'i' RETURNING version`).Scan(&v); err != nil || v != 9 {
 		t.Fatalf("UPDATE raising version to 9: version %d, err %v", v, err)
+	}
+}
+
+// TestOwnTablesMatchMigrations: tidemark adopt creates tidemark's own tables
+// with OwnTablesSQL instead of the numbered migrations; both must end at the
+// same shape (columns, types, defaults, indexes).
+func TestOwnTablesMatchMigrations(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	ctx := testenv.Context(t, time.Minute)
+	migrated := pg.NewDatabase(t)
+	if _, err := migrations.Up(ctx, pg.DSN(migrated), testenv.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	adopted := pg.NewDatabase(t)
+	if err := migrations.EnsureOwnTables(ctx, pg.Connect(t, adopted)); err != nil {
+		t.Fatal(err)
+	}
+	shape := func(db string) string {
+		var s string
+		err := pg.Connect(t, db).QueryRow(ctx, `SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+			SELECT c.table_name || '.' || c.column_name || ' ' || c.data_type || ' ' || c.is_nullable || ' ' || coalesce(c.column_default, '') AS x
+			  FROM information_schema.columns c WHERE c.table_schema = 'tidemark' AND c.table_name <> $1
+			UNION ALL
+			SELECT indexname || ' ' || replace(indexdef, indexname, '') FROM pg_indexes WHERE schemaname = 'tidemark' AND tablename <> $1) s`,
+			strings.TrimPrefix(migrations.VersionTable, migrations.VersionSchema+".")).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	m, a := shape(migrated), shape(adopted)
+	if m != a || !strings.Contains(m, "api_keys.key_sha256") {
+		t.Fatalf("tidemark schema differs:\nmigrations:\n%s\n\nOwnTablesSQL:\n%s", m, a)
 	}
 }

@@ -21,18 +21,13 @@ type captureCmd struct {
 	processFlags
 	kafkaFlags
 	redisFlags
+	tableFlags
 	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
 	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
 	Slot            string        `field:"capture.Slot,page.Check.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${capture_Slot}" help:"Logical replication slot."`
 	Publication     string        `field:"capture.Publication" name:"publication" env:"TIDEMARK_PUBLICATION" default:"${capture_Publication}" help:"Publication to stream."`
 	CreateSlot      bool          `field:"capture.CreateSlot" name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"${capture_CreateSlot}" negatable:"" help:"Create the slot when missing."`
-	Table           string        `field:"capture.Table" name:"table" env:"TIDEMARK_TABLE" default:"${capture_Table}" help:"Captured table (schema.table)."`
-	TenantColumn    string        `field:"capture.TenantColumn" name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"${capture_TenantColumn}" help:"Tenant column of the captured table."`
-	ItemColumn      string        `field:"capture.ItemColumn" name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"${capture_ItemColumn}" help:"Item column of the captured table."`
-	VersionColumn   string        `field:"capture.VersionColumn" name:"version-column" env:"TIDEMARK_VERSION_COLUMN" default:"${capture_VersionColumn}" help:"Version column (bigint) of the captured table."`
-	StateColumn     string        `field:"capture.StateColumn" name:"state-column" env:"TIDEMARK_STATE_COLUMN" default:"${capture_StateColumn}" help:"State column; an update setting it to --deleted-state is a delete (empty: no tombstones)."`
-	DeletedState    string        `field:"capture.DeletedState" name:"deleted-state" env:"TIDEMARK_DELETED_STATE" default:"${capture_DeletedState}" help:"State value of a tombstone."`
 	Heartbeat       time.Duration `field:"capture.Heartbeat" name:"heartbeat" env:"TIDEMARK_HEARTBEAT" default:"${capture_Heartbeat}" help:"Heartbeat interval (resolved markers follow it)."`
 	HeartbeatMargin time.Duration `field:"capture.HeartbeatMargin" name:"heartbeat-margin" env:"TIDEMARK_HEARTBEAT_MARGIN" default:"${capture_HeartbeatMargin}" help:"Resolved marker time = heartbeat time - margin."`
 	HeartbeatMode   string        `field:"capture.HeartbeatMode" name:"heartbeat-mode" env:"TIDEMARK_HEARTBEAT_MODE" default:"${capture_HeartbeatMode}" help:"auto, message (pg_logical_emit_message) or row (update --heartbeat-table)."`
@@ -60,8 +55,9 @@ func (c *captureCmd) config() capture.Config {
 	cfg.Relay.Brokers, cfg.Relay.Kafka = splitList(c.Kafka), c.kafkaConn()
 	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
 	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
-	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = c.Table, c.TenantColumn, c.ItemColumn, c.VersionColumn
-	cfg.StateColumn, cfg.DeletedState = c.StateColumn, c.DeletedState
+	t := c.table()
+	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = t.Name, t.TenantColumn, t.ItemColumn, t.VersionColumn
+	cfg.StateColumn, cfg.DeletedState = t.StateColumn, t.DeletedState
 	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
 	cfg.SlotPoll, cfg.ShutdownTimeout = c.SlotPoll, c.ShutdownTimeout
 	cfg.StatusInterval, cfg.RetryMin, cfg.RetryMax, cfg.Relay.Linger = c.StatusInterval, c.RetryMin, c.RetryMax, c.Linger
@@ -72,6 +68,7 @@ func (c *captureCmd) config() capture.Config {
 func (c *captureCmd) Validate() error {
 	var p config.Problems
 	c.processFlags.validate(&p)
+	validateAs(&p, "table", c.table().Validate())
 	validateAs(&p, "capture", c.config().Validate())
 	c.validateRedis(&p, c.Redis)
 	if c.MaxProcs < 0 {

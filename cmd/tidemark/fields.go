@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"tidemark/adopt"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -14,6 +15,7 @@ import (
 	"tidemark/audit"
 	"tidemark/cache"
 	"tidemark/capture"
+	"tidemark/catalog"
 	"tidemark/inspect"
 	"tidemark/internal/config"
 	"tidemark/lab/bench/applybench"
@@ -125,7 +127,8 @@ func defaultConfigs() map[string]any {
 		"cache": cache.DefaultConfig(), "redis": cache.DefaultRedisConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
 		"inspect": inspect.DefaultConfig(), "broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(),
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
-		"page":    status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
+		"table":   catalog.DefaultTable(), "adopt": adopt.DefaultConfig(),
+		"page": status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultBenchConfig(),
 		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":    warmbench.DefaultConfig(),

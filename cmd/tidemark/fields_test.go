@@ -97,7 +97,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}, &benchCaptureCmd{}} {
+		&adoptCmd{}, &chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}, &benchCaptureCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

@@ -54,7 +54,7 @@ func commands(t *testing.T, c *cli) (*kong.Kong, []command) {
 func configsOf(cmd any) map[string]any {
 	switch c := cmd.(type) {
 	case *captureCmd:
-		return map[string]any{"capture": c.config(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
+		return map[string]any{"capture": c.config(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table()}
 	case *applyCmd:
 		return map[string]any{"applier": c.config(), "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
 	case *replayCmd:
@@ -62,13 +62,15 @@ func configsOf(cmd any) map[string]any {
 		return map[string]any{"replay": cfg, "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis)}
 	case *serveCmd:
 		return map[string]any{"api": c.apiConfig(), "cache": c.cacheConfig(), "audit": c.auditConfig(), "warm": c.warmConfig(),
-			"replica": c.replicaConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
+			"replica": c.replicaConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table()}
 	case *statusCmd:
 		return map[string]any{"status": c.config(), "redis": c.redisConn(c.Redis)}
 	case *inspectCmd:
-		return map[string]any{"inspect": c.config(), "redis": c.redisConn(c.Redis)}
+		return map[string]any{"inspect": c.config(), "redis": c.redisConn(c.Redis), "table": c.table()}
 	case *warmCmd:
 		return map[string]any{"redis": c.redisConn(c.Redis)}
+	case *adoptCmd:
+		return map[string]any{"adopt": c.config(), "table": c.table()}
 	case *kafkaCmd:
 		return map[string]any{"broker": c.config()}
 	case *devCmd:

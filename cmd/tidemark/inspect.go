@@ -18,6 +18,7 @@ import (
 )
 
 type inspectCmd struct {
+	tableFlags
 	PG    string `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
 	Redis string `field:"inspect.Redis,Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	redisFlags
@@ -25,7 +26,6 @@ type inspectCmd struct {
 	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
 	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
 	SLO       time.Duration `field:"inspect.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${inspect_SLO}" help:"Freshness SLO."`
-	Table     string        `field:"inspect.Table" name:"table" env:"TIDEMARK_TABLE" default:"${inspect_Table}" help:"Catalog table (tenant_id, item_id, version, state, updated_at)."`
 	JSON      bool          `name:"json" help:"Print the report as JSON."`
 	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed)."`
 	Top       int           `field:"Top" name:"top" default:"20" help:"With --hot: how many keys to print."`
@@ -33,7 +33,7 @@ type inspectCmd struct {
 
 func (c *inspectCmd) config() inspect.Config {
 	return inspect.Config{Redis: c.Redis, PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
-		SLO: c.SLO, Table: c.Table}
+		SLO: c.SLO, Table: c.table()}
 }
 
 func (c *inspectCmd) Validate() error {

@@ -36,6 +36,7 @@ type cli struct {
 	Version     versionCmd     `cmd:"" help:"Print the version and exit."`
 	Healthcheck healthcheckCmd `cmd:"" help:"GET a probe URL (/healthz, /readyz) and exit 0 on 2xx, 1 otherwise: an exec probe for the shell-less image."`
 	Migrate     migrateCmd     `cmd:"" help:"Apply the catalog schema migrations to Postgres (idempotent)."`
+	Adopt       adoptCmd       `cmd:"" help:"Prepare an existing catalog table for tidemark: replica identity, publication, version trigger, tidemark's own tables (idempotent; --dry-run prints the SQL)."`
 	Kafka       kafkaCmd       `cmd:"" help:"Run an embedded Kafka broker (kfake), or with --real an Apache Kafka cluster, for local runs and manual testing. Production uses its own Kafka."`
 	Capture     captureCmd     `cmd:"" help:"Stream committed catalog changes from Postgres logical replication to Kafka."`
 	Apply       applyCmd       `cmd:"" help:"Consume the topic and apply invalidations and the freshness watermark to the Redis cache tier."`

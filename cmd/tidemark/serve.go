@@ -25,6 +25,7 @@ type serveCmd struct {
 	statusPageFlag
 	processFlags
 	kafkaFlags
+	tableFlags
 	redisFlags
 	Redis       string `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
 	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget."`
@@ -72,7 +73,7 @@ type serveCmd struct {
 
 func (c *serveCmd) apiConfig() api.Config {
 	cfg := api.DefaultConfig()
-	cfg.Addr, cfg.Namespace = c.Addr, c.Namespace
+	cfg.Addr, cfg.Namespace, cfg.Table = c.Addr, c.Namespace, c.table()
 	cfg.RequestTimeout, cfg.SourceTimeout, cfg.WriteTimeout = c.RequestTimeout, c.SourceTimeout, c.WriteTimeout
 	cfg.LookupTimeout = c.LookupTimeout
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.BudgetBurst = c.ForegroundRate, c.BackgroundRate, c.Burst
@@ -102,7 +103,7 @@ func (c *serveCmd) cacheConfig() cache.Config {
 // auditConfig is the elected auditor's; --audit-rate 0 runs none.
 func (c *serveCmd) auditConfig() audit.Config {
 	cfg := audit.DefaultConfig()
-	cfg.Namespace, cfg.Grace = c.Namespace, c.AuditGrace
+	cfg.Namespace, cfg.Grace, cfg.Table = c.Namespace, c.AuditGrace, c.table()
 	if c.AuditRate > 0 {
 		cfg.Rate = c.AuditRate
 	}
@@ -125,6 +126,7 @@ func (c *serveCmd) Validate() error {
 	c.require(&p)
 	c.validateRedis(&p, c.Redis)
 	c.processFlags.validate(&p)
+	validateAs(&p, "table", c.table().Validate())
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}

@@ -46,7 +46,7 @@ func seed(ctx context.Context, dsn, keysFile string) (keys []apiKey, fresh bool,
 	for _, k := range keys {
 		sum := sha256.Sum256([]byte(k.key))
 		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM catalog.api_keys WHERE key_sha256 = $1 AND tenant_id = $2)`, sum[:], k.tenant).Scan(&ok); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tidemark.api_keys WHERE key_sha256 = $1 AND tenant_id = $2)`, sum[:], k.tenant).Scan(&ok); err != nil {
 			return nil, false, fmt.Errorf("dev: check demo keys: %w", err)
 		}
 		valid = valid && ok
