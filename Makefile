@@ -58,10 +58,11 @@ deps:
 	fi
 	@$(MAKE) --no-print-directory pg18
 
-# The tests: lint, then every package with the race detector against real
-# Postgres, Redis and kfake started by the tests themselves, then the
-# real-Kafka suite.
-test: deps lint test-rules schemathesis test-go test-pg18 test-kafka
+# The tests: lint, the alert rules, the Helm chart (helm lint; go test
+# ./... below renders it with the helm this installs), then every package
+# with the race detector against real Postgres, Redis and kfake started by
+# the tests themselves, the Postgres 18 run, then the real-Kafka suite.
+test: deps lint test-rules test-helm schemathesis test-go test-pg18 test-kafka
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
