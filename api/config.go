@@ -7,6 +7,7 @@ import (
 
 	"tidemark/internal/config"
 	"tidemark/promise"
+	"tidemark/rollout"
 )
 
 // Config is the serve stage's configuration. Every field maps to one flag of
@@ -51,6 +52,19 @@ type Config struct {
 	// missed twice within the admission window (0: every miss is cached)
 	FillRate float64
 
+	// SourcePool names the source budget and the rollout store, shared by
+	// every namespace of one deployment so that a namespace upgrade runs on
+	// one budget (empty: Namespace)
+	SourcePool string
+	// RolloutDefault is the serving mode of tenants without a rollout
+	// setting: cache (100 %), shadow or source
+	RolloutDefault   string
+	RolloutPoll      time.Duration // how often the rollout settings are read (a change is in force within it)
+	ShadowSample     float64       // share of shadowed source reads compared with the cache
+	ShadowGrace      time.Duration // an older cached version still served after this is cache_older_than_allowed
+	HaltMismatchRate float64       // shadow mismatch share of a ramp step that halts it
+	HaltMinChecks    int           // comparisons of a step before its mismatch rate is judged
+
 	MaxBodyBytes int64         // largest accepted request body
 	AuthTTL      time.Duration // how long a resolved API key is trusted before re-checking Postgres
 	AuthStale    time.Duration // how long a known key keeps working while Postgres cannot be asked
@@ -85,6 +99,12 @@ func DefaultConfig() Config {
 		MaxWaitersPerKey:     256,
 		MinVersionSlack:      1000,
 		MinVersionMemo:       time.Second,
+		RolloutDefault:       "cache",
+		RolloutPoll:          time.Second,
+		ShadowSample:         0.05,
+		ShadowGrace:          5 * time.Second,
+		HaltMismatchRate:     0.01,
+		HaltMinChecks:        100,
 		MaxBodyBytes:         64 << 10,
 		MaxValueBytes:        256 << 10,
 		FillRate:             2000,
@@ -149,8 +169,32 @@ func (c Config) Validate() error {
 	if c.FillRate < 0 {
 		p.Add("FillRate", "must not be negative (got %v)", c.FillRate)
 	}
+	if c.RolloutDefault != "" {
+		if _, err := rollout.ParseMode(c.RolloutDefault); err != nil {
+			p.Add("RolloutDefault", "must be cache, shadow or source (got %q)", c.RolloutDefault)
+		}
+	}
+	p.Positive("RolloutPoll", c.RolloutPoll)
+	p.Positive("ShadowGrace", c.ShadowGrace)
+	if !(c.ShadowSample >= 0 && c.ShadowSample <= 1) {
+		p.Add("ShadowSample", "must be between 0 and 1 (got %v)", c.ShadowSample)
+	}
+	if !(c.HaltMismatchRate > 0 && c.HaltMismatchRate <= 1) {
+		p.Add("HaltMismatchRate", "must be above 0 and at most 1 (got %v)", c.HaltMismatchRate)
+	}
+	if c.HaltMinChecks < 1 {
+		p.Add("HaltMinChecks", "must be at least 1 (got %d)", c.HaltMinChecks)
+	}
 	if c.MaxBodyBytes <= 0 {
 		p.Add("MaxBodyBytes", "must be positive (got %d)", c.MaxBodyBytes)
 	}
 	return p.Err()
+}
+
+// sourcePool names the budget and the rollout store.
+func (c Config) sourcePool() string {
+	if c.SourcePool != "" {
+		return c.SourcePool
+	}
+	return c.Namespace
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"tidemark/cache"
+	"tidemark/rollout"
 )
 
 // readKind is how a GET ends.
@@ -61,6 +62,12 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 			return
 		}
 	}
+	if route, _ := s.rollout.route(tenant, id); route != rollout.ModeCache {
+		s.rollout.m.reads.WithLabelValues(string(route)).Inc()
+		s.serveFromSource(w, r, tenant, id, minVersion, route == rollout.ModeShadow || s.rolloutRamping(tenant))
+		return
+	}
+	s.rollout.m.reads.WithLabelValues(string(rollout.ModeCache)).Inc()
 	if e, ok := s.l1.get(key, minVersion, s.clock.Wall()); ok && s.clock.Trusted() {
 		// The request's deadline is only set up past L1: an L1 answer waits
 		// for nothing, and lastCheck bounds its own rare fresh read.
@@ -303,7 +310,8 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 		s.belowMin.remember(tenant+"\x00"+id, it.Version, s.clock.Wall())
 		return readResult{kind: readBelowMin, version: it.Version, hard: hard, cacheStatus: status(stored), fwd: true}
 	case !it.Found || it.Deleted:
-		return readResult{kind: readNotFound, hard: hard, cacheStatus: status(stored), fwd: true}
+		// version: a tombstone's, for the shadow comparison (0: no row).
+		return readResult{kind: readNotFound, version: it.Version, hard: hard, cacheStatus: status(stored), fwd: true}
 	}
 	return readResult{kind: readItem, version: it.Version, payload: it.Display, effObs: obs, hard: hard, cacheStatus: status(stored), fwd: true}
 }

@@ -70,6 +70,7 @@ type Server struct {
 	belowMin     *belowMinMemo
 	waiters      *keyWaiters
 	admit        *admission // which misses of new keys are cached (admission.go)
+	rollout      *rollouts  // tenants' serving modes (rollout.go)
 	m            *metrics
 	log          *slog.Logger
 	clock        *clockguard.Guard
@@ -208,8 +209,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
-	s.bg.Add(2)
+	s.bg.Add(3)
 	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
+	go func() { defer s.bg.Done(); s.rollout.run(s.base) }()
 	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	// Slow clients cannot hold connections: headers within 5 s, the whole
 	// request (body included) within 10 s, the answer written within the

@@ -33,6 +33,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.Audit != nil {
 		fmt.Fprintf(w, "  audit: %s\n", r.Audit)
 	}
+	for _, ro := range r.Rollout {
+		fmt.Fprintf(w, "  rollout %s\n", ro)
+	}
 	fmt.Fprintf(w, "  consumer lag    %d records\n", r.TotalLag)
 	fmt.Fprintf(w, "  DLQ depth       %d records\n", r.DLQDepth)
 	if len(r.EvictionPolicy) > 0 {

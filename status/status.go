@@ -41,11 +41,14 @@ type Config struct {
 	Redis     string
 	RedisConn cache.RedisConfig // TLS, credentials, mode (its URL is Redis)
 	Namespace string
-	PG        string // optional: slot health
-	Slot      string
-	SLO       time.Duration
-	Warn      time.Duration
-	Timeout   time.Duration // bound on the whole check
+	// SourcePool is the serve processes' source pool, which names the
+	// rollout settings (empty: Namespace)
+	SourcePool string
+	PG         string // optional: slot health
+	Slot       string
+	SLO        time.Duration
+	Warn       time.Duration
+	Timeout    time.Duration // bound on the whole check
 }
 
 // DefaultConfig matches the pipeline's defaults.
@@ -125,6 +128,9 @@ type Report struct {
 	// auditor's figures of the process serving the status page.
 	Warm  *WarmUp `json:"warm,omitempty"`
 	Audit *Audit  `json:"audit,omitempty"`
+	// Rollout is every tenant with a serving-mode setting or shadow
+	// comparisons (package rollout); empty: all follow serve's default.
+	Rollout []Rollout `json:"rollout,omitempty"`
 }
 
 // Check reads everything once. An error means the state could not be read
@@ -144,6 +150,9 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.EvictionPolicy = pols
 	if rep.Warm, err = readWarm(ctx, cfg); err != nil {
+		return rep, fmt.Errorf("status: %w", err)
+	}
+	if rep.Rollout, err = readRollout(ctx, cfg); err != nil {
 		return rep, fmt.Errorf("status: %w", err)
 	}
 	if err := readKafka(ctx, cfg, &rep, wm, now); err != nil {

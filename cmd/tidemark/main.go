@@ -46,6 +46,7 @@ type cli struct {
 	Dev         devCmd         `cmd:"" help:"Run the whole pipeline locally in one process with embedded defaults."`
 	Status      statusCmd      `cmd:"" help:"Freshness gate: per-partition lag and watermark age; exit 0 OK, 1 AT RISK/BREACHED, 2 unreadable."`
 	Warm        warmCmd        `cmd:"" help:"Ask the elected warmer of the serve processes to fill the hottest keys now."`
+	Rollout     rolloutCmd     `cmd:"" help:"Per-tenant serving mode (source, shadow, cache with a ramp): set it at run time or show it with the shadow comparison's figures."`
 	Inspect     inspectCmd     `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
 	Bench       benchCmd       `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
 	Chaos       chaosCmd       `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`

@@ -55,6 +55,13 @@ type serveCmd struct {
 	MaxBody              int64         `field:"api.MaxBodyBytes" name:"max-body" env:"TIDEMARK_MAX_BODY" default:"${api_MaxBodyBytes}" help:"Largest accepted request body in bytes."`
 	MaxValue             int64         `field:"api.MaxValueBytes" name:"max-value" env:"TIDEMARK_MAX_VALUE" default:"${api_MaxValueBytes}" help:"Largest value in bytes that is cached; a larger one is answered from the source but not cached (0: no limit)."`
 	FillRate             float64       `field:"api.FillRate" name:"fill-rate" env:"TIDEMARK_FILL_RATE" default:"${api_FillRate}" help:"Fills/s of new keys per process, shared fairly by the tenants filling; a tenant above its share caches only keys it missed twice within 10-20s, so one tenant's scan cannot evict the others' entries (0: every miss is cached)."`
+	SourcePool           string        `field:"api.SourcePool" name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_SourcePool}" help:"Name of the shared source budget and of the rollout settings; give every namespace of one deployment the same one so a namespace upgrade runs on one budget (empty: the namespace)."`
+	RolloutDefault       string        `field:"api.RolloutDefault" name:"rollout-default" env:"TIDEMARK_ROLLOUT_DEFAULT" default:"${api_RolloutDefault}" help:"Serving mode of tenants without a rollout setting: cache (100 %), shadow or source."`
+	RolloutPoll          time.Duration `field:"api.RolloutPoll" name:"rollout-poll" env:"TIDEMARK_ROLLOUT_POLL" default:"${api_RolloutPoll}" help:"How often the rollout settings are read; a change is in force within it."`
+	ShadowSample         float64       `field:"api.ShadowSample" name:"shadow-sample" env:"TIDEMARK_SHADOW_SAMPLE" default:"${api_ShadowSample}" help:"Share (0-1) of a shadowed or ramping tenant's source reads also compared with the cache tier."`
+	ShadowGrace          time.Duration `field:"api.ShadowGrace" name:"shadow-grace" env:"TIDEMARK_SHADOW_GRACE" default:"${api_ShadowGrace}" help:"An older cached version the cache still serves this long after the source answered newer is cache_older_than_allowed."`
+	HaltMismatchRate     float64       `field:"api.HaltMismatchRate" name:"halt-mismatch-rate" env:"TIDEMARK_HALT_MISMATCH_RATE" default:"${api_HaltMismatchRate}" help:"Shadow mismatch share of a ramp step that halts the ramp back to its safe step."`
+	HaltMinChecks        int           `field:"api.HaltMinChecks" name:"halt-min-checks" env:"TIDEMARK_HALT_MIN_CHECKS" default:"${api_HaltMinChecks}" help:"Shadow comparisons of a ramp step before its mismatch rate is judged."`
 	AuthTTL              time.Duration `field:"api.AuthTTL" name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"${api_AuthTTL}" help:"How long a resolved API key is trusted before Postgres is asked again."`
 	AuthStale            time.Duration `field:"api.AuthStale" name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"${api_AuthStale}" help:"How long a known API key keeps working while Postgres cannot be asked."`
 
@@ -84,6 +91,9 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
 	cfg.ReplicaManifestTTL = c.HotManifestTTL
 	cfg.MaxValueBytes, cfg.FillRate = c.MaxValue, c.FillRate
+	cfg.SourcePool, cfg.RolloutDefault, cfg.RolloutPoll = c.SourcePool, c.RolloutDefault, c.RolloutPoll
+	cfg.ShadowSample, cfg.ShadowGrace = c.ShadowSample, c.ShadowGrace
+	cfg.HaltMismatchRate, cfg.HaltMinChecks = c.HaltMismatchRate, c.HaltMinChecks
 	return cfg
 }
 
@@ -176,5 +186,5 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *serveCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis)}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis), c.SourcePool}
 }

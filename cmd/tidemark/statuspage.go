@@ -21,6 +21,7 @@ type statusTarget struct {
 	kafka, redis, pg, topic, group, namespace, slot string
 	kafkaConn                                       kafkaconn.Config
 	redisConn                                       cache.RedisConfig
+	pool                                            string // serve's --source-pool
 }
 
 // page builds the status page of a process (a page without Kafka or Redis
@@ -37,6 +38,6 @@ func (f statusPageFlag) pageConfig(t statusTarget) status.PageConfig {
 	cfg.Every = f.StatusEvery
 	c := &cfg.Check
 	c.Brokers, c.Kafka, c.Redis, c.RedisConn, c.PG = splitList(t.kafka), t.kafkaConn, t.redis, t.redisConn, t.pg
-	c.Topic, c.Group, c.Namespace, c.Slot = t.topic, t.group, t.namespace, t.slot
+	c.Topic, c.Group, c.Namespace, c.Slot, c.SourcePool = t.topic, t.group, t.namespace, t.slot, t.pool
 	return cfg
 }

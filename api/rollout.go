@@ -1,0 +1,365 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tidemark/cache"
+	"tidemark/internal/telemetry"
+	"tidemark/rollout"
+)
+
+// rollouts is this process's view of the tenants' serving modes (package
+// rollout; docs/design.md, "Rollout, rollback and upgrades"): polled from
+// the cache tier every RolloutPoll, with the shadow comparisons of reads
+// routed to the source, whose counts it adds to the store on the same tick
+// and from which it halts a ramp whose mismatch rate crosses the threshold.
+type rollouts struct {
+	cfg   Config
+	store *rollout.Store
+	def   rollout.Setting
+	cur   atomic.Pointer[rollout.Settings]
+	// written: the settings hash was seen with its marker; if it then
+	// vanishes (the cache tier lost its data) the last settings are kept
+	// rather than every tenant silently returning to the default.
+	written bool
+	log     *slog.Logger
+	m       *rolloutMetrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	pending map[string]rollout.Counts // comparisons not yet added to the store
+	slots   chan struct{}             // bounds concurrent comparisons; a full set skips the sample
+	sampled atomic.Int64              // mismatch log lines this second (rate-limited)
+	logSec  atomic.Int64
+}
+
+type rolloutMetrics struct {
+	reads      *prometheus.CounterVec
+	checks     *prometheus.CounterVec
+	halts      prometheus.Counter
+	pollErrors prometheus.Counter
+	skipped    prometheus.Counter
+}
+
+func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*rollouts, error) {
+	def := rollout.Default
+	if cfg.RolloutDefault != "" {
+		m, err := rollout.ParseMode(cfg.RolloutDefault)
+		if err != nil {
+			return nil, err
+		}
+		def = rollout.Setting{Mode: m}
+		if m == rollout.ModeCache {
+			def.Ramp, def.Safe = 100, 100
+		}
+	}
+	in := telemetry.NewExclusiveInstruments(reg)
+	m := &rolloutMetrics{
+		reads: in.CounterVec("tidemark_api_rollout_reads_total",
+			"GETs by the serving mode their tenant's rollout setting routed them to (cache, source, shadow).", "route"),
+		checks: in.CounterVec("tidemark_api_shadow_checks_total",
+			"Shadow comparisons of a source answer with the cache tier, by outcome (match, cache_older_than_allowed, cache_newer_than_source, missing); per-tenant counts are in `tidemark rollout status`.",
+			"outcome"),
+		halts: in.Counter("tidemark_api_rollout_halts_total",
+			"Ramps this process halted (fell back to their safe step) because the tenant's shadow mismatch rate crossed the threshold."),
+		pollErrors: in.Counter("tidemark_api_rollout_poll_errors_total",
+			"Failed reads or writes of the rollout store (the last settings stay in force)."),
+		skipped: in.Counter("tidemark_api_shadow_skipped_total",
+			"Sampled shadow comparisons skipped because the comparisons already running filled their slots."),
+	}
+	if err := in.Err(); err != nil {
+		return nil, err
+	}
+	for _, r := range []rollout.Mode{rollout.ModeCache, rollout.ModeSource, rollout.ModeShadow} {
+		m.reads.WithLabelValues(string(r))
+	}
+	for _, o := range rollout.Outcomes {
+		m.checks.WithLabelValues(o)
+	}
+	r := &rollouts{cfg: cfg, store: rollout.NewStore(rdb, cfg.sourcePool()), def: def, log: log, m: m, now: now,
+		pending: map[string]rollout.Counts{}, slots: make(chan struct{}, 16)}
+	r.cur.Store(&rollout.Settings{})
+	return r, nil
+}
+
+// route is the mode of one read.
+func (r *rollouts) route(tenant, item string) (rollout.Mode, rollout.Setting) {
+	st := r.cur.Load().For(tenant, r.def)
+	return st.Route(tenant, item), st
+}
+
+// run polls the settings and flushes the shadow counts until ctx ends.
+func (r *rollouts) run(ctx context.Context) {
+	r.tick(ctx)
+	t := time.NewTicker(r.cfg.RolloutPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.tick(ctx)
+		}
+	}
+}
+
+func (r *rollouts) tick(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.RolloutPoll, time.Second))
+	defer cancel()
+	r.mu.Lock()
+	pending := r.pending
+	r.pending = map[string]rollout.Counts{}
+	r.mu.Unlock()
+	if err := r.store.Record(ctx, pending); err != nil {
+		r.m.pollErrors.Inc()
+		r.log.Warn("rollout: shadow counts not recorded", "err", err)
+	}
+	ss, written, err := r.store.Load(ctx)
+	switch {
+	case err != nil:
+		r.m.pollErrors.Inc()
+		r.log.Warn("rollout: settings unreadable; keeping the last ones", "err", err)
+		return
+	case !written && r.written:
+		r.m.pollErrors.Inc()
+		r.log.Error("rollout: the settings hash vanished from the cache tier (data loss?); keeping the last settings until an operator sets them again")
+		return
+	}
+	r.written = r.written || written
+	r.cur.Store(&ss)
+	if len(pending) > 0 {
+		r.judge(ctx, ss)
+	}
+}
+
+// judge halts the ramps whose shadow mismatch rate crosses the threshold
+// over at least HaltMinChecks comparisons of the current step.
+func (r *rollouts) judge(ctx context.Context, ss rollout.Settings) {
+	counts, err := r.store.Shadow(ctx)
+	if err != nil {
+		r.m.pollErrors.Inc()
+		r.log.Warn("rollout: shadow counts unreadable", "err", err)
+		return
+	}
+	for tenant, c := range counts {
+		st := ss.For(tenant, r.def)
+		if st.Mode != rollout.ModeCache || st.Ramp <= st.Safe || c.Total() < int64(r.cfg.HaltMinChecks) {
+			continue
+		}
+		rate := float64(c.Mismatches()) / float64(c.Total())
+		if rate < r.cfg.HaltMismatchRate {
+			continue
+		}
+		reason := fmt.Sprintf("%d of %d shadow checks mismatched at %g%% (threshold %g); back to %g%%",
+			c.Mismatches(), c.Total(), st.Ramp, r.cfg.HaltMismatchRate, st.Safe)
+		halted, err := r.store.Halt(ctx, tenant, st, reason, r.now())
+		if err != nil {
+			r.m.pollErrors.Inc()
+			r.log.Warn("rollout: halt not stored", "tenant", tenant, "err", err)
+			continue
+		}
+		if halted {
+			r.m.halts.Inc()
+			r.log.Error("rollout: ramp halted by shadow mismatches", "tenant", tenant, "reason", reason)
+		}
+	}
+}
+
+// record counts one comparison.
+func (r *rollouts) record(tenant, outcome string) {
+	r.m.checks.WithLabelValues(outcome).Inc()
+	r.mu.Lock()
+	c := r.pending[tenant]
+	if c == nil {
+		c = rollout.Counts{}
+		r.pending[tenant] = c
+	}
+	c[outcome]++
+	r.mu.Unlock()
+}
+
+// logMismatch logs at most 10 mismatches a second, each with its key.
+func (r *rollouts) logMismatch(msg string, args ...any) {
+	sec := time.Now().Unix()
+	if r.logSec.Swap(sec) != sec {
+		r.sampled.Store(0)
+	}
+	if r.sampled.Add(1) <= 10 {
+		r.log.Warn(msg, args...)
+	}
+}
+
+// serveFromSource answers a GET routed to the source by its tenant's
+// rollout setting: one read per key at a time in this process, under the
+// same budget as every miss (so a rollback of every tenant cannot send more
+// than the class budgets to the source: the rest get 503 with Retry-After),
+// nothing filled. A shadow read also compares a sample with the cache tier.
+func (s *Server) serveFromSource(w http.ResponseWriter, r *http.Request, tenant, id string, minVersion int64, shadow bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	key := tenant + "\x00" + id
+	if !s.waiters.enter(key) {
+		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
+		return
+	}
+	defer s.waiters.leave(key)
+	ch := s.reads.DoChan("source\x00"+key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
+		rctx, rcancel := context.WithTimeout(s.base, s.cfg.RequestTimeout)
+		defer rcancel()
+		return s.fetch(rctx, tenant, id, minVersion, cache.Token{}, "detail=rollout-source"), nil
+	})
+	select {
+	case res := <-ch:
+		rr := res.Val.(readResult)
+		if res.Shared {
+			rr.cacheStatus += "; collapsed"
+		} else if shadow && (rr.kind == readItem || rr.kind == readNotFound) && rand.Float64() < s.cfg.ShadowSample {
+			s.shadowCompare(tenant, id, rr)
+		}
+		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
+	case <-ctx.Done():
+		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
+	}
+}
+
+// shadowCompare looks the key up in the cache tier after the source
+// answered and classifies what the cache would have served. An older cached
+// version the cache would still serve is judged again after ShadowGrace: only
+// if it is still served then is it older than allowed (the pipeline had its
+// time to deliver the invalidation). It runs in the background on a bounded
+// number of slots; a lease a lookup hands out is given back at once.
+func (s *Server) shadowCompare(tenant, id string, src readResult) {
+	select {
+	case s.rollout.slots <- struct{}{}:
+	default:
+		s.rollout.m.skipped.Inc()
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer func() { <-s.rollout.slots }()
+		outcome, detail := s.shadowJudge(tenant, id, src, false)
+		if outcome == "" {
+			t := time.NewTimer(s.cfg.ShadowGrace)
+			select {
+			case <-s.base.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			outcome, detail = s.shadowJudge(tenant, id, src, true)
+		}
+		s.rollout.record(tenant, outcome)
+		if rollout.Mismatch(outcome) {
+			s.rollout.logMismatch("shadow read: the cache disagrees with the source", "tenant", tenant, "item", id,
+				"outcome", outcome, "detail", detail, "source_version", src.version, "source_found", src.kind == readItem)
+		}
+	}()
+}
+
+// shadowJudge is one comparison; "" means "older but maybe still in
+// flight: judge again after the grace" (only when final is false).
+func (s *Server) shadowJudge(tenant, id string, src readResult, final bool) (outcome, detail string) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.LookupTimeout)
+	defer cancel()
+	lr, err := s.cache.Lookup(ctx, tenant, id, 0)
+	if err != nil {
+		return rollout.OutcomeMissing, "lookup failed: " + err.Error()
+	}
+	if !lr.Token.IsZero() {
+		// The lease is this comparison's: a miss or a stale entry is
+		// (re)filled by a read of its own under the background budget, so
+		// shadow reads warm the cache they will be compared with (a fill
+		// from the answer's own read could not be: that read started
+		// before the lease, and an invalidation in between would be lost).
+		s.shadowFill(tenant, id, lr.Token, lr.Status == cache.StatusMiss)
+	}
+	e := lr.Entry
+	now := s.clock.Now()
+	served := (lr.Status == cache.StatusHit || (lr.Status == cache.StatusStale && !e.Stale)) && now.Before(e.Hard)
+	switch lr.Status {
+	case cache.StatusMiss, cache.StatusWait:
+		return rollout.OutcomeMissing, ""
+	case cache.StatusNotFound:
+		if src.kind == readNotFound || !now.Before(e.Hard) {
+			return rollout.OutcomeMatch, ""
+		}
+		if final {
+			return rollout.OutcomeOlder, "cached not-found, the source has version " + strconv.FormatInt(src.version, 10)
+		}
+		return "", ""
+	}
+	// A value the cache would serve must keep the promise: its hard
+	// deadline at most the hard lifetime after its effective observation,
+	// and that observation not in the future (beyond the allowed skew).
+	if served && (e.Hard.Sub(e.EffObs) > s.hardLifetime+time.Millisecond || e.EffObs.After(now.Add(200*time.Millisecond))) {
+		return rollout.OutcomeOlder, fmt.Sprintf("deadline beyond the promise: effective observation %s, hard %s",
+			e.EffObs.UTC().Format(time.RFC3339Nano), e.Hard.UTC().Format(time.RFC3339Nano))
+	}
+	switch {
+	case src.kind == readNotFound && src.version == 0:
+		// The source has no row (or a tombstone whose version the read did
+		// not report): a cached value is either newer or from elsewhere.
+		if !served {
+			return rollout.OutcomeMatch, "not served"
+		}
+		if final {
+			return rollout.OutcomeNewer, "cached version " + strconv.FormatInt(e.Version, 10) + ", no row at the source"
+		}
+		return "", ""
+	case e.Version == src.version:
+		return rollout.OutcomeMatch, ""
+	case e.Version > src.version:
+		return rollout.OutcomeNewer, "cached version " + strconv.FormatInt(e.Version, 10)
+	case !served:
+		return rollout.OutcomeMatch, "older version invalidated or expired"
+	case final:
+		return rollout.OutcomeOlder, "cached version " + strconv.FormatInt(e.Version, 10) + " still served " + s.cfg.ShadowGrace.String() + " after the source had a newer one"
+	}
+	return "", ""
+}
+
+// rolloutRamping: the tenant is on a cache ramp below 100 %, so its reads
+// routed to the source are shadow-compared too (the evidence a halt needs).
+func (s *Server) rolloutRamping(tenant string) bool {
+	_, st := s.rollout.route(tenant, "")
+	return st.Mode == rollout.ModeCache && st.Ramp < 100
+}
+
+// shadowFill reads the source under the background budget (a refusal only
+// means the lease expires unfilled) and fills the lease; a new key obeys
+// admission like any miss.
+func (s *Server) shadowFill(tenant, id string, tok cache.Token, newKey bool) {
+	if !newKey {
+		s.refreshInBackground(tenant, id, tok)
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(s.base, s.cfg.SourceTimeout+time.Second)
+		defer cancel()
+		it, obs, err := s.sourceRead(ctx, classBackground, tenant, id)
+		if err != nil {
+			// Give the lease back: the key's readers must not wait for a
+			// fill that will not come.
+			if _, err := s.cache.Release(ctx, tenant, id, tok); err != nil {
+				s.log.Debug("shadow: lease release failed", "tenant", tenant, "item", id, "err", err)
+			}
+			return
+		}
+		s.fill(ctx, tenant, id, tok, it, obs, true)
+	}()
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"tidemark/cache"
+	"tidemark/internal/config"
+	"tidemark/rollout"
+)
+
+// rolloutCmd sets and shows the tenants' serving modes (package rollout);
+// every serve process of the source pool follows a change within its
+// --rollout-poll.
+type rolloutCmd struct {
+	Set    rolloutSetCmd    `cmd:"" help:"Set a tenant's (or every tenant's) serving mode: source (the rollback), shadow, or cache with --ramp percent."`
+	Status rolloutStatusCmd `cmd:"" help:"Show each tenant's mode, ramp, halt and shadow comparison figures."`
+}
+
+type rolloutStore struct {
+	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
+	redisFlags
+	Pool string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"catalog" help:"The serve processes' --source-pool (their --namespace when they set none)."`
+}
+
+func (r *rolloutStore) open(e *env) (*rollout.Store, func(), error) {
+	rdb, err := cache.OpenRedis(r.redisConn(r.Redis), e.log)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	return rollout.NewStore(rdb, r.Pool), func() { rdb.Close() }, nil
+}
+
+type rolloutSetCmd struct {
+	rolloutStore
+	Mode   string  `arg:"" enum:"source,shadow,cache" help:"source, shadow or cache."`
+	Tenant string  `field:"Tenant" name:"tenant" help:"The tenant."`
+	All    bool    `name:"all" help:"Every tenant without a setting of its own."`
+	Ramp   float64 `field:"Ramp" name:"ramp" default:"100" help:"With cache: percent of the tenant's items read through the cache (the rest from the source), 0-100."`
+	Force  bool    `name:"force" help:"Raise a ramp that shadow mismatches halted."`
+}
+
+func (c *rolloutSetCmd) Validate() error {
+	var p config.Problems
+	if c.Redis == "" {
+		p.Add("Redis", "is required")
+	}
+	c.validateRedis(&p, c.Redis)
+	if (c.Tenant == "") == !c.All {
+		p.Add("Tenant", "give exactly one of a tenant and --all")
+	}
+	if !(c.Ramp >= 0 && c.Ramp <= 100) {
+		p.Add("Ramp", "must be between 0 and 100 (got %v)", c.Ramp)
+	}
+	return flagErrors(c, p.Err())
+}
+
+func (c *rolloutStatusCmd) Validate() error {
+	var p config.Problems
+	if c.Redis == "" {
+		p.Add("Redis", "is required")
+	}
+	c.validateRedis(&p, c.Redis)
+	return flagErrors(c, p.Err())
+}
+
+func (c *rolloutSetCmd) Run(ctx context.Context, e *env) error {
+	st, closeFn, err := c.open(e)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	mode, err := rollout.ParseMode(c.Mode)
+	if err != nil {
+		return usageError(err)
+	}
+	tenant := c.Tenant
+	if c.All {
+		tenant = rollout.AllTenants
+	}
+	set, err := st.Set(ctx, tenant, mode, c.Ramp, c.Force, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %s (every serve process follows within its --rollout-poll)\n", tenant, set)
+	return nil
+}
+
+type rolloutStatusCmd struct {
+	rolloutStore
+	JSON bool `name:"json" help:"Print JSON."`
+}
+
+func (c *rolloutStatusCmd) Run(ctx context.Context, e *env) error {
+	st, closeFn, err := c.open(e)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	all, err := st.Status(ctx)
+	if err != nil {
+		return &exitError{code: exitUnreadable, msg: err.Error()}
+	}
+	if c.JSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(e.stdout, "no rollout settings: every tenant is served through the cache (100 %) unless serve's --rollout-default says otherwise")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tMODE\tSHADOW (this step)")
+	for _, t := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Tenant, t.Setting, t.Shadow)
+	}
+	return tw.Flush()
+}
