@@ -102,7 +102,7 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
 	shared := make(chan struct{}, cfg.MaxInFlight)
-	tag := "{" + cfg.Namespace + ":v1:_budget}"
+	tag := "{" + cfg.sourcePool() + ":v1:_budget}" // one pool across the namespaces of an upgrade
 	mkRate := func(rate float64) bucketRate {
 		interval := int64(math.Max(1, 1e6/rate))
 		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds())))}

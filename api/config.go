@@ -14,7 +14,7 @@ import (
 // `tidemark serve`; Validate names the field of each problem.
 type Config struct {
 	Addr      string        // where the API listens
-	Namespace string        // Redis namespace, also of the shared source budget
+	Namespace string        // Redis namespace, also of the shared source budget unless SourcePool names it
 	Table     catalog.Table // the catalog table and how its columns map
 
 	RequestTimeout time.Duration // a GET's deadline (Wait polling ends here with 503)
