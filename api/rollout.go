@@ -39,10 +39,15 @@ type rollouts struct {
 
 	mu      sync.Mutex
 	pending map[string]rollout.Counts // comparisons not yet added to the store
-	slots   chan struct{}             // bounds concurrent comparisons; a full set skips the sample
+	slots   chan struct{}             // bounds concurrent comparison lookups; a full set skips the sample
+	waiting atomic.Int64              // comparisons waiting out the grace (at most maxShadowWaiting)
 	sampled atomic.Int64              // mismatch log lines this second (rate-limited)
 	logSec  atomic.Int64
 }
+
+// maxShadowWaiting caps the comparisons of one process waiting out the
+// grace before their second lookup.
+const maxShadowWaiting = 4096
 
 type rolloutMetrics struct {
 	reads      *prometheus.CounterVec
@@ -249,17 +254,28 @@ func (s *Server) shadowCompare(tenant, id string, src readResult) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		defer func() { <-s.rollout.slots }()
 		outcome, detail := s.shadowJudge(tenant, id, src, false)
+		<-s.rollout.slots
 		if outcome == "" {
+			// The wait holds no lookup slot; the waiting comparisons have a
+			// cap of their own.
+			if s.rollout.waiting.Add(1) > maxShadowWaiting {
+				s.rollout.waiting.Add(-1)
+				s.rollout.m.skipped.Inc()
+				return
+			}
 			t := time.NewTimer(s.cfg.ShadowGrace)
 			select {
 			case <-s.base.Done():
 				t.Stop()
+				s.rollout.waiting.Add(-1)
 				return
 			case <-t.C:
 			}
+			s.rollout.waiting.Add(-1)
+			s.rollout.slots <- struct{}{}
 			outcome, detail = s.shadowJudge(tenant, id, src, true)
+			<-s.rollout.slots
 		}
 		s.rollout.record(tenant, outcome)
 		if rollout.Mismatch(outcome) {

@@ -191,7 +191,8 @@ func TestRampHaltsOnShadowMismatches(t *testing.T) {
 			return err
 		}
 		if got = ss["acme"]; got.Halted == "" || got.Ramp != 0 {
-			return fmt.Errorf("setting %+v", got)
+			sh, _ := st.Shadow(context.Background())
+			return fmt.Errorf("setting %s, shadow counts %s", got, sh["acme"])
 		}
 		return nil
 	})
@@ -308,7 +309,9 @@ func TestBudgetOnePoolAcrossNamespaces(t *testing.T) {
 	var ins []*instance
 	for _, ns := range []string{"catalog", "catalog2"} {
 		ins = append(ins, e.instance(instOpts{
-			cfg:  func(c *Config) { c.Namespace, c.SourcePool, c.ForegroundRate, c.BudgetBurst = ns, "catalog", rate, burstWindow },
+			cfg: func(c *Config) {
+				c.Namespace, c.SourcePool, c.ForegroundRate, c.BudgetBurst = ns, "catalog", rate, burstWindow
+			},
 			ccfg: func(c *cache.Config) { c.Namespace = ns },
 		}))
 	}

@@ -23,7 +23,7 @@ type rolloutCmd struct {
 type rolloutStore struct {
 	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	redisFlags
-	Pool string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"catalog" help:"The serve processes' --source-pool (their --namespace when they set none)."`
+	Pool string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_Namespace}" help:"The serve processes' --source-pool (their --namespace when they set none)."`
 }
 
 func (r *rolloutStore) open(e *env) (*rollout.Store, func(), error) {
