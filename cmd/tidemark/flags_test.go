@@ -71,6 +71,10 @@ func configsOf(cmd any) map[string]any {
 		return map[string]any{"redis": c.redisConn(c.Redis)}
 	case *adoptCmd:
 		return map[string]any{"adopt": c.config(), "table": c.table()}
+	case *rolloutSetCmd:
+		return map[string]any{"redis": c.redisConn(c.Redis)}
+	case *rolloutStatusCmd:
+		return map[string]any{"redis": c.redisConn(c.Redis)}
 	case *kafkaCmd:
 		return map[string]any{"broker": c.config()}
 	case *devCmd:
