@@ -150,6 +150,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.Table.UpdatedAtColumn != "" {
 		s.listSQL = cfg.Table.ListSQL()
 	}
+	if s.rollout, err = newRollouts(cfg, deps.Redis, reg, log, clock.Wall); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	if s.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
