@@ -97,9 +97,11 @@ func TestFillRefusesFutureObservationAndLongLifetime(t *testing.T) {
 	if err := fill(c, "near", time.Now().Add(cache.MaxClockOffset/4)); err != nil {
 		t.Fatalf("fill observed within the clock bound: %v", err)
 	}
-	long := testConfig()
-	long.HardLifetime, long.FloorTTL, long.MaxAge = 40*time.Second, 40*time.Second, time.Minute
-	if err := fill(newClient(t, b, long), "long", time.Now()); reason(err) != cache.ReasonLifetime {
+	// Validate refuses a hard lifetime above the promise's (TestHardLifetimeIsBounded);
+	// FILL refuses it too, for a filler built without that bound.
+	long := newClient(t, b, testConfig())
+	long.SetHardLifetimeForTest(40 * time.Second)
+	if err := fill(long, "long", time.Now()); reason(err) != cache.ReasonLifetime {
 		t.Fatalf("fill with a 40 s hard lifetime: %v, want a lifetime rejection", err)
 	}
 }
