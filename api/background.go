@@ -35,7 +35,8 @@ type WarmOutcome struct {
 
 // Warm fills (tenant, item) through the normal lease and fill path when the
 // cache has no usable value, reading the source under the background class.
-// A budget refusal is an error matching ErrBudget; the caller backs off.
+// A budget refusal is an error matching ErrBudget (the key's fill lease is
+// given back); the caller backs off and asks again.
 func (s *Server) Warm(ctx context.Context, tenant, item string) (WarmOutcome, error) {
 	lr, err := s.cache.Lookup(ctx, tenant, item, 0)
 	if err != nil {
@@ -50,6 +51,10 @@ func (s *Server) Warm(ctx context.Context, tenant, item string) (WarmOutcome, er
 	start := time.Now()
 	it, obs, err := s.sourceRead(ctx, classBackground, tenant, item)
 	if err != nil {
+		// Give the lease back: held, it would turn the caller's retry after a
+		// refusal (or the next warmer's read) into WarmBusy, and the key
+		// would stay cold until the lease expired.
+		s.releaseLease(ctx, tenant, item, lr.Token)
 		return WarmOutcome{}, fmt.Errorf("api: warm %s/%s: %w", tenant, item, err)
 	}
 	out := WarmOutcome{Result: WarmLost, Source: time.Since(start)}

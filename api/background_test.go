@@ -51,3 +51,47 @@ func TestAcquireBackgroundWaitsForTheBudget(t *testing.T) {
 		t.Errorf("the wait outlived its context by %s", took-300*time.Millisecond)
 	}
 }
+
+// A warm read the background budget refuses gives the key's fill lease
+// back: the warmer's retry takes a fresh lease and fills the key once the
+// budget admits it, instead of finding its own lease held (WarmBusy) and
+// leaving the key cold.
+func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
+	e := newEnv(t)
+	// One background read every 5 s: once one is admitted, the next is refused.
+	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate = 0.2 }})
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES
+		('acme', 'a', 1, '{"n":1}'), ('acme', 'b', 1, '{"n":2}')`)
+	ctx := testenv.Context(t, 30*time.Second)
+	// A fresh budget starts empty, and background reads leave half of the
+	// total's burst to the request path: the first read waits for that.
+	testenv.Eventually(t, 20*time.Second, "the first warm read is admitted", func() error {
+		out, err := in.srv.Warm(ctx, "acme", "a")
+		switch {
+		case errors.Is(err, ErrBudget):
+			return err
+		case err != nil || out.Result != WarmFilled:
+			t.Fatalf("first warm read: %+v %v, want filled", out, err)
+		}
+		return nil
+	})
+	if out, err := in.srv.Warm(ctx, "acme", "b"); !errors.Is(err, ErrBudget) {
+		t.Fatalf("second warm read within the budget's interval: %+v %v, want a refusal", out, err)
+	}
+	// Retried at once: the lease of the refused read must be free again.
+	if out, err := in.srv.Warm(ctx, "acme", "b"); out.Result == WarmBusy || (err != nil && !errors.Is(err, ErrBudget)) {
+		t.Fatalf("retry after a refusal: %+v %v, want a refusal or filled (busy: the refused read kept the key's lease)", out, err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the refused key is filled once the budget admits it", func() error {
+		out, err := in.srv.Warm(ctx, "acme", "b")
+		switch {
+		case errors.Is(err, ErrBudget):
+			return err
+		case err != nil:
+			t.Fatalf("warm read: %v", err)
+		case out.Result != WarmFilled && out.Result != WarmCached:
+			t.Fatalf("warm read: %+v, want filled", out)
+		}
+		return nil
+	})
+}
