@@ -73,7 +73,15 @@ end
 lost(KEYS[1], tolerance, interval)
 lost(KEYS[4], total_tol, total_iv)
 local tenant_iv = interval * n
-local tenant_tat, wait = next(tat_of(KEYS[2], now), tenant_iv, math.max(tenant_iv * cost, tolerance))
+local tenant_tol = math.max(tenant_iv * cost, tolerance)
+if n == 1 then
+  -- Alone, a tenant leaves the class's last read to whichever tenant comes
+  -- next, whose first read would otherwise meet a class this one keeps spent
+  -- to its end (its bucket follows the class's, below; one admission of a
+  -- full bucket's cost still fits).
+  tenant_tol = math.max(tenant_iv * cost, tolerance - interval)
+end
+local tenant_tat, wait = next(tat_of(KEYS[2], now), tenant_iv, tenant_tol)
 if not tenant_tat then
   return {0, wait}
 end
@@ -86,6 +94,14 @@ local total_tat
 total_tat, wait = next(tat_of(KEYS[4], now + total_tol - total_iv), total_iv, total_tol - reserve)
 if not total_tat then
   return {0, wait}
+end
+-- Alone in the window a tenant's share is the whole class, so its bucket
+-- takes the class's TAT: it must not carry credit the class does not have
+-- (a class restarted empty, spent to its end by this tenant) into the moment
+-- a second tenant arrives, or it would take every slot the class frees, first
+-- come, for up to a burst while the newcomer is refused.
+if n == 1 and class_tat > tenant_tat then
+  tenant_tat = class_tat
 end
 redis.call('SET', KEYS[1], string.format('%d', class_tat))
 redis.call('SET', KEYS[4], string.format('%d', total_tat))

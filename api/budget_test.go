@@ -203,3 +203,54 @@ func TestLocalFallbackBuckets(t *testing.T) {
 	}
 	t.Logf("fallback over 10 s: %d reads (%v)", total, byClass)
 }
+
+// A tenant alone spends the read-your-writes class to its end; a second
+// tenant then arrives asking within its share: its first read and every one
+// after it are admitted, while the first tenant keeps asking as fast as it is
+// let. (A lone tenant's bucket follows the class and leaves it one read.)
+func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
+	e := newEnv(t)
+	const rate = 10.0 // one read per 100 ms: wide margins on a loaded box
+	in := e.instance(instOpts{cfg: func(c *Config) {
+		c.ReadYourWritesRate, c.BudgetBurst, c.LookupTimeout = rate, time.Second, 5*time.Second
+	}})
+	b := in.srv.budget
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The lone tenant: 12 admissions (more than the class's burst of 10,
+	// which starts empty), so the class is spent to its end.
+	for i := range 12 {
+		release, err := b.acquireWait(ctx, classReadYourWrites, "flood", 1)
+		if err != nil {
+			t.Fatalf("flood admission %d: %v", i, err)
+		}
+		release()
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // and it keeps asking
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if release, err := b.acquireWait(ctx, classReadYourWrites, "flood", 1); err == nil {
+				release()
+			}
+		}
+	}()
+	// The newcomer: 8 reads, one per 250 ms (4/s, under its share of 5/s).
+	refused := 0
+	for i := range 8 {
+		release, err := b.acquire(ctx, classReadYourWrites, "calm")
+		if err != nil {
+			refused++
+			t.Logf("newcomer read %d: %v", i, err)
+		} else {
+			release()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if refused > 0 {
+		t.Fatalf("the newcomer was refused %d of 8 reads within its share of a class another tenant had spent", refused)
+	}
+}
