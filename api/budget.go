@@ -211,7 +211,7 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost int) (bool, time.Duration, error) {
 	rctx, cancel := context.WithTimeout(ctx, b.redisWait)
 	defer cancel()
-	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey}
+	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey, cb.prefix + ":t:" + tenant + ":n"}
 	res, err := b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
 		b.total.interval, b.total.tolerance, cb.reserve).Int64Slice()
 	if err == nil && len(res) == 2 {

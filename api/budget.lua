@@ -9,6 +9,7 @@
 -- KEYS[2]  the tenant's bucket in this class
 -- KEYS[3]  sorted set of the tenants that asked within the window (score: time)
 -- KEYS[4]  the total's bucket
+-- KEYS[5]  the tenant count the tenant's bucket was last spent at
 -- ARGV[1]  emission interval of the class in microseconds (1e6 / rate)
 -- ARGV[2]  burst tolerance of the class in microseconds
 -- ARGV[3]  the tenant
@@ -73,6 +74,19 @@ end
 lost(KEYS[1], tolerance, interval)
 lost(KEYS[4], total_tol, total_iv)
 local tenant_iv = interval * n
+-- What a tenant owes is reads, not time: when the count of active tenants
+-- has changed since its bucket was spent, the time it owes is rescaled to
+-- the new share, so a tenant that took the whole class alone owes it at its
+-- share's pace once a second tenant arrives, and does not take the slots
+-- the class frees meanwhile.
+local function owed(key, was_key)
+  local tat = tat_of(key, now)
+  local was = tonumber(redis.call('GET', was_key))
+  if was and was ~= n then
+    tat = now + math.floor((tat - now) * n / was)
+  end
+  return tat
+end
 local tenant_tol = math.max(tenant_iv * cost, tolerance)
 if n == 1 then
   -- Alone, a tenant leaves the class's last read to whichever tenant comes
@@ -81,7 +95,7 @@ if n == 1 then
   -- full bucket's cost still fits).
   tenant_tol = math.max(tenant_iv * cost, tolerance - interval)
 end
-local tenant_tat, wait = next(tat_of(KEYS[2], now), tenant_iv, tenant_tol)
+local tenant_tat, wait = next(owed(KEYS[2], KEYS[5]), tenant_iv, tenant_tol)
 if not tenant_tat then
   return {0, wait}
 end
@@ -105,5 +119,7 @@ if n == 1 and class_tat > tenant_tat then
 end
 redis.call('SET', KEYS[1], string.format('%d', class_tat))
 redis.call('SET', KEYS[4], string.format('%d', total_tat))
-redis.call('SET', KEYS[2], string.format('%d', tenant_tat), 'PX', math.floor((tenant_tat - now) / 1000) + 1000)
+local ttl = math.floor((tenant_tat - now) / 1000) + 1000
+redis.call('SET', KEYS[2], string.format('%d', tenant_tat), 'PX', ttl)
+redis.call('SET', KEYS[5], n, 'PX', ttl)
 return {1, 0}

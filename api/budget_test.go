@@ -207,7 +207,8 @@ func TestLocalFallbackBuckets(t *testing.T) {
 // A tenant alone spends the read-your-writes class to its end; a second
 // tenant then arrives asking within its share: its first read and every one
 // after it are admitted, while the first tenant keeps asking as fast as it is
-// let. (A lone tenant's bucket follows the class and leaves it one read.)
+// let. (A lone tenant's bucket follows the class and leaves it one read;
+// what it owes is rescaled to its share when the second tenant arrives.)
 func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 	e := newEnv(t)
 	const rate = 10.0 // one read per 100 ms: wide margins on a loaded box
@@ -236,7 +237,9 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 			}
 		}
 	}()
-	// The newcomer: 8 reads, one per 250 ms (4/s, under its share of 5/s).
+	// The newcomer: 8 reads, the second 150 ms after the first (the class has
+	// freed one read by then, which the first tenant, at its new share, must
+	// leave), then one per 250 ms (under its share of 5/s).
 	refused := 0
 	for i := range 8 {
 		release, err := b.acquire(ctx, classReadYourWrites, "calm")
@@ -246,7 +249,11 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 		} else {
 			release()
 		}
-		time.Sleep(250 * time.Millisecond)
+		if i == 0 {
+			time.Sleep(150 * time.Millisecond)
+		} else {
+			time.Sleep(250 * time.Millisecond)
+		}
 	}
 	cancel()
 	wg.Wait()
