@@ -185,7 +185,10 @@ func (r *Replay) resetForGaps(ctx context.Context, gaps map[int32]RetentionGap) 
 		r.log.Warn("replay: records from --since on were deleted by the topic's retention and cannot be re-applied",
 			"partition", p, "log_start_offset", g.LogStart, "first_kept", g.FirstKept.UTC().Format(time.RFC3339Nano))
 	}
-	if _, err := r.cache.MarkGap(ctx, at); err != nil {
+	// The cache tier adds the reset margin (promise.ResetMargin) and keeps
+	// reset_at from going back: the summary reports what it stored.
+	at, err := r.cache.MarkGap(ctx, at)
+	if err != nil {
 		return time.Time{}, fmt.Errorf("applier: replay: set reset_at for the retention gap: %w", err)
 	}
 	r.log.Warn("replay: reset_at raised over the retention gap: cached entries observed before it are no longer extended by the watermark and expire at their hard lifetime",
