@@ -200,6 +200,13 @@ func (a *adopter) checkColumns(types map[string]string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %s has no column(s) %s", ErrNotAdoptable, t.Name, strings.Join(missing, ", "))
 	}
+	for _, c := range []string{t.TenantColumn, t.ItemColumn} {
+		if ty := types[c]; ty != "text" && !strings.HasPrefix(ty, "character varying") {
+			// Keys travel as text end to end (Kafka keys, Redis keys, the
+			// source read's parameters); a cast per read would lose the index.
+			return fmt.Errorf("%w: %s is %s; tenant and item columns must be text or varchar", ErrNotAdoptable, c, ty)
+		}
+	}
 	switch types[t.VersionColumn] {
 	case "bigint", "integer", "smallint":
 	default:
@@ -325,9 +332,10 @@ func (a *adopter) otherMembers(ctx context.Context, t catalog.Table) string {
 }
 
 // trigger installs the version trigger: an UPDATE that changes the payload
-// or the state without raising the version gets the next version (a DBA's
-// display-only UPDATE still invalidates), and a DELETE becomes a tombstone or
-// is refused, because a deleted row's version could come back lower.
+// or the state without raising the version, or that lowers it, gets the next
+// version (a DBA's display-only UPDATE still invalidates, and a version never
+// goes back below a floor the cache holds), and a DELETE becomes a tombstone
+// or is refused, because a deleted row's version could come back lower.
 func (a *adopter) trigger() error {
 	t := a.cfg.Table
 	fn := pgx.Identifier{catalog.OwnSchema, "bump_" + schemaOf(t) + "_" + name(t)}.Sanitize()
@@ -359,7 +367,7 @@ BEGIN
   IF TG_OP = 'DELETE' THEN
     %[2]s
   END IF;
-  IF NEW.%[3]s <= OLD.%[3]s AND (%[4]s) THEN
+  IF NEW.%[3]s < OLD.%[3]s OR (NEW.%[3]s = OLD.%[3]s AND (%[4]s)) THEN
     NEW.%[3]s := OLD.%[3]s + 1;
   END IF;
   RETURN NEW;

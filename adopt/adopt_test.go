@@ -110,10 +110,15 @@ func TestAdoptForeignTable(t *testing.T) {
 	if v := rev(t, conn, "a"); v != 7 {
 		t.Fatalf("rev after an UPDATE that sets rev 7 = %d, want 7", v)
 	}
+	// A version never goes back: a lower one becomes the next one.
+	pg.Exec(t, db, `UPDATE shop.products SET rev = 3 WHERE shop_id = 's1' AND sku = 'a'`)
+	if v := rev(t, conn, "a"); v != 8 {
+		t.Fatalf("rev after an UPDATE that lowers it to 3 = %d, want 8", v)
+	}
 	// An UPDATE that changes nothing the cache holds keeps the version.
 	pg.Exec(t, db, `UPDATE shop.products SET updated_at = now() WHERE shop_id = 's1' AND sku = 'a'`)
-	if v := rev(t, conn, "a"); v != 7 {
-		t.Fatalf("rev after an updated_at-only UPDATE = %d, want 7", v)
+	if v := rev(t, conn, "a"); v != 8 {
+		t.Fatalf("rev after an updated_at-only UPDATE = %d, want 8", v)
 	}
 	// A DELETE becomes a tombstone with the next version.
 	pg.Exec(t, db, `DELETE FROM shop.products WHERE shop_id = 's1' AND sku = 'b'`)
