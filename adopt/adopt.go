@@ -352,13 +352,13 @@ func (a *adopter) trigger() error {
 	cond := strings.Join(changed, " OR ")
 	if t.PayloadSQL != "" {
 		// An expression may read any column: every change but the version's counts.
-		cond = fmt.Sprintf("(to_jsonb(NEW) - %s) IS DISTINCT FROM (to_jsonb(OLD) - %s)", literal(t.VersionColumn), literal(t.VersionColumn))
+		cond = fmt.Sprintf("(to_jsonb(NEW) - %s) IS DISTINCT FROM (to_jsonb(OLD) - %s)", catalog.Literal(t.VersionColumn), catalog.Literal(t.VersionColumn))
 	}
 	onDelete := fmt.Sprintf("RAISE EXCEPTION 'tidemark: rows of %s are never deleted: set %s to %s instead (tidemark adopt --deletes refuse)'; ",
 		strings.ReplaceAll(t.Name, "'", "''"), t.StateColumn, strings.ReplaceAll(t.DeletedState, "'", "''"))
 	if a.cfg.Deletes == DeletesTombstone {
 		onDelete = fmt.Sprintf("UPDATE %s SET %s = %s, %s = OLD.%s + 1 WHERE %s = OLD.%s AND %s = OLD.%s; RETURN NULL;",
-			t.Qualified(), pgx.Identifier{t.StateColumn}.Sanitize(), literal(t.DeletedState), v, v,
+			t.Qualified(), pgx.Identifier{t.StateColumn}.Sanitize(), catalog.Literal(t.DeletedState), v, v,
 			pgx.Identifier{t.TenantColumn}.Sanitize(), pgx.Identifier{t.TenantColumn}.Sanitize(),
 			pgx.Identifier{t.ItemColumn}.Sanitize(), pgx.Identifier{t.ItemColumn}.Sanitize())
 	}
@@ -402,4 +402,3 @@ func quoteAll(cols []string) []string {
 func schemaOf(t catalog.Table) string { s, _, _ := catalog.SplitName(t.Name); return s }
 func name(t catalog.Table) string     { _, n, _ := catalog.SplitName(t.Name); return n }
 
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

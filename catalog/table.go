@@ -132,7 +132,7 @@ func (t Table) DeletedSQL() string {
 	if t.StateColumn == "" {
 		return "false"
 	}
-	return fmt.Sprintf("(%s IS NOT DISTINCT FROM %s)", q(t.StateColumn), literal(t.DeletedState))
+	return fmt.Sprintf("(%s IS NOT DISTINCT FROM %s)", q(t.StateColumn), Literal(t.DeletedState))
 }
 
 // ReadSQL selects (version, display, deleted) of one item by ($1 tenant, $2
@@ -193,8 +193,8 @@ func (t Table) PublishedColumns() []string {
 	return out
 }
 
-// literal quotes s as a SQL string literal.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// Literal quotes s as a SQL string literal.
+func Literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // VersionsSQL selects (tenant, item, version, state, updated_at) of the
 // items named by two arrays ($1 tenants, $2 items); state is "deleted" for a
@@ -207,7 +207,7 @@ func (t Table) VersionsSQL() string {
 	}
 	state := "'active'"
 	if t.StateColumn != "" {
-		state = fmt.Sprintf("CASE WHEN i.%s IS NOT DISTINCT FROM %s THEN 'deleted' ELSE 'active' END", q(t.StateColumn), literal(t.DeletedState))
+		state = fmt.Sprintf("CASE WHEN i.%s IS NOT DISTINCT FROM %s THEN 'deleted' ELSE 'active' END", q(t.StateColumn), Literal(t.DeletedState))
 	}
 	return fmt.Sprintf("SELECT i.%s::text, i.%s::text, i.%s::bigint, %s, %s /* tidemark source versions */ FROM %s i JOIN unnest($1::text[], $2::text[]) AS k(t, it) ON i.%s = k.t AND i.%s = k.it",
 		q(t.TenantColumn), q(t.ItemColumn), q(t.VersionColumn), state, upd, t.Qualified(), q(t.TenantColumn), q(t.ItemColumn))
@@ -243,12 +243,12 @@ func (t Table) Writes() WriteSQL {
 	d, st, up := q(t.Payload[0]), q(t.StateColumn), q(t.UpdatedAtColumn)
 	return WriteSQL{
 		Insert: fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s, %s) VALUES ($1, $2, 1, $3, %s) ON CONFLICT (%s, %s) DO NOTHING",
-			tb, tn, it, v, d, st, literal(t.ActiveState), tn, it),
+			tb, tn, it, v, d, st, Literal(t.ActiveState), tn, it),
 		Version: fmt.Sprintf("SELECT %s::bigint FROM %s WHERE %s = $1 AND %s = $2", v, tb, tn, it),
 		Lock:    fmt.Sprintf("SELECT %s::bigint, %s FROM %s WHERE %s = $1 AND %s = $2 FOR UPDATE", v, t.DeletedSQL(), tb, tn, it),
 		Update: fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = $3, %s = now() WHERE %s = $1 AND %s = $2 RETURNING %s::bigint",
 			tb, v, v, d, up, tn, it, v),
 		Delete: fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = %s, %s = NULL, %s = now() WHERE %s = $1 AND %s = $2 RETURNING %s::bigint",
-			tb, v, v, st, literal(t.DeletedState), d, up, tn, it, v),
+			tb, v, v, st, Literal(t.DeletedState), d, up, tn, it, v),
 	}
 }
