@@ -401,4 +401,3 @@ func quoteAll(cols []string) []string {
 
 func schemaOf(t catalog.Table) string { s, _, _ := catalog.SplitName(t.Name); return s }
 func name(t catalog.Table) string     { _, n, _ := catalog.SplitName(t.Name); return n }
-
