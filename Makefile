@@ -150,6 +150,7 @@ bench: build
 	./$(BIN) bench apply --svg bin/bench/apply.svg
 	./$(BIN) bench serve --svg bin/bench/serve.svg
 	./$(BIN) bench hotkey --svg bin/bench/hotkey.svg
+	./$(BIN) bench memory --svg bin/bench/memory.svg
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema

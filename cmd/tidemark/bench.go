@@ -10,5 +10,6 @@ type benchCmd struct {
 	Hotkey  benchHotkeyCmd  `cmd:"" help:"One hot key with L1 off on a Redis Cluster: per-master command rate (max/avg) and p99, replicas off vs on."`
 	E2E     benchE2ECmd     `cmd:"e2e" name:"e2e" help:"Commit-to-applied latency through capture, apply and the broker as separate processes, vs pg_recvlogical; CPU and RSS per process."`
 	Warm    benchWarmCmd    `cmd:"" help:"Kill redis-server under zipf load: time to 90 % of the hit ratio with and without the warmer, source reads vs budget, 503s."`
+	Memory  benchMemoryCmd  `cmd:"" help:"Redis bytes per cached entry (INFO memory, MEMORY USAGE) against plain SETs of the same payloads; hot-key replicas and floors apart."`
 	Scan    benchScanCmd    `cmd:"" help:"One tenant scans cold ids at its share while another reads its hot set from a full cache: the other's hit ratio with and without admission."`
 }

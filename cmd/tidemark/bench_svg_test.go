@@ -18,7 +18,7 @@ func TestChartingBenchesHaveSVGFlag(t *testing.T) {
 	for name, cmd := range map[string]any{
 		"bench capture": &benchCaptureCmd{}, "bench cache": &benchCacheCmd{}, "bench apply": &benchApplyCmd{},
 		"bench serve": &benchServeCmd{}, "bench e2e": &benchE2ECmd{}, "bench warm": &benchWarmCmd{},
-		"bench hotkey": &benchHotkeyCmd{},
+		"bench hotkey": &benchHotkeyCmd{}, "bench memory": &benchMemoryCmd{},
 	} {
 		typ := reflect.TypeOf(cmd).Elem()
 		found := false
@@ -50,6 +50,8 @@ func TestBenchSVGFlagWritesTheChart(t *testing.T) {
 			[]string{"tidemark applier replay"}},
 		{"hotkey", []string{"bench", "hotkey", "--masters", "3", "--replicas", "2", "--workers", "4", "--processes", "2",
 			"--duration", "1s", "--rounds", "1"}, []string{"replicas off", "replicas N=2"}},
+		{"memory", []string{"bench", "memory", "--redis", redis.URL(), "--entries", "1000", "--hot-keys", "50", "--payloads", "256,1536"},
+			[]string{"plain SET", "tidemark entry"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "charts", tc.name+".svg")

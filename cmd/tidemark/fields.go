@@ -23,6 +23,7 @@ import (
 	"tidemark/lab/bench/capturebench"
 	"tidemark/lab/bench/e2ebench"
 	"tidemark/lab/bench/hotkeybench"
+	"tidemark/lab/bench/memorybench"
 	"tidemark/lab/bench/scanbench"
 	"tidemark/lab/bench/servebench"
 	"tidemark/lab/bench/warmbench"
@@ -135,6 +136,7 @@ func defaultConfigs() map[string]any {
 		"benchhotkey":  hotkeybench.DefaultBenchConfig(),
 		"benchscan":    scanbench.DefaultConfig(),
 		"benchcapture": capturebench.DefaultBenchConfig(),
+		"benchmemory":  memorybench.DefaultConfig(),
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"tidemark/lab/bench/capturebench"
 	"tidemark/lab/bench/e2ebench"
 	"tidemark/lab/bench/hotkeybench"
+	"tidemark/lab/bench/memorybench"
 	"tidemark/lab/bench/scanbench"
 	"tidemark/lab/bench/servebench"
 	"tidemark/lab/bench/warmbench"
@@ -71,6 +72,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), nil}}},
 		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench capture", &benchCaptureCmd{}, []validated{{"benchcapture", capturebench.DefaultBenchConfig(), nil}}},
+		{"bench memory", &benchMemoryCmd{}, []validated{{"benchmemory", memorybench.DefaultConfig(), nil}}},
 	}
 	for _, c := range commands {
 		flags := fieldFlags(c.cmd)
@@ -97,7 +99,7 @@ func TestFieldTagsNameRealFields(t *testing.T) {
 		types[name] = reflect.TypeOf(cfg)
 	}
 	for _, cmd := range []any{&captureCmd{}, &applyCmd{}, &replayCmd{}, &serveCmd{}, &statusCmd{}, &inspectCmd{}, &kafkaCmd{}, &devCmd{},
-		&adoptCmd{}, &chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}, &benchCaptureCmd{}} {
+		&adoptCmd{}, &chaosCmd{}, &benchCacheCmd{}, &benchApplyCmd{}, &benchServeCmd{}, &benchE2ECmd{}, &benchWarmCmd{}, &benchHotkeyCmd{}, &benchScanCmd{}, &benchCaptureCmd{}, &benchMemoryCmd{}} {
 		for field := range fieldFlags(cmd) {
 			name, path, ok := cut(field)
 			if !ok {

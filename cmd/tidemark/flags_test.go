@@ -97,6 +97,8 @@ func configsOf(cmd any) map[string]any {
 		return map[string]any{"benchscan": c.config()}
 	case *benchCaptureCmd:
 		return map[string]any{"benchcapture": c.config()}
+	case *benchMemoryCmd:
+		return map[string]any{"benchmemory": c.config()}
 	}
 	return nil
 }
@@ -193,6 +195,8 @@ func distinct(typ reflect.Type, n int, def reflect.Value) (string, reflect.Value
 		return x[0] + "," + x[1], reflect.ValueOf(x)
 	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Int32:
 		return fmt.Sprintf("%d,%d", n, n+1000), reflect.ValueOf([]int32{int32(n), int32(n + 1000)})
+	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Int:
+		return fmt.Sprintf("%d,%d", n, n+1000), reflect.ValueOf([]int{n, n + 1000})
 	}
 	panic(fmt.Sprintf("distinct: no value for a flag of type %s", typ))
 }
