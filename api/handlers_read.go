@@ -291,6 +291,10 @@ func (s *Server) fetch(ctx context.Context, tenant, id string, minVersion int64,
 	}
 	it, obs, err := s.sourceRead(ctx, class, tenant, id)
 	if err != nil {
+		// No fill will come: the lease goes back, so the key's next reader
+		// (in any process) asks the budget at once instead of waiting out
+		// the lease for nothing while the budget has room.
+		s.releaseLease(ctx, tenant, id, tok)
 		rr := readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=source-unavailable", retryAfter: time.Second}
 		var be *budgetError
 		if errors.As(err, &be) {
