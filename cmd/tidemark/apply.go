@@ -71,7 +71,7 @@ func (c *applyCmd) Validate() error {
 }
 
 func (c *applyCmd) Run(ctx context.Context, e *env) error {
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
 	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), nil, e.log, reg)
 	if err != nil {
 		return usageError(err)

@@ -82,7 +82,7 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
 	var g lifecycle.Group
 	capt, err := wiring.AddCapture(&g, c.config(), e.log, reg)
 	if err != nil {

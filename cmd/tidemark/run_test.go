@@ -15,7 +15,7 @@ import (
 // serve, apply and capture run through runProcess: a stage that returns nil
 // by itself there is an error exit, not a quiet exit 0.
 func TestRunProcessFailsWhenAServiceStops(t *testing.T) {
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: "catalog", Topic: "tidemark.invalidations"})
 	e := &env{log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	page, err := status.NewPage(status.DefaultPageConfig(), status.PageDeps{Gatherer: reg, Log: e.log})
 	if err != nil {

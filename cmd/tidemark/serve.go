@@ -163,7 +163,7 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
 	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), pool, log, reg)
 	if err != nil {
 		return usageError(err)

@@ -146,7 +146,7 @@ func exposition(t *testing.T, reg *prometheus.Registry) string {
 
 // Every process's registry says which build it runs.
 func TestRegistryHasBuildInfo(t *testing.T) {
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: "catalog", Topic: "tidemark.invalidations"})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -164,11 +164,57 @@ func TestRegistryHasBuildInfo(t *testing.T) {
 		for _, l := range m[0].GetLabel() {
 			got[l.GetName()] = l.GetValue()
 		}
-		want := map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
-		if len(got) != len(want) || got["version"] != want["version"] || got["revision"] != want["revision"] || got["goversion"] != want["goversion"] || got["goversion"] == "" {
+		want := map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion,
+			"cache_namespace": "catalog", "topic": "tidemark.invalidations"}
+		if len(got) != len(want) || got["version"] != want["version"] || got["revision"] != want["revision"] || got["goversion"] != want["goversion"] || got["goversion"] == "" ||
+			got["cache_namespace"] != want["cache_namespace"] || got["topic"] != want["topic"] {
 			t.Fatalf("tidemark_build_info labels %v, want %v", got, want)
 		}
 		return
 	}
 	t.Fatal("NewRegistry has no tidemark_build_info")
+}
+
+// Every series a package registers on a process's registry says which
+// pipeline (cache namespace, topic) the process belongs to, so the series of
+// two namespaces' processes stay apart in one Prometheus.
+func TestRegistryLabelsEverySeriesWithItsPipeline(t *testing.T) {
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: "catalog-v2", Topic: "tidemark.invalidations.v2"})
+	in := telemetry.NewInstruments(reg)
+	in.CounterVec("tidemark_test_things_total", "Things.", "kind").WithLabelValues("x").Inc()
+	if err := in.Err(); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["cache_namespace"] != "catalog-v2" || got["topic"] != "tidemark.invalidations.v2" {
+				t.Fatalf("%s%v: want cache_namespace=catalog-v2 and topic=tidemark.invalidations.v2", mf.GetName(), got)
+			}
+			seen++
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("only %d series gathered", seen)
+	}
+	// An empty part of the pipeline adds no empty label.
+	bare := telemetry.NewRegistry(telemetry.Pipeline{})
+	mfs, _ = bare.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cache_namespace" || l.GetName() == "topic" {
+					t.Fatalf("%s has %s=%q without a pipeline", mf.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"tidemark/internal/config"
 	"tidemark/internal/lifecycle"
@@ -42,12 +43,45 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, &config.FieldError{Field: "Format", Problem: fmt.Sprintf("%q is not text or json", format)}
 }
 
+// Pipeline names the pipeline a process belongs to. Every series the
+// process exports carries it as the labels cache_namespace and topic, so one
+// Prometheus tells apart the processes of two namespaces (a namespace
+// upgrade runs both) or of two topics. The label is cache_namespace, not
+// namespace: Prometheus's Kubernetes discovery already sets namespace to the
+// pod's, and a scraped label of that name would be renamed exported_namespace.
+type Pipeline struct {
+	Namespace string // cache-tier key namespace
+	Topic     string // Kafka topic of invalidations
+}
+
+func (p Pipeline) labels() prometheus.Labels {
+	l := prometheus.Labels{}
+	if p.Namespace != "" {
+		l["cache_namespace"] = p.Namespace
+	}
+	if p.Topic != "" {
+		l["topic"] = p.Topic
+	}
+	return l
+}
+
+// Registry is the one registry a process exposes: what is registered on it
+// carries the pipeline's labels; Gather reads every series.
+type Registry struct {
+	prometheus.Registerer
+	reg *prometheus.Registry
+}
+
+// Gather implements prometheus.Gatherer.
+func (r *Registry) Gather() ([]*dto.MetricFamily, error) { return r.reg.Gather() }
+
 // NewRegistry returns a registry with the Go and process collectors and
-// tidemark_build_info, the one registry a process exposes.
-func NewRegistry() *prometheus.Registry {
+// tidemark_build_info, every series labelled with p.
+func NewRegistry(p Pipeline) *Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), NewBuildInfoCollector())
-	return reg
+	r := &Registry{Registerer: prometheus.WrapRegistererWith(p.labels(), reg), reg: reg}
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), NewBuildInfoCollector())
+	return r
 }
 
 // ReadyFunc reports nil when the process is ready to do its job.

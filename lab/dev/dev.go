@@ -284,7 +284,7 @@ func (p *pipeline) start(g *lifecycle.Group) {
 // applied), the cache poller and clock guard, the status page and telemetry
 // last.
 func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slog.Logger) (*pipeline, error) {
-	reg := telemetry.NewRegistry()
+	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: st.cfg.Namespace, Topic: st.cfg.Topic})
 	pool, err := st.Pool(ctx)
 	if err != nil {
 		return nil, err
