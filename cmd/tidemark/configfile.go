@@ -180,7 +180,7 @@ func (cf *configFile) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (a
 
 // printConfig writes the effective configuration of the selected command:
 // every flag's value and where it came from, secrets redacted.
-func printConfig(w io.Writer, kctx *kong.Context, cf *configFile) {
+func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 	fromArgs, fromFile := map[*kong.Flag]bool{}, map[*kong.Flag]bool{}
 	for _, p := range kctx.Path {
 		if p.Flag != nil {
@@ -202,6 +202,10 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile) {
 		case fromArgs[f]:
 			src = "flag --" + f.Name
 		case fromFile[f]:
+			if name, _, ok := fe.fileVar(f); ok {
+				src = "env " + name
+				break
+			}
 			for _, k := range flagKeys(f) {
 				if v, ok := cf.keys[k]; ok {
 					src = fmt.Sprintf("file %s:%d", cf.path, v.line)

@@ -79,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		opts = append(opts, kong.Resolvers(cf))
 	}
+	fe := &fileEnv{}
+	opts = append(opts, kong.Resolvers(fe)) // after the config file's: a *_FILE variable wins over it
 	parser, err := kong.New(&c, append(opts,
 		kong.Name("tidemark"),
 		kong.Description("tidemark keeps a multi-tenant catalog cache fresh: Postgres changes -> Kafka -> Redis invalidations, gated by a freshness watermark."),
@@ -90,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tidemark: %v\n", err)
 		return exitFailure
 	}
+	fe.flagEnvs = newFileEnv(parser.Model).flagEnvs
 	if cf != nil { // before parsing, so a misspelt key is the error seen first
 		if err := cf.Validate(parser.Model); err != nil {
 			fmt.Fprintf(stderr, "tidemark: %v\n", err)
@@ -108,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if cf == nil {
 			cf = &configFile{}
 		}
-		printConfig(stdout, kctx, cf)
+		printConfig(stdout, kctx, cf, fe)
 		return 0
 	}
 	log, err := telemetry.NewLogger(stderr, c.LogFormat, c.LogLevel)

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"tidemark/lab/localserver"
+	"tidemark/lab/testenv"
+
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -176,7 +179,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		r := render(t)
 		t.Logf("kinds: %v", r.kinds)
-		for kind, want := range map[string]int{"Deployment": 3, "PodDisruptionBudget": 3, "Service": 4, "ServiceMonitor": 1, "PrometheusRule": 1, "ConfigMap": 1} {
+		for kind, want := range map[string]int{"Deployment": 3, "PodDisruptionBudget": 3, "Service": 4, "ServiceMonitor": 1, "PrometheusRule": 1, "ConfigMap": 2} {
 			if r.kinds[kind] != want {
 				t.Errorf("%d %s, want %d (all: %v)", r.kinds[kind], kind, want, r.kinds)
 			}
@@ -207,17 +210,18 @@ func TestChartRendersValidObjects(t *testing.T) {
 			// The grace period covers the shutdown delay and the role's flush.
 			delay := 5
 			flush := map[string]int{"capture": 30, "apply": 10, "serve": 10}[role]
-			if v, ok := arg(c, "--shutdown-timeout="); role == "capture" && (!ok || v != "30s") {
-				t.Errorf("capture --shutdown-timeout %q, want 30s", v)
+			out := r.effectiveConfig(t, role)
+			if want := "shutdown-timeout: 30s # file"; role == "capture" && !strings.Contains(out, want) {
+				t.Errorf("capture's config lacks %q:\n%s", want, out)
 			}
-			if e, ok := env(c, "TIDEMARK_SHUTDOWN_DELAY"); !ok || e.Value != "5s" {
-				t.Errorf("%s TIDEMARK_SHUTDOWN_DELAY %+v, want 5s", role, e)
+			if want := "shutdown-delay: 5s # file"; !strings.Contains(out, want) {
+				t.Errorf("%s's config lacks %q:\n%s", role, want, out)
 			}
 			if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= int64(delay+flush) {
 				t.Errorf("%s terminationGracePeriodSeconds %v, want more than the delay %ds + flush %ds", role, g, delay, flush)
 			}
-			if e, ok := env(c, "TIDEMARK_PG"); !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-				t.Errorf("%s: TIDEMARK_PG not from a Secret: %+v", role, e)
+			if want := "pg: postgres://tm:xxxxx@db:5432/catalog # env TIDEMARK_PG_FILE"; !strings.Contains(out, want) {
+				t.Errorf("%s's DSN does not come from the Secret's file: want %q in\n%s", role, want, out)
 			}
 		}
 		rules := r.rules[0]
@@ -233,7 +237,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 		if want := strings.Count(mustRead(t, "../../compose/prometheus/alerts.yml"), "- alert: "); n != want {
 			t.Errorf("PrometheusRule has %d alerts, want the %d of compose/prometheus/alerts.yml", n, want)
 		}
-		if !strings.Contains(r.configMaps[0].Data["tidemark.json"], `"${datasource}"`) {
+		if !strings.Contains(r.configMap(t, "-dashboard").Data["tidemark.json"], `"${datasource}"`) {
 			t.Error("dashboard ConfigMap lacks the templated data source")
 		}
 		if r.monitors[0].Spec.JobLabel != "tidemark.io/job" {
@@ -267,14 +271,21 @@ func TestChartRendersValidObjects(t *testing.T) {
 		r := render(t, "serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboard.enabled=false", "podDisruptionBudget.enabled=false",
 			"connection.kafkaSASL.mechanism=SCRAM-SHA-512", "connection.kafkaSASL.user=tm", "connection.kafkaSASL.passwordSecret=kafka-pw",
 			"connection.kafkaCASecret=kafka-ca")
-		for _, k := range []string{"ServiceMonitor", "PrometheusRule", "ConfigMap", "PodDisruptionBudget"} {
+		for _, k := range []string{"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget"} {
 			if r.kinds[k] != 0 {
 				t.Errorf("%d %s rendered while disabled", r.kinds[k], k)
 			}
 		}
+		if r.kinds["ConfigMap"] != 1 {
+			t.Errorf("%d ConfigMaps, want only the config files' with the dashboard off", r.kinds["ConfigMap"])
+		}
 		c := r.deployments["apply"].Spec.Template.Spec.Containers[0]
-		if e, ok := env(c, "TIDEMARK_KAFKA_SASL_PASSWORD_FILE"); !ok || e.Value != "/etc/tidemark/kafka-sasl/password" {
-			t.Errorf("TIDEMARK_KAFKA_SASL_PASSWORD_FILE %+v", e)
+		out := r.effectiveConfig(t, "apply")
+		for _, want := range []string{"kafka-sasl-password-file: /etc/tidemark/kafka-sasl/password # file", "kafka-sasl-mechanism: SCRAM-SHA-512 # file",
+			"kafka-ca-file: /etc/tidemark/kafka-ca/ca.crt # file", "kafka-tls: true # file"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("apply's config lacks %q:\n%s", want, out)
+			}
 		}
 		mounted := map[string]bool{}
 		for _, m := range c.VolumeMounts {
@@ -284,6 +295,136 @@ func TestChartRendersValidObjects(t *testing.T) {
 			t.Errorf("secret files not mounted read-only: %v", c.VolumeMounts)
 		}
 	})
+	t.Run("role config keys", func(t *testing.T) {
+		r := render(t, "serve.config.request-timeout=2s", "apply.config.max-batch=500", "capture.config.heartbeat=500ms")
+		for role, want := range map[string]string{"serve": "request-timeout: 2s # file", "apply": "max-batch: 500 # file", "capture": "heartbeat: 500ms # file"} {
+			if out := r.effectiveConfig(t, role); !strings.Contains(out, want) {
+				t.Errorf("%s's config lacks %q:\n%s", role, want, out)
+			}
+		}
+	})
+}
+
+// noSecretsInArgv checks that no container passes a secret in argv or in
+// a variable's value: the DSNs come from the connection Secret's files, the
+// other settings from the role's config file, both mounted read-only.
+func (r rendered) noSecretsInArgv(t *testing.T) {
+	t.Helper()
+	for role, d := range r.deployments {
+		pod := d.Spec.Template.Spec
+		c := pod.Containers[0]
+		for _, a := range c.Args {
+			for _, bad := range []string{"--pg", "--redis", "postgres://", "redis://", "rediss://", "password", "secret"} {
+				if strings.Contains(strings.ToLower(a), bad) {
+					t.Errorf("%s argv %q holds %q: secrets and connection strings belong in the Secret's files", role, a, bad)
+				}
+			}
+		}
+		if v, ok := arg(c, "--config="); !ok || v != "/etc/tidemark/config/"+role+".yaml" {
+			t.Errorf("%s args %v, want --config=/etc/tidemark/config/%s.yaml", role, c.Args, role)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				t.Errorf("%s: variable %s from %+v: secrets are mounted as files, not variables", role, e.Name, e.ValueFrom)
+			}
+			if strings.Contains(e.Value, "://") {
+				t.Errorf("%s: variable %s=%q holds a connection string", role, e.Name, e.Value)
+			}
+		}
+		vols := map[string]corev1.Volume{}
+		for _, v := range pod.Volumes {
+			vols[v.Name] = v
+		}
+		mounts := map[string]corev1.Volume{}
+		for _, m := range c.VolumeMounts {
+			if !m.ReadOnly && m.MountPath != "/tmp" {
+				t.Errorf("%s mounts %s writable", role, m.MountPath)
+			}
+			mounts[m.MountPath] = vols[m.Name]
+		}
+		if v := mounts["/etc/tidemark/connection"]; v.Secret == nil || v.Secret.SecretName != "tidemark-connection" {
+			t.Errorf("%s: /etc/tidemark/connection is %+v, want the Secret tidemark-connection", role, v)
+		}
+		if v := mounts["/etc/tidemark/config"]; v.ConfigMap == nil || v.ConfigMap.Name != "rel-tidemark-config" {
+			t.Errorf("%s: /etc/tidemark/config is %+v, want the ConfigMap rel-tidemark-config", role, v)
+		}
+		for name, want := range map[string]string{"TIDEMARK_PG_FILE": "/etc/tidemark/connection/pg", "TIDEMARK_REDIS_FILE": "/etc/tidemark/connection/redis"} {
+			if e, ok := env(c, name); !ok || e.Value != want {
+				t.Errorf("%s %s %+v, want %s", role, name, e, want)
+			}
+		}
+		if d.Spec.Template.Annotations["checksum/config"] == "" {
+			t.Errorf("%s: no checksum/config annotation: a changed config would not roll the pods", role)
+		}
+	}
+}
+
+// effectiveConfig runs the real binary on role's rendered config file, with
+// the connection Secret's files where the pod has them: `tidemark <role>
+// --config F --print-config` must accept every key and says where each
+// value came from.
+func (r rendered) effectiveConfig(t *testing.T, role string) string {
+	t.Helper()
+	r.noSecretsInArgv(t)
+	body := r.configMap(t, "-config").Data[role+".yaml"]
+	if body == "" {
+		t.Fatalf("no config file for %s in the rendered ConfigMap", role)
+	}
+	// The pod's /etc/tidemark is dir here: the config file names the
+	// mounted Secrets' files, which must exist to be accepted.
+	dir := t.TempDir()
+	certs, err := localserver.MakeCerts(filepath.Join(dir, "certs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"config/" + role + ".yaml": strings.ReplaceAll(body, "/etc/tidemark/", dir+"/"),
+		"connection/pg": "postgres://tm:pgsecret@db:5432/catalog\n", "connection/redis": "redis://:rsecret@cache:6379/0\n",
+		"kafka-sasl/password": "ksecret\n", "kafka-ca/ca.crt": string(ca)}
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := r.deployments[role].Spec.Template.Spec.Containers[0]
+	args := []string{role, "--config", filepath.Join(dir, "config", role+".yaml"), "--print-config"}
+	args = append(args, c.Args[2:]...) // the role's extra args, after --config
+	cmd := exec.Command(testenv.Binary(t), args...)
+	cmd.Env = os.Environ()
+	for _, e := range c.Env { // the pod's variables, with its paths under dir
+		cmd.Env = append(cmd.Env, e.Name+"="+strings.ReplaceAll(e.Value, "/etc/tidemark/", dir+"/"))
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tidemark %s refuses its rendered config file: %v\n%s\n--- config ---\n%s", role, err, stderr.String(), body)
+	}
+	for _, secret := range []string{"pgsecret", "rsecret", "ksecret"} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("--print-config of %s shows %q", role, secret)
+		}
+	}
+	return strings.ReplaceAll(string(out), dir+"/", "/etc/tidemark/")
+}
+
+// configMap is the rendered ConfigMap whose name ends in suffix.
+func (r rendered) configMap(t *testing.T, suffix string) *corev1.ConfigMap {
+	t.Helper()
+	for _, cm := range r.configMaps {
+		if strings.HasSuffix(cm.Name, suffix) {
+			return cm
+		}
+	}
+	t.Fatalf("no ConfigMap named *%s", suffix)
+	return nil
 }
 
 // TestChartFilesMatchSources: the chart's copies of the alert rules and the

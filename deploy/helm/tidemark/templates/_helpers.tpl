@@ -20,56 +20,32 @@ app.kubernetes.io/component: {{ .role }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* Environment every process shares: connections and logging. */}}
+{{/*
+Environment every process shares: where the connection Secret's files are
+(the DSN and the Redis URL are read from them, never passed in argv or in a
+variable's value), and the extra variables of .Values.env.
+*/}}
 {{- define "tidemark.env" -}}
-- name: TIDEMARK_PG
-  valueFrom:
-    secretKeyRef: {name: {{ .Values.connection.existingSecret }}, key: pg}
-- name: TIDEMARK_REDIS
-  valueFrom:
-    secretKeyRef: {name: {{ .Values.connection.existingSecret }}, key: redis}
-- name: TIDEMARK_KAFKA
-  value: {{ .Values.connection.kafka | quote }}
-- name: TIDEMARK_TOPIC
-  value: {{ .Values.connection.topic | quote }}
-- name: TIDEMARK_NAMESPACE
-  value: {{ .Values.connection.namespace | quote }}
-- name: TIDEMARK_GROUP
-  value: {{ .Values.connection.group | quote }}
-- name: TIDEMARK_SLOT
-  value: {{ .Values.connection.slot | quote }}
-- name: TIDEMARK_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
-- name: TIDEMARK_METRICS_ADDR
-  value: {{ printf ":%d" (int .Values.metricsPort) | quote }}
-- name: TIDEMARK_SHUTDOWN_DELAY
-  value: {{ printf "%ds" (int .Values.shutdownDelaySeconds) | quote }}
-{{- with .Values.connection.kafkaSASL }}
-{{- if .mechanism }}
-- name: TIDEMARK_KAFKA_SASL_MECHANISM
-  value: {{ .mechanism | quote }}
-- name: TIDEMARK_KAFKA_SASL_USER
-  value: {{ .user | quote }}
-- name: TIDEMARK_KAFKA_SASL_PASSWORD_FILE
-  value: /etc/tidemark/kafka-sasl/password
-{{- end }}
-{{- end }}
-{{- if .Values.connection.kafkaCASecret }}
-- name: TIDEMARK_KAFKA_TLS
-  value: "true"
-- name: TIDEMARK_KAFKA_CA_FILE
-  value: /etc/tidemark/kafka-ca/ca.crt
-{{- end }}
+- name: TIDEMARK_PG_FILE
+  value: /etc/tidemark/connection/pg
+- name: TIDEMARK_REDIS_FILE
+  value: /etc/tidemark/connection/redis
 {{- range $k, $v := .Values.env }}
 - name: {{ $k }}
   value: {{ $v | quote }}
 {{- end }}
 {{- end -}}
 
-{{/* Secret files and the writable /tmp a read-only root filesystem needs. */}}
+{{/* The config file, the secret files, and the writable /tmp a read-only root filesystem needs. */}}
 {{- define "tidemark.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
+- name: config
+  mountPath: /etc/tidemark/config
+  readOnly: true
+- name: connection
+  mountPath: /etc/tidemark/connection
+  readOnly: true
 {{- if .Values.connection.kafkaSASL.passwordSecret }}
 - name: kafka-sasl
   mountPath: /etc/tidemark/kafka-sasl
@@ -85,10 +61,18 @@ app.kubernetes.io/component: {{ .role }}
 {{- define "tidemark.volumes" -}}
 - name: tmp
   emptyDir: {}
+- name: config
+  configMap:
+    name: {{ include "tidemark.fullname" . }}-config
+- name: connection
+  secret:
+    secretName: {{ .Values.connection.existingSecret }}
+    defaultMode: 0440
 {{- if .Values.connection.kafkaSASL.passwordSecret }}
 - name: kafka-sasl
   secret:
     secretName: {{ .Values.connection.kafkaSASL.passwordSecret }}
+    defaultMode: 0440
 {{- end }}
 {{- if .Values.connection.kafkaCASecret }}
 - name: kafka-ca
@@ -128,6 +112,9 @@ spec:
     metadata:
       labels:
         {{- include "tidemark.selector" . | nindent 8 }}
+      annotations:
+        # A changed config file rolls the pods (they read it at start).
+        checksum/config: {{ include (print $root.Template.BasePath "/config.yaml") $root | sha256sum }}
     spec:
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:
