@@ -11,6 +11,7 @@ type metrics struct {
 	trackedKeys    prometheus.Gauge
 	sharedKeys     prometheus.Gauge
 	tenantsDropped prometheus.Counter
+	fastPublishes  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,11 +26,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Members of the namespace's shared hot set after the last merge."),
 		tenantsDropped: in.Counter("tidemark_hotset_tenants_dropped_total",
 			"Tenants forgotten by the sketch to make room for another (the one with the fewest decayed reads)."),
+		fastPublishes: in.CounterVec("tidemark_hotset_fast_publishes_total",
+			"Publishes of this process's fastest keys (the fast estimate hot-key replicas read), by result: ok, error.",
+			"result"),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err
 	}
 	m.merges.WithLabelValues("ok")
 	m.merges.WithLabelValues("error")
+	m.fastPublishes.WithLabelValues("ok")
+	m.fastPublishes.WithLabelValues("error")
 	return m, nil
 }

@@ -24,7 +24,10 @@ type counter struct {
 	item       string
 	count, err float64
 	pending    float64 // reads observed since the last merge (exact, not inherited)
-	i          int     // heap index
+	// fast is the key's fast rate as of the last fast tick, fastPending
+	// the reads since (fast.go).
+	fast, fastPending float64
+	i                 int // heap index
 }
 
 func newSpaceSaving(capacity int) *spaceSaving {
@@ -36,11 +39,12 @@ func (s *spaceSaving) observe(item string) {
 	if c, ok := s.idx[item]; ok {
 		c.count++
 		c.pending++
+		c.fastPending++
 		heap.Fix(&s.h, c.i)
 		return
 	}
 	if len(s.h) < s.capacity {
-		c := &counter{item: item, count: 1, pending: 1}
+		c := &counter{item: item, count: 1, pending: 1, fastPending: 1}
 		s.idx[item] = c
 		heap.Push(&s.h, c)
 		return
@@ -48,6 +52,7 @@ func (s *spaceSaving) observe(item string) {
 	c := s.h[0] // the smallest counter gives way
 	delete(s.idx, c.item)
 	c.item, c.err, c.count, c.pending = item, c.count, c.count+1, 1
+	c.fast, c.fastPending = 0, 1 // a rate is not inherited: it would make a scanned id look hot
 	s.idx[item] = c
 	heap.Fix(&s.h, 0)
 }

@@ -8,7 +8,9 @@ package hotset
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,14 +40,21 @@ type Config struct {
 	TimeConstant  time.Duration // decay time constant: a read's weight is exp(-age/TimeConstant)
 	MergeInterval time.Duration // how often counts go to Redis
 	MaxKeys       int           // members kept in the shared set
+	// The fast estimate (fast.go): time constant, how often each process
+	// publishes, and how many of its fastest keys.
+	FastTimeConstant time.Duration
+	FastInterval     time.Duration
+	FastKeys         int
 }
 
 // DefaultConfig keeps 1024 keys for each of 64 tenants (about 100 KiB),
 // forgets with a 10-minute time constant and merges every 5 s into a set of
-// at most 50,000 keys.
+// at most 50,000 keys; the fast estimate has a 2 s time constant and each
+// process publishes its 32 fastest keys every second.
 func DefaultConfig() Config {
 	return Config{Namespace: promise.Namespace, PerTenant: 1024, MaxTenants: 64, TimeConstant: 10 * time.Minute,
-		MergeInterval: 5 * time.Second, MaxKeys: 50_000}
+		MergeInterval: 5 * time.Second, MaxKeys: 50_000,
+		FastTimeConstant: 2 * time.Second, FastInterval: time.Second, FastKeys: 32}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -57,7 +66,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		field string
 		n     int
-	}{{"PerTenant", c.PerTenant}, {"MaxTenants", c.MaxTenants}, {"MaxKeys", c.MaxKeys}} {
+	}{{"PerTenant", c.PerTenant}, {"MaxTenants", c.MaxTenants}, {"MaxKeys", c.MaxKeys}, {"FastKeys", c.FastKeys}} {
 		if f.n < 1 {
 			p.Add(f.field, "must be at least 1 (got %d)", f.n)
 		}
@@ -67,6 +76,12 @@ func (c Config) Validate() error {
 	}
 	if c.MergeInterval < 10*time.Millisecond {
 		p.Add("MergeInterval", "must be at least 10ms (got %s)", c.MergeInterval)
+	}
+	if c.FastInterval < 10*time.Millisecond {
+		p.Add("FastInterval", "must be at least 10ms (got %s)", c.FastInterval)
+	}
+	if c.FastTimeConstant < c.FastInterval {
+		p.Add("FastTimeConstant", "must be at least FastInterval (got %s < %s)", c.FastTimeConstant, c.FastInterval)
 	}
 	return p.Err()
 }
@@ -85,9 +100,14 @@ type Tracker struct {
 	log *slog.Logger
 	m   *metrics
 
+	now       func() time.Time
+	id        string   // names this process's entries in the fast hot set
+	published []string // keys of its entries there, replaced by the next publish
+
 	mu        sync.Mutex
 	tenants   map[string]*spaceSaving
 	lastDecay time.Time
+	lastFast  time.Time
 }
 
 // Deps are the Tracker's dependencies; Log and Registerer may be nil
@@ -96,6 +116,7 @@ type Deps struct {
 	Redis      redis.UniversalClient // required
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	Now        func() time.Time // the fast estimate's clock; nil: time.Now
 }
 
 // New checks cfg and builds a Tracker.
@@ -114,8 +135,16 @@ func New(cfg Config, d Deps) (*Tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hotset: metrics: %w", err)
 	}
-	return &Tracker{cfg: cfg, rdb: rdb, log: log.With("component", "hotset"), m: m,
-		tenants: map[string]*spaceSaving{}, lastDecay: time.Now()}, nil
+	now := d.Now
+	if now == nil {
+		now = time.Now
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("hotset: process id: %w", err)
+	}
+	return &Tracker{cfg: cfg, rdb: rdb, log: log.With("component", "hotset"), m: m, now: now, id: hex.EncodeToString(id[:]),
+		tenants: map[string]*spaceSaving{}, lastDecay: time.Now(), lastFast: now()}, nil
 }
 
 // Observe counts one read of (tenant, item).
@@ -171,7 +200,9 @@ func (t *Tracker) Top(tenant string, n int) []Entry {
 func (t *Tracker) Run(ctx context.Context) error {
 	tick := time.NewTicker(t.cfg.MergeInterval)
 	defer tick.Stop()
-	failing := false
+	fast := time.NewTicker(t.cfg.FastInterval)
+	defer fast.Stop()
+	failing, fastFailing := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -179,6 +210,19 @@ func (t *Tracker) Run(ctx context.Context) error {
 			_ = t.Merge(fctx)
 			cancel()
 			return nil
+		case <-fast.C:
+			err := t.PublishFast(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return nil
+			case err != nil && !fastFailing:
+				t.log.Warn("hot-set fast publish failed; hot-key replicas see this process's reads again once it succeeds", "err", err)
+				fastFailing = true
+			case err == nil && fastFailing:
+				t.log.Info("hot-set fast publish recovered")
+				fastFailing = false
+			}
+			continue
 		case <-tick.C:
 		}
 		err := t.Merge(ctx)

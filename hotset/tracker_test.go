@@ -3,6 +3,7 @@ package hotset_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -179,5 +180,75 @@ func TestMergeReseedsLostSet(t *testing.T) {
 	}
 	if len(top) != 2 || top[0].Item != "hot" {
 		t.Fatalf("after the set was lost, top = %+v, want hot first", top)
+	}
+}
+
+// The fast hot set sums the rates every process publishes, replaces a
+// process's entries with its next publish, and drops a process that stopped
+// publishing once its entries expire (three intervals).
+func TestFastSetSumsProcessesAndForgetsStopped(t *testing.T) {
+	r := testenv.StartRedis(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	cfg := hotset.DefaultConfig()
+	cfg.FastInterval, cfg.FastTimeConstant = 100*time.Millisecond, 200*time.Millisecond
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	newT := func() *hotset.Tracker {
+		tr, err := hotset.New(cfg, hotset.Deps{Redis: r.Client(t), Log: testenv.Logger(t), Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	a, b := newT(), newT()
+	for range 100 {
+		a.Observe("t1", "hot")
+		b.Observe("t1", "hot")
+	}
+	a.Observe("t1", "cold")
+	now = now.Add(cfg.FastInterval)
+	for _, tr := range []*hotset.Tracker{a, b} {
+		if err := tr.PublishFast(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, err := hotset.ReadFast(ctx, r.Client(t), cfg.Namespace, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each process: 100 reads in 0.1 s is 1000/s, times (1-exp(-0.5)) = 393/s.
+	if len(top) != 2 || top[0].Item != "hot" || math.Abs(top[0].Rate-2*393.5) > 2 || top[1].Item != "cold" {
+		t.Fatalf("fast set %+v, want hot at about 787/s (two processes summed), then cold", top)
+	}
+	// a publishes again with nothing read: its old entries are replaced by
+	// decayed ones, not added to.
+	now = now.Add(cfg.FastInterval)
+	if err := a.PublishFast(ctx); err != nil {
+		t.Fatal(err)
+	}
+	top, err = hotset.ReadFast(ctx, r.Client(t), cfg.Namespace, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 393.5 + 393.5*math.Exp(-0.5); len(top) != 1 || math.Abs(top[0].Rate-want) > 2 {
+		t.Fatalf("after a's second publish: %+v, want hot at %.0f/s (a decayed, b as published)", top, want)
+	}
+	// Neither publishes any more: after 3 intervals (Redis's clock) the set is empty.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		top, err = hotset.ReadFast(ctx, r.Client(t), cfg.Namespace, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(top) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fast set still %+v 10 s after the last publish, want empty after 3 intervals (%s)", top, 3*cfg.FastInterval)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := r.Client(t).HLen(ctx, hotset.FastKey(cfg.Namespace)).Val(); n != 0 {
+		t.Errorf("expired entries kept: %d fields in %s", n, hotset.FastKey(cfg.Namespace))
 	}
 }

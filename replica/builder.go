@@ -1,6 +1,6 @@
 // Package replica spreads the reads of a hot key over several Redis masters.
 // The Builder (one per serve process) finds keys above a read-rate threshold
-// in the shared hot set (hotset.ReadTop) and keeps a verified copy set of
+// in the fast hot set (hotset.ReadFast) and keeps a verified copy set of
 // each one published through a manifest on the primary entry; the Reader
 // serves reads from a copy chosen by a stable hash of the reader, and falls
 // back to the primary whenever a copy is missing, mismatched or past its
@@ -34,7 +34,7 @@ type HotKey struct {
 type Deps struct {
 	Cache *cache.Client
 	// Hot returns the n hottest keys of the namespace, hottest first
-	// (hotset.ReadTop; a function so the API can use the Reader without
+	// (hotset.ReadFast; a function so the API can use the Reader without
 	// depending on the hot set, which counts the API's reads).
 	Hot        func(ctx context.Context, n int) ([]HotKey, error)
 	Log        *slog.Logger

@@ -13,8 +13,9 @@ import (
 // building the same set twice.
 type Config struct {
 	Namespace string // cache namespace (keys, hot set)
-	// Threshold is the hot-set read rate (reads/s over every serve process)
-	// from which a key gets copies; 0 turns building off.
+	// Threshold is the fast hot-set read rate (reads/s over every serve
+	// process, hotset.ReadFast) from which a key gets copies; 0 turns
+	// building off.
 	Threshold float64
 	// Replicas is the number of copies of a hot key; 0 sizes it per key
 	// from its rate: ceil(rate / SafeQPSPerShard) × AutoFactor.

@@ -68,7 +68,7 @@ type serveCmd struct {
 	cacheFlags
 	AllowEviction bool `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
-	HotThreshold   float64       `field:"replica.Threshold" name:"hot-threshold" env:"TIDEMARK_HOT_THRESHOLD" default:"${replica_Threshold}" help:"Read rate (reads/s over every serve process, from the shared hot set) from which a key gets read replicas on other Redis masters (0: off)."`
+	HotThreshold   float64       `field:"replica.Threshold" name:"hot-threshold" env:"TIDEMARK_HOT_THRESHOLD" default:"${replica_Threshold}" help:"Read rate (reads/s over every serve process, from the fast hot-set estimate) from which a key gets read replicas on other Redis masters (0: off)."`
 	HotReplicas    int           `field:"replica.Replicas" name:"hot-replicas" env:"TIDEMARK_HOT_REPLICAS" default:"${replica_Replicas}" help:"Copies per hot key (0: auto, ceil(rate / --hot-safe-qps) x 2, at most 8)."`
 	HotSafeQPS     float64       `field:"replica.SafeQPSPerShard" name:"hot-safe-qps" env:"TIDEMARK_HOT_SAFE_QPS" default:"${replica_SafeQPSPerShard}" help:"Reads/s of one key a Redis master takes with headroom, for --hot-replicas auto."`
 	HotManifestTTL time.Duration `field:"api.ReplicaManifestTTL,replica.ManifestTTL" name:"hot-manifest-ttl" env:"TIDEMARK_HOT_MANIFEST_TTL" default:"${replica_ManifestTTL}" help:"How long a process uses a hot key's replica manifest learnt from a lookup (at most 500ms; 0: never read replicas)."`
