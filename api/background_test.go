@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +96,41 @@ func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// AcquireBackground(n) is one admission of cost n, not n admissions of one:
+// the auditor's batch of 100 entries costs the budget's Redis a couple of
+// script calls, not one per entry (which was up to 200 scripts/s on the
+// Redis that answers lookups).
+func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = 5000, 100 * time.Millisecond }})
+	ctx := testenv.Context(t, 30*time.Second)
+	rdb := e.redis.Client(t)
+	scripts := func() int64 {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+					n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					total += n
+				}
+			}
+		}
+		return total
+	}
+	const n = 100
+	most := (n+in.srv.budget.maxCost(classBackground)-1)/in.srv.budget.maxCost(classBackground) + 5 // + other loops' scripts meanwhile
+	before := scripts()
+	if err := in.srv.AcquireBackground(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if got := scripts() - before; got > int64(most) {
+		t.Errorf("AcquireBackground(%d) ran %d scripts on the budget's Redis, want at most %d (one admission per %d reads)",
+			n, got, most, in.srv.budget.maxCost(classBackground))
+	}
 }

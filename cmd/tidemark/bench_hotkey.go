@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"tidemark/internal/config"
@@ -19,11 +20,17 @@ type benchHotkeyCmd struct {
 	Load      float64       `field:"benchhotkey.Load" name:"load" default:"${benchhotkey_Load}" help:"Offered rate of both modes as a share of the round's closed-loop ceiling with replicas off."`
 	Rounds    int           `field:"benchhotkey.Rounds" name:"rounds" default:"${benchhotkey_Rounds}" help:"Rounds of ceiling, replicas off, replicas on; the table shows medians."`
 	SVG       string        `name:"svg" default:"hotkey.svg" help:"Also write the per-master command-rate chart here as SVG; empty: no chart."`
+
+	ColdRounds    int     `field:"benchhotkey.ColdRounds" name:"cold-rounds" default:"${benchhotkey_ColdRounds}" help:"Items read from cold through tidemark serve processes, timing their replicas (0: no from-cold phase)."`
+	ColdThreshold float64 `field:"benchhotkey.ColdThreshold" name:"cold-threshold" default:"${benchhotkey_ColdThreshold}" help:"--hot-threshold of the from-cold phase's serve processes (reads/s)."`
+	ColdFactor    float64 `field:"benchhotkey.ColdFactor" name:"cold-factor" default:"${benchhotkey_ColdFactor}" help:"Offered rate of the from-cold phase as a multiple of --cold-threshold."`
 }
 
 func (c *benchHotkeyCmd) config() hotkeybench.BenchConfig {
+	bin, _ := os.Executable()
 	return hotkeybench.BenchConfig{RedisURL: c.Redis, Masters: c.Masters, Replicas: c.Replicas, Workers: c.Workers,
-		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds, SVG: c.SVG}
+		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds, SVG: c.SVG,
+		ColdRounds: c.ColdRounds, ColdThreshold: c.ColdThreshold, ColdFactor: c.ColdFactor, Binary: bin}
 }
 
 func (c *benchHotkeyCmd) Validate() error {

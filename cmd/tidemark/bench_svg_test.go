@@ -49,7 +49,7 @@ func TestBenchSVGFlagWritesTheChart(t *testing.T) {
 		{"apply", []string{"bench", "apply", "--events", "2000", "--keys", "200", "--partitions", "2", "--rate", "200", "--duration", "1s"},
 			[]string{"tidemark applier replay"}},
 		{"hotkey", []string{"bench", "hotkey", "--masters", "3", "--replicas", "2", "--workers", "4", "--processes", "2",
-			"--duration", "1s", "--rounds", "1"}, []string{"replicas off", "replicas N=2"}},
+			"--duration", "1s", "--rounds", "1", "--cold-rounds", "0"}, []string{"replicas off", "replicas N=2"}},
 		{"memory", []string{"bench", "memory", "--redis", redis.URL(), "--entries", "1000", "--hot-keys", "50", "--payloads", "256,1536"},
 			[]string{"plain SET", "tidemark entry"}},
 	} {

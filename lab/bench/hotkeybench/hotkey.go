@@ -42,12 +42,21 @@ type BenchConfig struct {
 	Load      float64       // --load: offered rate as a share of the round's closed-loop ceiling
 	Rounds    int           // --rounds: off/on pairs; the table shows medians
 	SVG       string        // --svg: chart path; "" writes none
+	// The from-cold phase (cold.go): rounds (0: none), the serve
+	// processes' --hot-threshold and the offered rate as a multiple of it;
+	// Binary is the tidemark executable that runs serve.
+	ColdRounds    int
+	ColdThreshold float64
+	ColdFactor    float64
+	Binary        string
 }
 
 // DefaultBenchConfig is 3 masters, N = 3, 32 readers over 4 processes, three
-// rounds of 4 s per mode.
+// rounds of 4 s per mode; then three items from cold at 10x a threshold of
+// 200 reads/s.
 func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Masters: 3, Replicas: 3, Workers: 32, Processes: 4, Duration: 4 * time.Second, Load: 0.9, Rounds: 3}
+	return BenchConfig{Masters: 3, Replicas: 3, Workers: 32, Processes: 4, Duration: 4 * time.Second, Load: 0.9, Rounds: 3,
+		ColdRounds: 3, ColdThreshold: 200, ColdFactor: 10}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -66,6 +75,20 @@ func (c BenchConfig) Validate() error {
 	}
 	if !(c.Load > 0 && c.Load <= 1) {
 		p.Add("Load", "must be in (0, 1] (got %v)", c.Load)
+	}
+	if c.ColdRounds < 0 {
+		p.Add("ColdRounds", "must be 0 (no from-cold phase) or positive (got %d)", c.ColdRounds)
+	}
+	if c.ColdRounds > 0 {
+		if !(c.ColdThreshold > 0) {
+			p.Add("ColdThreshold", "must be positive (got %v)", c.ColdThreshold)
+		}
+		if !(c.ColdFactor >= 1) {
+			p.Add("ColdFactor", "must be at least 1 (got %v)", c.ColdFactor)
+		}
+		if c.Binary == "" {
+			p.Add("Binary", "the tidemark executable is unknown")
+		}
 	}
 	if c.Processes > c.Workers {
 		p.Add("Processes", "must not exceed the number of readers (got %d processes for %d readers)", c.Processes, c.Workers)
@@ -159,6 +182,13 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 		}
 	}
 	report(w, cfg, bench.RedactURL(url), ceil, off, on)
+	if cfg.ColdRounds > 0 {
+		cold, err := runCold(ctx, cfg, url, cc)
+		if err != nil {
+			return fmt.Errorf("bench hotkey: from cold: %w", err)
+		}
+		reportCold(w, cfg, cold)
+	}
 	return bench.WriteChart(cfg.SVG, chart(cfg, off, on), w)
 }
 

@@ -18,11 +18,14 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // The benchmark runs end to end on a small scale against a 3-master Cluster:
 // every row is printed, with replicas off one master takes all the load, and
-// with three copies the split is near even; the chart is written.
+// with three copies the split is near even; the chart is written. From cold,
+// a key read at 10x the threshold through serve gets copies that serve reads
+// (within the round's 30 s: the 10-minute hot set would take a minute).
 func TestRunBenchSmoke(t *testing.T) {
 	rc := testenv.StartRedisCluster(t, 3)
 	cfg := hotkeybench.DefaultBenchConfig()
 	cfg.RedisURL, cfg.Workers, cfg.Processes, cfg.Duration, cfg.Rounds = rc.URL(), 6, 2, time.Second, 1
+	cfg.ColdRounds, cfg.ColdThreshold, cfg.Binary = 1, 50, testenv.Binary(t)
 	cfg.SVG = filepath.Join(t.TempDir(), "hotkey.svg")
 	var out strings.Builder
 	if err := hotkeybench.RunBench(testenv.Context(t, 90*time.Second), cfg, &out); err != nil {
@@ -40,6 +43,11 @@ func TestRunBenchSmoke(t *testing.T) {
 	if spread["replicas off at 90%"] < 2.9 || spread["replicas N=3 at 90%"] > 1.5 {
 		t.Fatalf("max/avg off %.2f (want ~3), N=3 %.2f (want near 1):\n%s", spread["replicas off at 90%"], spread["replicas N=3 at 90%"], report)
 	}
+	cold := regexp.MustCompile(`\| 1 \| 500 \| [0-9]+ \| ([0-9.]+) s \| ([0-9.]+) s \|`).FindStringSubmatch(report)
+	if cold == nil {
+		t.Fatalf("from-cold round: want the manifest published and a read from a copy, timed, got:\n%s", report)
+	}
+	t.Logf("from cold: manifest after %s s, first copy read after %s s", cold[1], cold[2])
 	svg, err := os.ReadFile(cfg.SVG)
 	if err != nil {
 		t.Fatalf("chart not written: %v", err)
