@@ -104,7 +104,7 @@ func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
 // Redis that answers lookups).
 func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
 	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = 5000, 100 * time.Millisecond }})
+	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = 5000, 100*time.Millisecond }})
 	ctx := testenv.Context(t, 30*time.Second)
 	rdb := e.redis.Client(t)
 	scripts := func() int64 {
