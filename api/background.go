@@ -86,6 +86,13 @@ func (s *Server) AcquireBackground(ctx context.Context, n int) error {
 	return nil
 }
 
+// BackgroundReadsAtOnce is the most reads one background admission covers
+// (what the class's full bucket, and the total's less the class's reserve,
+// hold): a caller that reads the source in batches reads at most this many
+// rows per statement, so the source never sees more at once than the
+// budget admitted at once.
+func (s *Server) BackgroundReadsAtOnce() int { return s.budget.maxCost(classBackground) }
+
 // ForegroundRefusals is how many request-path source reads the budget has
 // refused so far in this process; a background task backs off while it
 // rises.

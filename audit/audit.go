@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -162,12 +164,19 @@ func (a *Auditor) Round(ctx context.Context) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	if err := a.d.Budget.AcquireBackground(ctx, len(entries)); err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	rows, err := inspect.SourceRows(ctx, a.d.DB, a.cfg.Table, entries)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+	// One statement per admission: the source never sees more rows at once
+	// than the budget admitted at once (a batch admitted in parts over a
+	// second, then read in one statement, was a burst past the budget's).
+	rows := make(map[string]inspect.SourceRow, len(entries))
+	for part := range slices.Chunk(entries, max(1, a.d.Budget.BackgroundReadsAtOnce())) {
+		if err := a.d.Budget.AcquireBackground(ctx, len(part)); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		got, err := inspect.SourceRows(ctx, a.d.DB, a.cfg.Table, part)
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		maps.Copy(rows, got)
 	}
 	wm, now := a.d.Cache.Watermark(), time.Now()
 	violations := 0

@@ -31,6 +31,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, api.DefaultConfig())
+}
+
+// newEnvWith runs the auditor's budget with scfg (the serve process's).
+func newEnvWith(t *testing.T, scfg api.Config) *env {
+	t.Helper()
 	ctx := testenv.Context(t, 30*time.Second)
 	dsn := testenv.SharedPostgres(t).MigratedDatabase(t)
 	pool, err := api.NewPool(ctx, dsn, api.DefaultConfig())
@@ -43,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.DefaultConfig(), api.Deps{Pool: pool, Cache: cc, Redis: r.Client(t), Log: testenv.Logger(t),
+	srv, err := api.New(scfg, api.Deps{Pool: pool, Cache: cc, Redis: r.Client(t), Log: testenv.Logger(t),
 		Clock: testenv.Clock(t, r.Client(t), pool)})
 	if err != nil {
 		t.Fatal(err)

@@ -60,4 +60,7 @@ func (c Config) Validate() error {
 // Budget is the source budget's background class (api.Server).
 type Budget interface {
 	AcquireBackground(ctx context.Context, n int) error
+	// BackgroundReadsAtOnce is the most reads one admission covers: the
+	// rows of one source statement.
+	BackgroundReadsAtOnce() int
 }
