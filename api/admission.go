@@ -2,7 +2,9 @@ package api
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,7 +47,10 @@ const (
 // Memory is bounded per tenant (two doorkeeper generations and a bucket);
 // tenants idle for two windows are forgotten.
 type admission struct {
-	rate    float64 // fills/s of this process shared by active tenants; 0: every fill admitted
+	rate float64 // fills/s of this process shared by active tenants; 0: every fill admitted
+	// limit (float64 bits) is the rate sized to the cache (admission_size.go);
+	// 0: none known, rate alone.
+	limit   atomic.Uint64
 	seed    maphash.Seed
 	mu      sync.Mutex
 	tenants map[string]*tenantFills
@@ -65,9 +70,21 @@ func newAdmission(rate float64) *admission {
 	return &admission{rate: rate, seed: maphash.MakeSeed(), tenants: make(map[string]*tenantFills)}
 }
 
+// effective is the rate in force: rate, or the cache-sized limit when lower
+// (0: admission off).
+func (a *admission) effective() float64 {
+	if l := math.Float64frombits(a.limit.Load()); a.rate > 0 && l > 0 {
+		return min(a.rate, l)
+	}
+	return a.rate
+}
+
+func (a *admission) setLimit(l float64) { a.limit.Store(math.Float64bits(l)) }
+
 // admit reports whether the fill of a missed key is cached.
 func (a *admission) admit(tenant, id string, now time.Time) bool {
-	if a.rate <= 0 {
+	rate := a.effective()
+	if rate <= 0 {
 		return true
 	}
 	a.mu.Lock()
@@ -75,7 +92,7 @@ func (a *admission) admit(tenant, id string, now time.Time) bool {
 	tf := a.tenants[tenant]
 	if tf == nil {
 		// A new tenant starts with a full second of its share.
-		tf = &tenantFills{tokens: a.rate, refilled: now, rotated: now, cur: make([]uint64, doorkeeperBits/64), prev: make([]uint64, doorkeeperBits/64)}
+		tf = &tenantFills{tokens: rate, refilled: now, rotated: now, cur: make([]uint64, doorkeeperBits/64), prev: make([]uint64, doorkeeperBits/64)}
 		a.tenants[tenant] = tf
 	}
 	tf.lastMiss = now
@@ -88,7 +105,7 @@ func (a *admission) admit(tenant, id string, now time.Time) bool {
 			delete(a.tenants, t)
 		}
 	}
-	share := a.rate / float64(max(1, active))
+	share := rate / float64(max(1, active))
 	// A second of the share as burst (at least one fill).
 	tf.tokens = min(max(1, share), tf.tokens+now.Sub(tf.refilled).Seconds()*share)
 	tf.refilled = now

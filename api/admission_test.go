@@ -11,7 +11,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
+	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 
@@ -260,4 +262,73 @@ func TestScanLeaksFewFalseSecondHits(t *testing.T) {
 		t.Fatal("a second miss of a key within the window is not admitted")
 	}
 	t.Logf("%d of 100,000 scanned ids admitted", admitted)
+}
+
+// With the product defaults (2,000 fills/s, a 2-minute turnover), a small
+// cache sizes the fill rate down: 2,000 entries fit in its maxmemory, so one
+// process may fill about 17/s, and a scan of cold ids in one instant caches
+// about that many of them, not 2,000.
+func TestAdmissionSizedFromTheCache(t *testing.T) {
+	e := newEnv(t)
+	in := e.instance(instOpts{})
+	ctx := testenv.Context(t, 30*time.Second)
+	rdb := e.redis.Client(t)
+	pipe := rdb.Pipeline()
+	for i := range 1000 {
+		pipe.Set(ctx, fmt.Sprintf("other:%d", i), strings.Repeat("x", 1024), 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	used := usedMemory(t, ctx, rdb)
+	keys := rdb.DBSize(ctx).Val()
+	// Room for as many keys again as the server holds now, of their mean size.
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(2*used, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	in.srv.sizeAdmission(ctx)
+	want := float64(2*keys) / DefaultConfig().FillTurnover.Seconds() / float64(in.srv.procs.count())
+	got := in.srv.admit.effective()
+	if got < 0.8*want || got > 1.2*want {
+		t.Fatalf("fill rate sized to a cache of about %d entries: %.1f/s, want about %.1f/s (entries / 2 min / processes)", 2*keys, got, want)
+	}
+	var m dto.Metric
+	if err := in.srv.m.fillRate.Write(&m); err != nil || m.GetGauge().GetValue() != got {
+		t.Errorf("tidemark_api_fill_rate = %v (%v), want %v", m.GetGauge().GetValue(), err, got)
+	}
+	now := time.Unix(1000, 0)
+	admitted := 0
+	for i := range 500 {
+		if in.srv.admit.admit("scanner", fmt.Sprintf("cold-%d", i), now) {
+			admitted++
+		}
+	}
+	if admitted > int(got)+1 {
+		t.Errorf("a scan of 500 cold ids in one instant cached %d, want at most the sized share's burst (%.0f)", admitted, got)
+	}
+	// maxmemory off: FillRate alone again.
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	in.srv.sizeAdmission(ctx)
+	if got := in.srv.admit.effective(); got != DefaultConfig().FillRate {
+		t.Errorf("without maxmemory: fill rate %.1f/s, want --fill-rate %.0f", got, DefaultConfig().FillRate)
+	}
+}
+
+func usedMemory(t *testing.T, ctx context.Context, rdb *redis.Client) int64 {
+	t.Helper()
+	info := rdb.Info(ctx, "memory").Val()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO memory has no used_memory: %s", info)
+	return 0
 }

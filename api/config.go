@@ -51,6 +51,12 @@ type Config struct {
 	// by the tenants filling; a tenant above its share caches only keys it
 	// missed twice within the admission window (0: every miss is cached)
 	FillRate float64
+	// FillTurnover sizes the fill rate to the cache itself: all serve
+	// processes' fills together may refill the whole cache (maxmemory over
+	// the mean entry size) no faster than once per FillTurnover, so each
+	// process's rate is at most entries / FillTurnover / processes (0: off,
+	// FillRate alone; no effect without maxmemory)
+	FillTurnover time.Duration
 
 	// SourcePool names the source budget and the rollout store, shared by
 	// every namespace of one deployment so that a namespace upgrade runs on
@@ -108,6 +114,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:         64 << 10,
 		MaxValueBytes:        256 << 10,
 		FillRate:             2000,
+		FillTurnover:         2 * time.Minute,
 		AuthTTL:              30 * time.Second,
 		AuthStale:            10 * time.Minute,
 	}
@@ -168,6 +175,9 @@ func (c Config) Validate() error {
 	}
 	if c.FillRate < 0 {
 		p.Add("FillRate", "must not be negative (got %v)", c.FillRate)
+	}
+	if c.FillTurnover != 0 && c.FillTurnover < time.Second {
+		p.Add("FillTurnover", "must be 0 (off) or at least 1s (got %s)", c.FillTurnover)
 	}
 	if c.RolloutDefault != "" {
 		if _, err := rollout.ParseMode(c.RolloutDefault); err != nil {

@@ -16,6 +16,7 @@ type metrics struct {
 	l1Hits           prometheus.Counter
 	deadlineRefusals prometheus.Counter
 	fillsSkipped     *prometheus.CounterVec // reason
+	fillRate         prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,6 +42,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		fillsSkipped: in.CounterVec("tidemark_api_fills_skipped_total",
 			"Source reads under a fill lease answered but not cached (the lease released), by reason (too_large, admission).",
 			"reason"),
+		fillRate: in.Gauge("tidemark_api_fill_rate",
+			"Fills/s of new keys this process shares among its tenants: the fill rate, or less when sized to the cache (0: admission off)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

@@ -37,6 +37,7 @@ type Cache interface {
 	Config() cache.Config
 	Floor(ctx context.Context, tenant, item string) (int64, error)
 	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
+	Memory(ctx context.Context) (cache.Memory, error)
 }
 
 // Deps are the connections the server uses; the caller owns them (and runs
@@ -212,8 +213,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.cancel()
 		s.bg.Wait()
 	}()
-	s.bg.Add(3)
+	s.bg.Add(4)
 	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
+	go func() { defer s.bg.Done(); s.runAdmissionSizing(s.base) }()
 	go func() { defer s.bg.Done(); s.rollout.run(s.base) }()
 	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	// Slow clients cannot hold connections: headers within 5 s, the whole

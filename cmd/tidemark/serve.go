@@ -55,6 +55,7 @@ type serveCmd struct {
 	MaxBody              int64         `field:"api.MaxBodyBytes" name:"max-body" env:"TIDEMARK_MAX_BODY" default:"${api_MaxBodyBytes}" help:"Largest accepted request body in bytes."`
 	MaxValue             int64         `field:"api.MaxValueBytes" name:"max-value" env:"TIDEMARK_MAX_VALUE" default:"${api_MaxValueBytes}" help:"Largest value in bytes that is cached; a larger one is answered from the source but not cached (0: no limit)."`
 	FillRate             float64       `field:"api.FillRate" name:"fill-rate" env:"TIDEMARK_FILL_RATE" default:"${api_FillRate}" help:"Fills/s of new keys per process, shared fairly by the tenants filling; a tenant above its share caches only keys it missed twice within 10-20s, so one tenant's scan cannot evict the others' entries (0: every miss is cached)."`
+	FillTurnover         time.Duration `field:"api.FillTurnover" name:"fill-turnover" env:"TIDEMARK_FILL_TURNOVER" default:"${api_FillTurnover}" help:"Sizes --fill-rate to the cache: every serve process together may refill the whole cache (maxmemory over the mean entry size) no faster than once per this, so the default protects a small cache too (0: --fill-rate alone)."`
 	SourcePool           string        `field:"api.SourcePool,page.Check.SourcePool" name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_SourcePool}" help:"Name of the shared source budget and of the rollout settings; give every namespace of one deployment the same one so a namespace upgrade runs on one budget (empty: the namespace)."`
 	RolloutDefault       string        `field:"api.RolloutDefault" name:"rollout-default" env:"TIDEMARK_ROLLOUT_DEFAULT" default:"${api_RolloutDefault}" help:"Serving mode of tenants without a rollout setting: cache (100 %), shadow or source."`
 	RolloutPoll          time.Duration `field:"api.RolloutPoll" name:"rollout-poll" env:"TIDEMARK_ROLLOUT_POLL" default:"${api_RolloutPoll}" help:"How often the rollout settings are read; a change is in force within it."`
@@ -90,7 +91,7 @@ func (c *serveCmd) apiConfig() api.Config {
 	cfg.MinVersionSlack, cfg.MinVersionMemo = c.MinVersionSlack, c.MinVersionMemo
 	cfg.IdempotencyRetention, cfg.MaxWaitersPerKey = c.IdempotencyRetention, c.MaxWaitersPerKey
 	cfg.ReplicaManifestTTL = c.HotManifestTTL
-	cfg.MaxValueBytes, cfg.FillRate = c.MaxValue, c.FillRate
+	cfg.MaxValueBytes, cfg.FillRate, cfg.FillTurnover = c.MaxValue, c.FillRate, c.FillTurnover
 	cfg.SourcePool, cfg.RolloutDefault, cfg.RolloutPoll = c.SourcePool, c.RolloutDefault, c.RolloutPoll
 	cfg.ShadowSample, cfg.ShadowGrace = c.ShadowSample, c.ShadowGrace
 	cfg.HaltMismatchRate, cfg.HaltMinChecks = c.HaltMismatchRate, c.HaltMinChecks
