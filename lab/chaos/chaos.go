@@ -83,7 +83,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	}
 	defer func() {
 		sys.close()
-		for _, d := range []string{"postgres", "redis0", "redis1", "redis2", "kafka"} {
+		for _, d := range []string{"postgres", "postgres-b", "redis0", "redis1", "redis2", "kafka"} {
 			os.RemoveAll(filepath.Join(dir, d)) // data; the process logs stay with --keep
 		}
 		if removeDir {

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,8 +52,43 @@ func TestChaosShortRun(t *testing.T) {
 			t.Errorf("fault kind %s was not injected", k)
 		}
 	}
+	// These kinds check the pipeline themselves (capture kept going).
+	for _, f := range rep.Faults {
+		if f.Kind == FaultMalformedHeartbeat && f.Error != "" {
+			t.Errorf("%s: %s", f.Kind, f.Error)
+		}
+	}
 	if rep.Checked < 1000 {
 		t.Errorf("only %d answers checked", rep.Checked)
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}
+
+// TestChaosPromotion promotes the primary's streaming standby under load
+// (too slow for the short run's schedule): every process follows the
+// multi-host DSN, capture takes the path its Postgres version has (the
+// slot gone and a reset on 15 and 16, the failover slot kept on 17+), and
+// no answer breaks the promise.
+func TestChaosPromotion(t *testing.T) {
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed, cfg.Faults = 60*time.Second, 14, []string{FaultPromotion}
+	cfg.FaultEvery = time.Minute // one promotion
+	rep := run(t, cfg)
+	i := slices.IndexFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == FaultPromotion })
+	if i < 0 {
+		t.Fatal("the promotion was not injected")
+	}
+	f := rep.Faults[i]
+	var version int
+	fmt.Sscanf(f.Target, "Postgres %d:", &version)
+	want := "reset path"
+	if version >= 17 {
+		want = "failover-slot path"
+	}
+	if f.Error != "" || version == 0 || !strings.Contains(f.Target, want) {
+		t.Errorf("promotion on Postgres %d: %q (error %q), want the %s", version, f.Target, f.Error, want)
 	}
 	if !rep.Pass() {
 		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)

@@ -31,10 +31,19 @@ const (
 	KindWrongOwner Kind = "wrong-owner"
 	// KindPayload: a payload written for another version than the answer says.
 	KindPayload Kind = "payload-mismatch"
+	// KindETag: a 304 Not Modified that vouched for a body the client had
+	// stored for another tenant (a client cache shared by two tenants'
+	// keys revalidated one tenant's body with the other's key).
+	KindETag Kind = "etag-cross-tenant"
+	// KindMinVersionRefused: a 400 to a min_version read while the source
+	// held that version (a write had produced it): refused although it
+	// could be answered.
+	KindMinVersionRefused Kind = "min-version-refused"
 )
 
 // Kinds lists every kind, in report order.
-var Kinds = []Kind{KindStale, KindUncommitted, KindDeletedServed, KindBelowMin, KindWrong404, KindWrong412, KindWrongOwner, KindPayload}
+var Kinds = []Kind{KindStale, KindUncommitted, KindDeletedServed, KindBelowMin, KindWrong404, KindWrong412, KindWrongOwner, KindPayload,
+	KindETag, KindMinVersionRefused}
 
 // Violation is one answer the source history does not justify, with the
 // evidence: the answer and the item's commits around it.
@@ -74,7 +83,17 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 	bad := func(k Kind, format string, args ...any) {
 		out.Violations = append(out.Violations, Violation{Kind: k, Detail: fmt.Sprintf(format, args...), Answer: a, History: around(h, served, from, to)})
 	}
-	switch a.Status {
+	status := a.Status
+	if status == http.StatusNotModified {
+		// A 304 vouches for the body the client stored: judged as that
+		// body served now, once it is the asker's own.
+		if a.PayloadTenant != a.Tenant {
+			bad(KindETag, "304 to %s's revalidation vouched for a body stored for %s (%s/%s v%d)", a.Tenant, a.PayloadTenant, a.PayloadTenant, a.PayloadItem, a.PayloadVersion)
+			return out
+		}
+		status = http.StatusOK
+	}
+	switch status {
 	case http.StatusOK:
 		if a.PayloadTenant != a.Tenant || a.PayloadItem != a.Item {
 			bad(KindWrongOwner, "asked for %s/%s, payload is %s/%s", a.Tenant, a.Item, a.PayloadTenant, a.PayloadItem)
@@ -92,19 +111,20 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 		switch {
 		case served >= 0:
 			cur := h[i]
-			if cur.At.After(to) {
-				bad(KindUncommitted, "version %d committed at %s, %s after the answer arrived", a.Version, ts(cur.At), cur.At.Sub(to))
+			if vis := cur.visibleAfter(); vis.After(to) {
+				bad(KindUncommitted, "version %d committed at %s (visible after %s), %s after the answer arrived", a.Version, ts(cur.At), ts(vis), vis.Sub(to))
 			}
 			if cur.Deleted {
 				bad(KindDeletedServed, "version %d is the item's deletion", a.Version)
 			}
 			if i+1 < len(h) {
 				next := h[i+1]
-				if age := a.Sent.Sub(next.At); age > 0 {
+				by := next.visibleBy()
+				if age := a.Sent.Sub(by); age > 0 {
 					out.Age = age
 				}
-				if !next.At.After(from) {
-					bad(KindStale, "version %d was replaced by %d at %s, %s before the request (bound %s)", a.Version, next.Version, ts(next.At), a.Sent.Sub(next.At), c.Bound)
+				if !by.After(from) {
+					bad(KindStale, "version %d was replaced by %d at %s, %s before the request (bound %s)", a.Version, next.Version, ts(by), a.Sent.Sub(by), c.Bound)
 				}
 			}
 		case i == 0 && pruned:
@@ -122,6 +142,16 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 		if !belowDuring(h, pruned, a.MinVersion, from, to) {
 			bad(KindWrong412, "the source was at or above min_version=%d during the whole window [%s, %s]", a.MinVersion, ts(from), ts(to))
 		}
+	case http.StatusBadRequest:
+		if a.MinVersion <= 0 {
+			break
+		}
+		for _, cm := range h {
+			if cm.Version >= a.MinVersion && !cm.visibleBy().After(to) {
+				bad(KindMinVersionRefused, "400 for min_version=%d although the source held version %d from %s", a.MinVersion, cm.Version, ts(cm.visibleBy()))
+				break
+			}
+		}
 	}
 	return out
 }
@@ -129,16 +159,16 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 // current reports whether commit i of h was the item's state at some instant
 // of [from, to]: committed by to, and not replaced by from.
 func current(h []Commit, i int, from, to time.Time) bool {
-	if h[i].At.After(to) {
+	if h[i].visibleAfter().After(to) {
 		return false
 	}
-	return i+1 == len(h) || h[i+1].At.After(from)
+	return i+1 == len(h) || h[i+1].visibleBy().After(from)
 }
 
 // absentDuring: at some instant of [from, to] the item did not exist yet or
 // its current version was a deletion.
 func absentDuring(h []Commit, pruned bool, from, to time.Time) bool {
-	if len(h) == 0 || (!pruned && h[0].At.After(from)) {
+	if len(h) == 0 || (!pruned && h[0].visibleBy().After(from)) {
 		return true
 	}
 	for i := range h {
@@ -152,7 +182,7 @@ func absentDuring(h []Commit, pruned bool, from, to time.Time) bool {
 // belowDuring: at some instant of [from, to] the source held no version of
 // the item, or one below n.
 func belowDuring(h []Commit, pruned bool, n int64, from, to time.Time) bool {
-	if len(h) == 0 || (!pruned && h[0].At.After(from)) {
+	if len(h) == 0 || (!pruned && h[0].visibleBy().After(from)) {
 		return true
 	}
 	for i := range h {

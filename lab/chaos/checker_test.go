@@ -66,6 +66,11 @@ func TestCheckerPlantedViolations(t *testing.T) {
 		{"412 while below", Answer{Tenant: "acme", Item: "i1", MinVersion: 3, Status: 412, Sent: at(60), Received: at(60)}, ""},
 		{"412 at or above for the whole window", Answer{Tenant: "acme", Item: "i1", MinVersion: 3, Status: 412, Sent: at(90), Received: at(90)}, KindWrong412},
 		{"503 is never a violation", Answer{Tenant: "acme", Item: "i1", Status: 503, Sent: at(90), Received: at(90)}, ""},
+		{"304 for the asker's own current body", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.Status = 304 }), ""},
+		{"304 for the asker's own replaced body", with(ok("acme", "i1", 2, at(81)), func(a *Answer) { a.Status = 304 }), KindStale},
+		{"304 vouching for another tenant's body", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.Status, a.PayloadTenant = 304, "globex" }), KindETag},
+		{"400 for a min_version the source held", Answer{Tenant: "acme", Item: "i1", MinVersion: 3, Status: 400, Sent: at(60), Received: at(60)}, KindMinVersionRefused},
+		{"400 for a min_version no write produced", Answer{Tenant: "acme", Item: "i1", MinVersion: 9, Status: 400, Sent: at(60), Received: at(60)}, ""},
 	}
 	seen := map[Kind]bool{}
 	for _, tc := range cases {
@@ -89,6 +94,39 @@ func TestCheckerPlantedViolations(t *testing.T) {
 	}
 	if v := c.Check(ok("acme", "i1", 2, at(81)), src); v.Age < 30*time.Second {
 		t.Errorf("age of a value replaced 31 s earlier = %s", v.Age)
+	}
+}
+
+// A commit a backend held invisible (waiting for a synchronous standby)
+// replaces the version before it only once a snapshot could see it: the
+// old version served meanwhile, and up to the bound after, is no violation;
+// served a bound after it became visible, it is stale.
+func TestCheckerJudgesByVisibility(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	src := NewSource()
+	src.Add(Commit{Tenant: "acme", Item: "i1", Version: 1, At: t0})
+	// Committed at +10 s, invisible until between +44 s and +45 s.
+	src.Add(Commit{Tenant: "acme", Item: "i1", Version: 2, At: at(10), VisibleAfter: at(44), VisibleBy: at(45)})
+	c := Checker{Bound: 30 * time.Second}
+	for _, tc := range []struct {
+		name string
+		a    Answer
+		want Kind
+	}{
+		{"old version while the new one is invisible", ok("acme", "i1", 1, at(43)), ""},
+		{"old version 29 s after visibility", ok("acme", "i1", 1, at(74)), ""},
+		{"old version 31 s after visibility", ok("acme", "i1", 1, at(76)), KindStale},
+		{"new version before any snapshot could see it", ok("acme", "i1", 2, at(20)), KindUncommitted},
+		{"412 for the new version while it is invisible", Answer{Tenant: "acme", Item: "i1", MinVersion: 2, Status: 412, Sent: at(70), Received: at(70)}, ""},
+	} {
+		v := c.Check(tc.a, src)
+		switch {
+		case tc.want == "" && len(v.Violations) > 0:
+			t.Errorf("%s: unexpected %s: %s", tc.name, v.Violations[0].Kind, v.Violations[0].Detail)
+		case tc.want != "" && (len(v.Violations) == 0 || v.Violations[0].Kind != tc.want):
+			t.Errorf("%s: got %v, want %s", tc.name, v.Violations, tc.want)
+		}
 	}
 }
 

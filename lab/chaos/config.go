@@ -71,7 +71,9 @@ const (
 var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, FaultStopCapture, FaultStopApply, FaultStopServe,
 	FaultRedisRestart, FaultRedisSnapshot, FaultRedisReadonly, FaultRedisHung, FaultPGRestart, FaultSourceStall,
 	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster,
-	FaultLongOutage, FaultRedisLossNoApply}
+	FaultLongOutage, FaultRedisLossNoApply,
+	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
+	FaultSyncStandbyStall, FaultPromotion}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster.
@@ -92,6 +94,9 @@ func (c Config) Applicable() []string {
 // is no faults.
 func (c Config) Kinds() []string {
 	if len(c.Faults) == 0 || slices.Contains(c.Faults, "all") {
+		if c.Duration < PromotionMinRun {
+			return slices.DeleteFunc(c.Applicable(), func(k string) bool { return k == FaultPromotion })
+		}
 		return c.Applicable()
 	}
 	if slices.Contains(c.Faults, "none") {

@@ -74,6 +74,10 @@ func targetsOf(kind string) []string {
 		return []string{"capture", "postgres"}
 	case FaultRedisLossNoApply:
 		return []string{"apply", "redis"}
+	case FaultPromotion:
+		return []string{"capture", "postgres", "syncrep"}
+	case FaultTruncateFastClock:
+		return []string{"catalog"} // and "serve" while the clock is fast (it takes that itself)
 	}
 	return []string{targetOf(kind)}
 }
@@ -82,8 +86,16 @@ func targetOf(kind string) string {
 	switch kind {
 	case FaultKillCapture, FaultStopCapture, FaultSlotDrop:
 		return "capture"
-	case FaultKillApply, FaultStopApply:
+	case FaultKillApply, FaultStopApply, FaultFutureHeartbeat:
 		return "apply"
+	case FaultMalformedHeartbeat:
+		return "capture"
+	case FaultSyncStandbyStall:
+		return "syncrep"
+	case FaultExpiredFloors:
+		return "floors"
+	case FaultSharedHTTPCache:
+		return "http-cache"
 	case FaultKillServe, FaultStopServe, FaultClockOffset:
 		return "serve"
 	case FaultPGRestart, FaultSourceStall:
@@ -184,6 +196,20 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target = fmt.Sprintf("%g reads/s uniform", 3*s.cfg.SourceBudget)
 		in.load.coldUntil.Store(time.Now().Add(f.Hold).UnixNano())
 		sleep(ctx, f.Hold)
+	case FaultFutureHeartbeat:
+		rec.Target, err = in.futureHeartbeat(ctx, f.Hold)
+	case FaultMalformedHeartbeat:
+		rec.Target, err = in.malformedHeartbeat(ctx)
+	case FaultTruncateFastClock:
+		rec.Target, err = in.truncateFastClock(ctx, f.Hold)
+	case FaultExpiredFloors:
+		rec.Target, err = in.expiredFloors(ctx)
+	case FaultSharedHTTPCache:
+		rec.Target, err = in.sharedHTTPCache(ctx, f.Hold)
+	case FaultSyncStandbyStall:
+		rec.Target, err = in.syncStandbyStall(ctx, f.Hold)
+	case FaultPromotion:
+		rec.Target, err = in.promotion(ctx)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -22,8 +22,10 @@ type Answer struct {
 	PayloadTenant  string `json:"payload_tenant,omitempty"`
 	PayloadItem    string `json:"payload_item,omitempty"`
 	PayloadVersion int64  `json:"payload_version,omitempty"`
-	CacheStatus    string `json:"cache_status,omitempty"`
-	Cold           bool   `json:"cold,omitempty"` // part of a cold-read burst
+	// For a 304 (a client cache revalidating with If-None-Match), the
+	// payload fields are the stored body's, which the 304 vouched for.
+	CacheStatus string `json:"cache_status,omitempty"`
+	Cold        bool   `json:"cold,omitempty"` // part of a cold-read burst
 }
 
 // Commit is one committed version of an item in the source, with the exact
@@ -34,6 +36,33 @@ type Commit struct {
 	Version int64     `json:"version"`
 	Deleted bool      `json:"deleted,omitempty"`
 	At      time.Time `json:"at"`
+	// A commit is visible to new snapshots a moment after its commit
+	// timestamp, or much later when the committing backend waits (for a
+	// synchronous standby): until then the version before it is what the
+	// source shows. When a snapshot taken after At did not see the commit,
+	// VisibleAfter is that snapshot's instant and VisibleBy the instant of
+	// the first snapshot that saw it; both are zero otherwise (visible at
+	// At, as far as the history can tell).
+	VisibleAfter time.Time `json:"visible_after,omitzero"`
+	VisibleBy    time.Time `json:"visible_by,omitzero"`
+}
+
+// visibleAfter is the latest instant the commit is known not to have been
+// visible before (a lower bound of its visibility).
+func (c Commit) visibleAfter() time.Time {
+	if c.VisibleAfter.After(c.At) {
+		return c.VisibleAfter
+	}
+	return c.At
+}
+
+// visibleBy is the instant by which the commit was surely visible (an
+// upper bound): the checker says a version was replaced only from then.
+func (c Commit) visibleBy() time.Time {
+	if c.VisibleBy.After(c.At) {
+		return c.VisibleBy
+	}
+	return c.At
 }
 
 type itemKey struct{ tenant, item string }

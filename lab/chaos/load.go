@@ -176,7 +176,12 @@ func (l *load) do(ctx context.Context, serve int, tenant, method, path string, b
 
 // get reads one item through a random serve process and records the answer.
 func (l *load) get(ctx context.Context, tenant, item string, minVersion int64, cold bool) (Answer, bool) {
-	serve := l.intn(len(l.sys.apiBases))
+	return l.getOn(ctx, l.intn(len(l.sys.apiBases)), tenant, item, minVersion, cold)
+}
+
+// getOn reads one item through serve process serve (0-based) and records
+// the answer.
+func (l *load) getOn(ctx context.Context, serve int, tenant, item string, minVersion int64, cold bool) (Answer, bool) {
 	path := "/v1/catalog/items/" + item
 	if minVersion > 0 {
 		path += "?min_version=" + strconv.FormatInt(minVersion, 10)

@@ -30,7 +30,10 @@ type recorder struct {
 	src      *Source
 	lowXid   uint64    // transactions below it had ended at the previous load
 	loadedAt time.Time // every commit before it (less visibilityLag) is in src
-	stats    answerStats
+	// snapAfter: the previous load's snapshot was taken after this instant;
+	// a commit it did not see was not visible then.
+	snapAfter time.Time
+	stats     answerStats
 
 	keep                       bool
 	answersF, commitsF, violsF *os.File
@@ -114,6 +117,7 @@ func (r *recorder) load(ctx context.Context) error {
 	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&low); err != nil {
 		return fmt.Errorf("chaos: load history: %w", err)
 	}
+	snapBy := time.Now() // ... and before this one
 	rows, err := tx.Query(ctx, `SELECT tenant_id, item_id, version, state, pg_xact_commit_timestamp(xmin)
 		FROM chaos.history WHERE xid >= $1::text::xid8`, strconv.FormatUint(r.lowXid, 10))
 	if err != nil {
@@ -134,6 +138,12 @@ func (r *recorder) load(ctx context.Context) error {
 		return fmt.Errorf("chaos: load history: %w", err)
 	}
 	for _, c := range batch {
+		// Every commit the previous snapshot saw was loaded then: a new
+		// one committed before that snapshot was still invisible to it (a
+		// backend waiting for a synchronous standby).
+		if !r.snapAfter.IsZero() && c.At.Before(r.snapAfter) {
+			c.VisibleAfter, c.VisibleBy = r.snapAfter, snapBy
+		}
 		before := r.src.Len()
 		r.src.Add(c)
 		if r.keep && r.src.Len() > before {
@@ -144,7 +154,7 @@ func (r *recorder) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chaos: load history: snapshot xmin %q: %w", low, err)
 	}
-	r.lowXid, r.loadedAt = n, at
+	r.lowXid, r.loadedAt, r.snapAfter = n, at, at
 	return nil
 }
 

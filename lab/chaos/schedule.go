@@ -35,6 +35,18 @@ var holdRange = map[string][2]time.Duration{
 	// Past the 30 s bound: every entry reaches its hard deadline unextended.
 	FaultLongOutage:       {40 * time.Second, 50 * time.Second},
 	FaultRedisLossNoApply: {3 * time.Second, 8 * time.Second},
+	// Past the bound: a value a future watermark would extend is asked
+	// for after its hard deadline.
+	FaultFutureHeartbeat:    {32 * time.Second, 36 * time.Second},
+	FaultMalformedHeartbeat: {0, 0},
+	// How long after the TRUNCATE the last quarter of the items is put back
+	// (and read again first): past the bound.
+	FaultTruncateFastClock: {32 * time.Second, 35 * time.Second},
+	FaultExpiredFloors:     {0, 0},
+	FaultSharedHTTPCache:   {5 * time.Second, 10 * time.Second},
+	// Past FloorTTL: a floor raised before the commit was visible is gone.
+	FaultSyncStandbyStall: {ChaosFloorTTL + 3*time.Second, ChaosFloorTTL + 6*time.Second},
+	FaultPromotion:        {0, 0},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and

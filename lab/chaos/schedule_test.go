@@ -9,9 +9,13 @@ import (
 func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Cluster = true
+	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-1 || slices.Contains(kinds, FaultPromotion) {
+		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion)", cfg.Duration, kinds)
+	}
+	cfg.Duration = PromotionMinRun
 	kinds := cfg.Kinds()
 	if len(kinds) != len(AllFaults) {
-		t.Fatalf("kinds with --cluster and the embedded broker = %v", kinds)
+		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v", cfg.Duration, kinds)
 	}
 	d := 90 * time.Second
 	s := schedule(kinds, d, 20*time.Second, 7)

@@ -87,6 +87,16 @@ func (p *proc) stop(grace time.Duration) {
 
 var errNotRunning = errors.New("not running")
 
+// pid is the running process's id (0: not running).
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // signal sends sig to the running process.
 func (p *proc) signal(sig syscall.Signal) error {
 	p.mu.Lock()

@@ -31,6 +31,7 @@ type system struct {
 	dir string
 
 	pg       *localserver.Postgres
+	standby  *localserver.Postgres // a streaming standby, when the run may promote it
 	dsn      string
 	pool     *pgxpool.Pool
 	redis    []*localserver.Redis
@@ -79,6 +80,7 @@ func startSystem(ctx context.Context, cfg Config, dir string, log *slog.Logger) 
 		fn   func(context.Context) error
 	}{
 		{"postgres", s.startPostgres},
+		{"standby", s.startStandby},
 		{"redis", s.startRedis},
 		{"kafka", s.startKafka},
 		{"stages", s.startStages},
@@ -119,13 +121,7 @@ CREATE TRIGGER chaos_history AFTER INSERT OR UPDATE ON catalog.items
 `
 
 func (s *system) startPostgres(ctx context.Context) error {
-	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: filepath.Join(s.dir, "postgres"), Ephemeral: true,
-		Conf: map[string]string{
-			"track_commit_timestamp": "on",
-			// Faults restart Postgres cleanly: fsync may stay off, but a
-			// commit the harness saw must not be lost.
-			"synchronous_commit": "on",
-		}})
+	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: filepath.Join(s.dir, "postgres"), Ephemeral: true, Conf: pgConf()})
 	if err != nil {
 		return err
 	}
@@ -262,7 +258,8 @@ func (s *system) startStages(ctx context.Context) error {
 		}
 		s.applyMetrics = append(s.applyMetrics, "http://"+m+"/metrics")
 		s.appliers = append(s.appliers, s.stage(fmt.Sprintf("apply%d", i+1), "apply", "--kafka", s.brokers, "--redis", s.redisURL,
-			"--topic", s.topic, "--group", s.group, "--session-timeout", "2s", "--metrics-addr", m))
+			"--topic", s.topic, "--group", s.group, "--session-timeout", "2s", "--metrics-addr", m,
+			"--cache-floor-ttl", ChaosFloorTTL.String()))
 	}
 	lim := s.cfg.Limits()
 	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }
@@ -281,7 +278,7 @@ func (s *system) startStages(ctx context.Context) error {
 			// While Redis cannot be asked, serve meters itself at the class
 			// rate divided by the live serve processes (no flag needed).
 			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", rate(ClassForeground), "--source-background-rate", rate(ClassBackground),
-			"--source-ryw-rate", rate(ClassReadYourWrites)))
+			"--source-ryw-rate", rate(ClassReadYourWrites), "--cache-floor-ttl", ChaosFloorTTL.String()))
 	}
 	// The first capture starts alone so it creates the slot and becomes the
 	// active one; the second waits as the passive standby.
@@ -389,6 +386,9 @@ func (s *system) close() {
 	}
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.standby != nil {
+		s.standby.Stop()
 	}
 	if s.pg != nil {
 		s.pg.Stop()
