@@ -183,6 +183,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				if c.Deleted {
 					d = " (deleted)"
 				}
+				if !c.VisibleBy.IsZero() {
+					d += " (visible by " + ts(c.VisibleBy) + ")"
+				}
 				fmt.Fprintf(&b, "v%d@%s%s", c.Version, ts(c.At), d)
 			}
 			b.WriteString("\n")
