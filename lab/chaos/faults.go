@@ -167,7 +167,7 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		s.pg.Stop()
 		err = s.pg.Start()
 	case FaultSourceStall:
-		rec.Target, err = "catalog.items", in.stall(ctx, f.Hold)
+		rec.Target, err = "catalog.items", in.stall(ctx, f.Hold, 10*time.Second)
 	case FaultSlotDrop:
 		rec.Target, err = s.slot, in.slotDrop(ctx, f.Hold)
 	case FaultBrokerRestart:
@@ -252,8 +252,8 @@ func (in *injector) clockOffset(ctx context.Context, hold time.Duration) (string
 
 // stall holds an exclusive lock on the catalog: writers and source reads
 // queue behind it.
-func (in *injector) stall(ctx context.Context, hold time.Duration) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold+15*time.Second)
+func (in *injector) stall(ctx context.Context, hold, lockWait time.Duration) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold+lockWait+5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, in.sys.dsn)
 	if err != nil {
@@ -265,7 +265,7 @@ func (in *injector) stall(ctx context.Context, hold time.Duration) error {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(cctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+	if _, err := tx.Exec(cctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(cctx, "LOCK TABLE catalog.items IN ACCESS EXCLUSIVE MODE"); err != nil {
@@ -286,7 +286,9 @@ func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
 	}
 	const locked = 15 * time.Second
 	sleep(ctx, hold-locked)
-	errs = append(errs, in.stall(ctx, locked))
+	// A synchronous-standby stall may hold commits (and their locks) for
+	// up to FloorTTL + 6 s: the lock waits that out rather than give up.
+	errs = append(errs, in.stall(ctx, locked, ChaosFloorTTL+10*time.Second))
 	for _, p := range in.sys.captures {
 		errs = append(errs, p.signal(syscall.SIGCONT))
 	}
