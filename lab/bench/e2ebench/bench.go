@@ -175,7 +175,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	recv.record(true)
-	l := &load{pool: pool, tenant: "ceiling", keys: cfg.Keys, rows: 1, txRate: float64(cfg.TxRate), workers: cfg.Workers}
+	pgbench := findPgbench(cfg.Recvlogical)
+	log.Info("load generator", "pgbench", pgbench)
+	l := &load{pool: pool, tenant: "ceiling", keys: cfg.Keys, rows: 1, txRate: float64(cfg.TxRate), workers: cfg.Workers, pgbench: pgbench, dsn: dsn}
 	res.CeilingLoad, err = l.run(ctx, cfg.Duration)
 	if err != nil {
 		recv.stop()
@@ -245,7 +247,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if st.broker != nil {
 		pids[ProcBroker] = st.broker.pid()
 	}
-	r := runner{cfg: cfg, pool: pool, cache: cc, obs: obs, st: st, pids: pids, log: log}
+	r := runner{cfg: cfg, pool: pool, cache: cc, obs: obs, st: st, pids: pids, log: log, pgbench: pgbench, dsn: dsn}
 
 	// Warm-up: the applier joins its group and every path is exercised once.
 	if _, err := r.phase(ctx, "warmup", "warmup", warmKeys, 200, 1, 3*time.Second, time.Minute); err != nil {
@@ -384,6 +386,8 @@ type runner struct {
 	st    *stages
 	pids  map[string]int
 	log   *slog.Logger
+	// pgbench (its path; "": the pgx generator) and the DSN it connects to
+	pgbench, dsn string
 }
 
 // prefill caches every row of tenant (version 1), so each change invalidates
@@ -436,7 +440,8 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	if err != nil {
 		return p, err
 	}
-	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers, every: r.cfg.ObserveEvery}
+	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers, every: r.cfg.ObserveEvery,
+		pgbench: r.pgbench, dsn: r.dsn}
 	b0, t0, err := boxCPU()
 	if err != nil {
 		return p, err
@@ -473,6 +478,7 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	if p.CPU, p.RSS, err = m.usage(); err != nil {
 		return p, err
 	}
+	p.CPU[ProcHarness] += p.Load.CPU // pgbench, a child of the bench
 	handed, produced, applied := r.obs.end()
 	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)
 	p.Unapplied = int(p.Load.Observed) - len(applied)

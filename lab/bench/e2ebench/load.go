@@ -37,7 +37,8 @@ type load struct {
 	txRate  float64
 	workers int
 
-	every            int // rows whose number is a multiple of every are observed
+	every            int    // rows whose number is a multiple of every are observed
+	pgbench, dsn     string // pgbench.go: the load through pgbench when pgbench is set
 	commits, changes atomic.Int64
 	observed         atomic.Int64
 }
@@ -46,10 +47,15 @@ type loadResult struct {
 	Commits, Changes int64
 	Observed         int64 // changes to rows the bench times (see Config.ObserveEvery)
 	Elapsed          time.Duration
-	Late             int64 // transactions started more than 100 ms after their slot
+	Late             int64         // transactions started more than 100 ms after their slot (-1: unknown, pgbench)
+	Lag              string        // pgbench's schedule lag, in place of Late
+	CPU              time.Duration // the load generator's CPU when it is its own process (pgbench)
 }
 
 func (l *load) run(ctx context.Context, d time.Duration) (loadResult, error) {
+	if l.pgbench != "" {
+		return l.runPgbench(ctx, d)
+	}
 	type job struct {
 		n   int
 		due time.Time

@@ -65,7 +65,11 @@ func Report(w io.Writer, cfg Config, res Result) {
 		for _, d := range p.WindowP99 {
 			ws = append(ws, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 		}
-		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprintf("%d / %d", p.Load.Observed, p.Load.Changes), fmt.Sprint(p.Load.Late), fmt.Sprint(p.Unapplied),
+		late := fmt.Sprint(p.Load.Late)
+		if p.Load.Lag != "" {
+			late = p.Load.Lag
+		}
+		lag.Add(p.Name, fmt.Sprintf("%.0f", p.ChangeRate()), fmt.Sprintf("%d / %d", p.Load.Observed, p.Load.Changes), late, fmt.Sprint(p.Unapplied),
 			strings.Join(ws, ", ")+" ms", fmt.Sprint(p.Bounded), fmt.Sprintf("%.2f of %d", p.BoxBusy, runtime.NumCPU()))
 	}
 	fmt.Fprintln(w)

@@ -1,0 +1,9 @@
+package e2ebench
+
+import (
+	"testing"
+
+	"tidemark/lab/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
