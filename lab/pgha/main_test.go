@@ -1,0 +1,9 @@
+package pgha
+
+import (
+	"testing"
+
+	"tidemark/lab/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
