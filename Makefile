@@ -104,11 +104,12 @@ schemathesis:
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 
-# Postgres 18: the capture and applier tests, the short chaos run and the
-# chaos promotion (the failover-slot path) again, on the pinned PostgreSQL 18 (TIDEMARK_PG_BIN points the lab at it). The
+# Postgres 18: the capture and applier tests, the end-to-end standby tests
+# (lab/pgha), the short chaos run and the chaos promotion (the failover-slot
+# path) again, on the pinned PostgreSQL 18 (TIDEMARK_PG_BIN points the lab at it). The
 # rest of the suite runs on the installed Postgres (15) only, to keep the
 # run's length in check.
-PG18_PKGS := ./capture ./applier
+PG18_PKGS := ./capture ./applier ./lab/pgha
 test-pg18: pg18
 	TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 30m $(PG18_PKGS)
 	TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 15m -run 'TestChaosShortRun$$|TestChaosPromotion$$' ./lab/chaos
