@@ -70,6 +70,7 @@ func TestSyncStandbyStallThroughServe(t *testing.T) {
 	}
 	committed := make(chan error, 1)
 	done := make(chan struct{})
+	sent := time.Now()
 	go func() {
 		defer close(done)
 		_, err := writer.Exec(context.Background(), `UPDATE catalog.items SET version = 2, updated_at = now(),
@@ -131,8 +132,7 @@ func TestSyncStandbyStallThroughServe(t *testing.T) {
 		}
 	}
 
-	// Release: from here the commit may be visible (the checker counts it
-	// from this instant, the earliest it can be).
+	// Release: from here the commit may be visible.
 	close(coldReads)
 	<-coldDone
 	visibleFrom := time.Now()
@@ -146,8 +146,12 @@ func TestSyncStandbyStallThroughServe(t *testing.T) {
 		t.Fatal("the write did not return after synchronous_standby_names was cleared")
 	}
 	visibleBy := time.Now()
-	src.Add(chaos.Commit{Tenant: tenant, Item: hot, Version: 2, At: visibleFrom})
-	src.Add(chaos.Commit{Tenant: tenant, Item: cold, Version: 2, At: visibleFrom})
+	// The checker's rule for a held commit: it may not be served before it
+	// can have been visible (VisibleAfter), and replaces the old version
+	// from when it surely was (VisibleBy, the writer's return).
+	for _, it := range []string{hot, cold} {
+		src.Add(chaos.Commit{Tenant: tenant, Item: it, Version: 2, At: sent, VisibleAfter: visibleFrom, VisibleBy: visibleBy})
+	}
 
 	// Read on until the new version has been served for 5 s, or past the
 	// promise after visibility (where an old version is a violation).
@@ -170,8 +174,8 @@ func TestSyncStandbyStallThroughServe(t *testing.T) {
 		return nil
 	})
 	// The reader of the cold key comes back once the promise has passed
-	// since visibility: version 1 now is a violation.
-	time.Sleep(time.Until(visibleFrom.Add(promise.Bound + time.Second)))
+	// since the commit surely was visible: version 1 now is a violation.
+	time.Sleep(time.Until(visibleBy.Add(promise.Bound + time.Second)))
 	var coldBack []int64
 	for i := 0; i < 10; i++ {
 		coldBack = append(coldBack, rd.read(ctx, p, cold).Version)
