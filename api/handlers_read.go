@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/cache"
 	"tidemark/rollout"
@@ -55,54 +57,72 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		}
 		minVersion = n
 	}
+	ctx, span := s.startGet(r, tenant, id, minVersion)
+	defer span.End()
+	r = r.WithContext(ctx)
+	respond := func(rr readResult) {
+		endGet(span, rr)
+		s.respondRead(w, id, rr)
+	}
 	key := tenant + "\x00" + id
 	if minVersion > 0 {
 		if v, ok := s.belowMin.below(key, minVersion, s.clock.Wall()); ok {
-			s.respondRead(w, id, readResult{kind: readBelowMin, version: v, cacheStatus: "tidemark; hit; detail=below-min-memo"})
+			respond(readResult{kind: readBelowMin, version: v, cacheStatus: "tidemark; hit; detail=below-min-memo"})
 			return
 		}
 	}
 	if route, _ := s.rollout.route(tenant, id); route != rollout.ModeCache {
 		s.rollout.m.reads.WithLabelValues(string(route)).Inc()
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("tidemark.rollout", string(route)))
+		}
 		s.serveFromSource(w, r, tenant, id, minVersion, route == rollout.ModeShadow || s.rolloutRamping(tenant))
 		return
 	}
 	s.rollout.m.reads.WithLabelValues(string(rollout.ModeCache)).Inc()
-	if e, ok := s.l1.get(key, minVersion, s.clock.Wall()); ok && s.clock.Trusted() {
+	e, ok := s.l1.get(key, minVersion, s.clock.Wall())
+	if span.IsRecording() {
+		span.AddEvent("l1", trace.WithAttributes(attribute.Bool("hit", ok)))
+	}
+	if ok && s.clock.Trusted() {
 		// The request's deadline is only set up past L1: an L1 answer waits
 		// for nothing, and lastCheck bounds its own rare fresh read.
 		s.m.l1Hits.Inc()
-		s.respondRead(w, id, s.lastCheck(r.Context(), tenant, id, minVersion, readResult{kind: readItem, version: e.version,
+		respond(s.lastCheck(r.Context(), tenant, id, minVersion, readResult{kind: readItem, version: e.version,
 			payload: e.payload, effObs: e.effObs, hard: e.hard, cacheStatus: "tidemark; hit; detail=l1"}))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	if rr, ok := s.replicaRead(ctx, r, tenant, id, minVersion); ok {
-		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
+		respond(s.lastCheck(ctx, tenant, id, minVersion, rr))
 		return
 	}
 	if !s.waiters.enter(key) {
-		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
+		respond(readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
 		return
 	}
 	defer s.waiters.leave(key)
 	// One resolution per key and min_version in this process; the others share
 	// it. It runs on its own deadline so one caller leaving cannot fail the rest.
 	ch := s.reads.DoChan(key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
-		rctx, rcancel := context.WithTimeout(s.base, s.cfg.RequestTimeout)
+		// The resolution's spans are children of the GET that started it.
+		rctx, rcancel := context.WithTimeout(trace.ContextWithSpan(s.base, span), s.cfg.RequestTimeout)
 		defer rcancel()
 		return s.resolve(rctx, tenant, id, minVersion), nil
 	})
 	select {
 	case res := <-ch:
 		rr := res.Val.(readResult)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Bool(attrShared, res.Shared))
+		}
 		if res.Shared && rr.fwd {
 			rr.cacheStatus += "; collapsed"
 		}
-		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
+		respond(s.lastCheck(ctx, tenant, id, minVersion, rr))
 	case <-ctx.Done():
-		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
+		respond(readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
 	}
 }
 
@@ -168,13 +188,38 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 	}
 	key := tenant + "\x00" + id
 	waited, floorChecked := false, false
+	// One span for the whole wait on another reader's lease, however many
+	// lookups it takes; ended by the first answer that is not "wait".
+	var wait trace.Span
+	endWait := func() {
+		if wait != nil {
+			wait.End()
+			wait = nil
+		}
+	}
+	defer endWait()
 	for {
 		lctx, lcancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
 		sent := s.clock.Now()
+		var lspan trace.Span
+		if wait == nil {
+			lspan = s.child(ctx, spanLookup) // the lookups inside a wait are the wait's
+		}
 		lr, err := s.cache.Lookup(lctx, tenant, id, minVersion)
 		lcancel()
+		if lspan != nil {
+			if err != nil {
+				fail(lspan, err)
+			} else if lspan.IsRecording() {
+				lspan.SetAttributes(attribute.String(attrLookup, string(lr.Status)), attribute.Int64(attrVersion, lr.Entry.Version))
+			}
+			lspan.End()
+		}
 		if err == nil {
 			s.offerManifest(tenant, id, lr, sent)
+		}
+		if err == nil && lr.Status != cache.StatusWait {
+			endWait()
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -247,7 +292,11 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 			return s.fetch(ctx, tenant, id, minVersion, lr.Token, "")
 		case cache.StatusWait:
 			waited = true
+			if wait == nil {
+				wait = s.child(ctx, spanLeaseWait)
+			}
 			if sleepJitter(ctx) {
+				fail(wait, ctx.Err())
 				return readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=lease-wait", retryAfter: time.Second}
 			}
 			continue
@@ -326,10 +375,17 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 	if err := ctx.Err(); err != nil { // nobody waits for this read any more: spend no budget on it
 		return sourceItem{}, time.Time{}, fmt.Errorf("api: source read: %w", err)
 	}
+	span := s.child(ctx, spanSource)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(attrClass, class), attribute.String("db.system.name", "postgresql"))
+	}
 	release, err := s.budget.acquire(ctx, class, tenant)
 	if err != nil {
+		fail(span, err)
 		return sourceItem{}, time.Time{}, err
 	}
+	span.AddEvent("budget admitted")
 	obs := s.clock.Wall()
 	// Admitted reads run to their own statement timeout even if the caller
 	// gives up: the budget is spent, and the fill still helps the next reader.
@@ -346,8 +402,12 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 		s.m.sourceReads.WithLabelValues(class, "found").Inc()
 	}
 	if err != nil {
+		fail(span, err)
 		s.log.Warn("source read failed", "class", class, "tenant", tenant, "item", id, "err", err)
 		return sourceItem{}, time.Time{}, err
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("tidemark.found", it.Found && !it.Deleted), attribute.Int64(attrVersion, it.Version))
 	}
 	if s.afterSourceRead != nil {
 		s.afterSourceRead(tenant, id, it)
@@ -360,7 +420,14 @@ func (s *Server) sourceRead(ctx context.Context, class, tenant, id string) (sour
 // over MaxValueBytes, or a new key the tenant's fill share does not admit
 // (admission.go), is not cached: the lease is released so the key's next
 // reader misses at once instead of waiting for a fill that never comes.
-func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, it sourceItem, obs time.Time, newKey bool) bool {
+func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, it sourceItem, obs time.Time, newKey bool) (stored bool) {
+	span := s.child(ctx, spanFill)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Bool(attrStored, stored), attribute.Int64(attrVersion, it.Version))
+		}
+		span.End()
+	}()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
 	defer cancel()
 	skip := ""
@@ -371,6 +438,7 @@ func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, i
 		skip = skipAdmission
 	}
 	if skip != "" {
+		span.AddEvent("skipped: " + skip)
 		s.m.fillsSkipped.WithLabelValues(skip).Inc()
 		if _, err := s.cache.Release(fctx, tenant, id, tok); err != nil {
 			// The lease then expires by itself (readers wait at most its length).
@@ -388,8 +456,10 @@ func (s *Server) fill(ctx context.Context, tenant, id string, tok cache.Token, i
 	case err == nil:
 		return true
 	case errors.Is(err, cache.ErrRejected):
+		span.AddEvent("rejected: an invalidation overtook the read")
 		s.log.Debug("fill rejected", "tenant", tenant, "item", id, "version", it.Version, "err", err)
 	default:
+		fail(span, err)
 		s.log.Warn("fill failed", "tenant", tenant, "item", id, "err", err)
 	}
 	return false

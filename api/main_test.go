@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/cache"
 	"tidemark/internal/clockguard"
@@ -90,6 +91,8 @@ type instOpts struct {
 	// uncounted: the process never registers as a live serve process, as
 	// one restarted while the presence key's master could not be reached.
 	uncounted bool
+	// tracer receives the instance's spans (nil: none).
+	tracer trace.TracerProvider
 }
 
 func (e *tenv) instance(o instOpts) *instance {
@@ -112,7 +115,7 @@ func (e *tenv) instance(o instOpts) *instance {
 	}
 	e.t.Cleanup(func() { rdb.Close() })
 	clock := e.clock(rdb, o.clockOffset)
-	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t), Clock: clock})
+	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t), Clock: clock, Tracer: o.tracer})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -18,11 +18,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"tidemark/cache"
 	"tidemark/internal/clockguard"
 	"tidemark/internal/lifecycle"
+	"tidemark/internal/telemetry"
 	"tidemark/replica"
 )
 
@@ -51,6 +53,10 @@ type Deps struct {
 	// Clock is the process's guarded clock (required); the caller measures
 	// it before serving and runs it (Guard.Check, Guard.Run).
 	Clock *clockguard.Guard
+	// Tracer receives a span per sampled GET with its path (L1, cache
+	// lookups, lease wait, source read, fill) as children and events; nil:
+	// no tracing.
+	Tracer trace.TracerProvider
 }
 
 // Server is the API. Build it with New and serve Handler, or call Run.
@@ -74,6 +80,7 @@ type Server struct {
 	rollout      *rollouts  // tenants' serving modes (rollout.go)
 	m            *metrics
 	log          *slog.Logger
+	tracer       trace.Tracer
 	clock        *clockguard.Guard
 	hardLifetime time.Duration // of values read from the source now
 
@@ -133,6 +140,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		rdb:          deps.Redis,
 		cache:        deps.Cache,
 		budget:       newBudget(cfg, deps.Redis, procs, m.budgetRejections, log),
+		tracer:       telemetry.Tracer(deps.Tracer, "api"),
 		procs:        procs,
 		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout, sql: readSQL(cfg.Table)},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),

@@ -74,6 +74,9 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
 		identity: a.verifiedIdentity, ahead: new(atomic.Bool),
 	}
+	if deps.Tracer != nil {
+		a.proc.tracer = telemetry.Tracer(deps.Tracer, "applier")
+	}
 	return a, nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/cache"
 	"tidemark/internal/config"
@@ -61,6 +62,10 @@ type Deps struct {
 	Cache      Cache
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	// Tracer continues the trace of each sampled change (its record's
+	// traceparent header) with its application and INVALIDATE; nil: no
+	// tracing.
+	Tracer trace.TracerProvider
 }
 
 // checked applies the rule every package follows for nil dependencies

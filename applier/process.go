@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/cache"
 	"tidemark/schema"
@@ -54,6 +55,8 @@ type processor struct {
 	// ahead is set while the cache tier refuses this applier's resolved
 	// times as ahead of its clock (one log line per episode).
 	ahead *atomic.Bool
+	// tracer continues sampled changes' traces (tracing.go); nil: none.
+	tracer trace.Tracer
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -170,6 +173,7 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 		size = p.maxBatch
 	}
 	outs := make([]cache.InvalidateOutcome, 0, len(invs))
+	start := time.Now()
 	for lo := 0; lo < len(invs); lo += size {
 		chunk := invs[lo:min(lo+size, len(invs))]
 		got, err := p.invalidate(ctx, partition, chunk)
@@ -189,6 +193,7 @@ func (p *processor) applyBatch(ctx context.Context, partition int32, b *batch) e
 				return err
 			}
 		}
+		p.traceApplied(partition, pk, result, len(invs), start, now)
 		kept := false
 		for _, pr := range pk.recs {
 			p.met.commitToApply.Observe(now.Sub(pr.commit).Seconds())

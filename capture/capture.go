@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/internal/telemetry"
 	"tidemark/relay"
@@ -27,6 +28,10 @@ type Deps struct {
 	KafkaOpts  []kgo.Opt // extra franz-go options (tests, benchmarks)
 	// OnProduced sees each acked change's commit-to-produced latency (benchmarks).
 	OnProduced func(time.Duration)
+	// Tracer starts a trace for each sampled change (capture.change, then
+	// kafka.produce, continued by the applier through the record's
+	// headers); nil: no tracing.
+	Tracer trace.TracerProvider
 }
 
 // Capture streams one slot to Kafka. Run it once.
@@ -35,6 +40,8 @@ type Capture struct {
 	log   *slog.Logger
 	m     *metrics
 	relay *relay.Producer
+	// tracer is nil without a tracer provider: no span is started per change.
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	readyErr error  // nil while streaming or standing by
@@ -71,12 +78,17 @@ func New(cfg Config, deps Deps) (*Capture, error) {
 		return nil, err
 	}
 	log := deps.Log.With("component", "capture", "slot", cfg.Slot)
-	p, err := relay.New(cfg.Relay, relay.Deps{Log: deps.Log, Registerer: deps.Registerer, Opts: deps.KafkaOpts, OnProduced: deps.OnProduced})
+	p, err := relay.New(cfg.Relay, relay.Deps{Log: deps.Log, Registerer: deps.Registerer, Opts: deps.KafkaOpts, OnProduced: deps.OnProduced,
+		Tracer: deps.Tracer})
 	if err != nil {
 		return nil, err
 	}
 	m.setWALStatus("")
-	return &Capture{cfg: cfg, log: log, m: m, relay: p, readyErr: errors.New("capture: not streaming yet"),
+	var tracer trace.Tracer
+	if deps.Tracer != nil {
+		tracer = telemetry.Tracer(deps.Tracer, "capture")
+	}
+	return &Capture{cfg: cfg, log: log, m: m, relay: p, tracer: tracer, readyErr: errors.New("capture: not streaming yet"),
 		// The stream goes round at least every StatusInterval (its socket
 		// deadline); the poller every SlotPoll plus its 5 s connect and
 		// 5 s query bounds.

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/relay"
 	"tidemark/schema"
@@ -290,7 +292,21 @@ func (s *streamer) produceChange(ch *schema.Change) {
 		}
 		return
 	}
-	s.c.relay.Produce(s.tr, s.txn, ch.Key(), 0, v, ch.CommitTime)
+	if s.c.tracer == nil {
+		s.c.relay.Produce(s.tr, s.txn, ch.Key(), 0, v, ch.CommitTime)
+		return
+	}
+	// A sampled change's trace starts here: the change as the WAL gave it,
+	// then its record on its way to Kafka (the relay's child span).
+	ctx, span := s.c.tracer.Start(context.Background(), "capture.change", trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("tidemark.tenant", ch.Tenant), attribute.String("tidemark.item_id", ch.Item),
+			attribute.Int64("tidemark.version", ch.Version), attribute.String("tidemark.op", string(ch.Op)),
+			attribute.String("tidemark.lsn", ch.LSN.String()), attribute.Int64("tidemark.xid", int64(ch.Xid)),
+			attribute.String("tidemark.commit_time", ch.CommitTime.UTC().Format(time.RFC3339Nano)))
+	}
+	s.c.relay.ProduceTraced(ctx, s.tr, s.txn, ch.Key(), 0, v, ch.CommitTime)
+	span.End()
 }
 
 // resolved sends a resolved marker to every partition, behind every record

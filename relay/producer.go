@@ -18,6 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/internal/config"
 	"tidemark/internal/kafkaconn"
@@ -99,6 +103,9 @@ type Deps struct {
 	// OnProduced, if set, sees every acked change's commit-to-produced
 	// latency (benchmarks want exact quantiles, not histogram buckets).
 	OnProduced func(time.Duration)
+	// Tracer records the produce span of sampled changes (ProduceTraced);
+	// nil: no tracing.
+	Tracer trace.TracerProvider
 }
 
 // Producer sends capture's records to Kafka.
@@ -108,6 +115,7 @@ type Producer struct {
 	client *kgo.Client
 	m      *metrics
 	onAck  func(time.Duration)
+	tracer trace.Tracer
 
 	errOnce sync.Once
 	errCh   chan error
@@ -128,7 +136,8 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced, errCh: make(chan error, 1)}
+	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced, errCh: make(chan error, 1),
+		tracer: telemetry.Tracer(deps.Tracer, "relay")}
 	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, p.log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -247,11 +256,41 @@ func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, 
 // context can cancel it before it is sent, and shutdown must flush, not
 // cancel, what was handed over.
 func (p *Producer) Produce(tr *Tracker, x *Txn, key string, partition int32, value []byte, commitTime time.Time) {
+	p.produce(tr, x, &kgo.Record{Key: []byte(key), Value: value, Partition: partition}, commitTime, nil)
+}
+
+// ProduceTraced is Produce for a change whose span is in ctx: when that
+// span is sampled, the record is sent under a child "kafka.produce" span
+// that ends when Kafka acknowledges it, and the span's context travels in
+// the record's headers (W3C traceparent), so the applier continues the
+// trace. ctx carries only the trace: the record is never cancelled by it.
+func (p *Producer) ProduceTraced(ctx context.Context, tr *Tracker, x *Txn, key string, partition int32, value []byte, commitTime time.Time) {
+	r := &kgo.Record{Key: []byte(key), Value: value, Partition: partition}
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
+		p.produce(tr, x, r, commitTime, nil)
+		return
+	}
+	ctx, span := p.tracer.Start(ctx, "kafka.produce", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", p.cfg.Topic),
+			attribute.String("messaging.kafka.message.key", key)))
+	telemetry.Propagator.Inject(ctx, kotel.NewRecordCarrier(r))
+	p.produce(tr, x, r, commitTime, span)
+}
+
+func (p *Producer) produce(tr *Tracker, x *Txn, r *kgo.Record, commitTime time.Time, span trace.Span) {
 	tr.Add(x)
 	p.m.inflightN.Add(1)
-	r := &kgo.Record{Key: []byte(key), Value: value, Partition: partition}
-	p.client.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+	p.client.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		p.m.inflightN.Add(-1)
+		if span != nil {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			} else {
+				span.SetAttributes(attribute.Int("messaging.destination.partition.id", int(r.Partition)), attribute.Int64("messaging.kafka.offset", r.Offset))
+			}
+			span.End()
+		}
 		if err != nil {
 			// Not acked: the tracker keeps x pending, so its LSN is never
 			// confirmed; capture stops on the error.

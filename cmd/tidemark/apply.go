@@ -71,14 +71,19 @@ func (c *applyCmd) Validate() error {
 }
 
 func (c *applyCmd) Run(ctx context.Context, e *env) error {
-	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
+	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
+	reg := telemetry.NewRegistry(pl)
 	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), nil, e.log, reg)
 	if err != nil {
 		return usageError(err)
 	}
 	defer tier.Close()
 	var g lifecycle.Group
-	app, err := wiring.AddApply(&g, c.config(), tier, e.log, reg)
+	tp, err := c.tracing(e, &g, "apply", pl)
+	if err != nil {
+		return err
+	}
+	app, err := wiring.AddApply(&g, c.config(), tier, e.log, reg, tp)
 	if err != nil {
 		return err
 	}

@@ -82,9 +82,14 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
+	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
+	reg := telemetry.NewRegistry(pl)
 	var g lifecycle.Group
-	capt, err := wiring.AddCapture(&g, c.config(), e.log, reg)
+	tp, err := c.tracing(e, &g, "capture", pl)
+	if err != nil {
+		return err
+	}
+	capt, err := wiring.AddCapture(&g, c.config(), e.log, reg, tp)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"tidemark/catalog"
 	"tidemark/inspect"
 	"tidemark/internal/config"
+	"tidemark/internal/telemetry"
 	"tidemark/lab/bench/applybench"
 	"tidemark/lab/bench/cachebench"
 	"tidemark/lab/bench/capturebench"
@@ -137,6 +138,7 @@ func defaultConfigs() map[string]any {
 		"benchscan":    scanbench.DefaultConfig(),
 		"benchcapture": capturebench.DefaultBenchConfig(),
 		"benchmemory":  memorybench.DefaultConfig(),
+		"trace":        telemetry.DefaultTraceConfig(),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"tidemark/capture"
 	"tidemark/inspect"
 	"tidemark/internal/config"
+	"tidemark/internal/telemetry"
 	"tidemark/lab/bench/applybench"
 	"tidemark/lab/bench/cachebench"
 	"tidemark/lab/bench/capturebench"
@@ -47,15 +48,16 @@ type validated struct {
 // malformed) in the package's defaults.
 func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 	page := validated{"page", status.DefaultPageConfig(), nil}
+	tracing := validated{"trace", telemetry.DefaultTraceConfig(), []string{"BatchTimeout"}}
 	commands := []struct {
 		name    string
 		cmd     any
 		configs []validated
 	}{
-		{"capture", &captureCmd{}, []validated{{"capture", capture.DefaultConfig(), nil}, page}},
-		{"apply", &applyCmd{}, []validated{{"applier", applier.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page}},
+		{"capture", &captureCmd{}, []validated{{"capture", capture.DefaultConfig(), nil}, page, tracing}},
+		{"apply", &applyCmd{}, []validated{{"applier", applier.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page, tracing}},
 		{"replay", &replayCmd{}, []validated{{"replay", withSince(applier.DefaultReplayConfig()), nil}, {"cache", cache.DefaultConfig(), nil}}},
-		{"serve", &serveCmd{}, []validated{{"api", api.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page,
+		{"serve", &serveCmd{}, []validated{{"api", api.DefaultConfig(), nil}, {"cache", cache.DefaultConfig(), nil}, page, tracing,
 			{"audit", audit.DefaultConfig(), []string{"Table", "Batch", "SLO", "Window", "LeaseTTL"}},
 			{"warm", warm.DefaultConfig(), []string{"Workers", "SlowFactor", "Collapse", "StepEvery", "CheckEvery", "LeaseTTL", "HotSetWait"}},
 			{"replica", replica.DefaultConfig(), []string{"AutoFactor", "MaxReplicas", "MaxKeys", "Interval", "RenewBefore"}}}},

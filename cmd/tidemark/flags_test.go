@@ -10,6 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"tidemark/internal/telemetry"
 	"tidemark/promise"
 )
 
@@ -54,15 +55,18 @@ func commands(t *testing.T, c *cli) (*kong.Kong, []command) {
 func configsOf(cmd any) map[string]any {
 	switch c := cmd.(type) {
 	case *captureCmd:
-		return map[string]any{"capture": c.config(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table()}
+		return map[string]any{"capture": c.config(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table(),
+			"trace": c.traceConfig("", telemetry.Pipeline{})}
 	case *applyCmd:
-		return map[string]any{"applier": c.config(), "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target())}
+		return map[string]any{"applier": c.config(), "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()),
+			"trace": c.traceConfig("", telemetry.Pipeline{})}
 	case *replayCmd:
 		cfg, _ := c.config()
 		return map[string]any{"replay": cfg, "cache": c.cacheConfig(), "redis": c.redisConn(c.Redis)}
 	case *serveCmd:
 		return map[string]any{"api": c.apiConfig(), "cache": c.cacheConfig(), "audit": c.auditConfig(), "warm": c.warmConfig(),
-			"replica": c.replicaConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table()}
+			"replica": c.replicaConfig(), "redis": c.redisConn(c.Redis), "page": c.pageConfig(c.target()), "table": c.table(),
+			"trace": c.traceConfig("", telemetry.Pipeline{})}
 	case *statusCmd:
 		return map[string]any{"status": c.config(), "redis": c.redisConn(c.Redis)}
 	case *inspectCmd:

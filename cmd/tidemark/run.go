@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/internal/config"
 	"tidemark/internal/lifecycle"
@@ -16,13 +17,41 @@ import (
 // processFlags are shared by the long-running commands (capture, apply,
 // serve).
 type processFlags struct {
-	ShutdownDelay time.Duration `field:"ShutdownDelay" name:"shutdown-delay" env:"TIDEMARK_SHUTDOWN_DELAY" default:"0s" help:"On SIGTERM, fail /readyz at once and keep serving this long before the listeners close, so load balancers (a Kubernetes Service's endpoints) stop sending work first. The pod's termination grace period must cover it plus the role's flush."`
+	ShutdownDelay    time.Duration `field:"ShutdownDelay" name:"shutdown-delay" env:"TIDEMARK_SHUTDOWN_DELAY" default:"0s" help:"On SIGTERM, fail /readyz at once and keep serving this long before the listeners close, so load balancers (a Kubernetes Service's endpoints) stop sending work first. The pod's termination grace period must cover it plus the role's flush."`
+	TraceEndpoint    string        `field:"trace.Endpoint" name:"trace-endpoint" env:"TIDEMARK_TRACE_ENDPOINT" help:"OpenTelemetry collector to send sampled traces to, over OTLP/HTTP (http://collector:4318); empty: no tracing."`
+	TraceSampleRatio float64       `field:"trace.SampleRatio" name:"trace-sample-ratio" env:"TIDEMARK_TRACE_SAMPLE_RATIO" default:"${trace_SampleRatio}" help:"Share (0-1) of GETs and captured changes traced; a change's trace continues through Kafka into the applier."`
 }
 
 func (f processFlags) validate(p *config.Problems) {
 	if f.ShutdownDelay < 0 {
 		p.Add("ShutdownDelay", "must not be negative (got %s)", f.ShutdownDelay)
 	}
+	validateAs(p, "trace", f.traceConfig("", telemetry.Pipeline{}).Validate())
+}
+
+func (f processFlags) traceConfig(service string, pl telemetry.Pipeline) telemetry.TraceConfig {
+	cfg := telemetry.DefaultTraceConfig()
+	cfg.Endpoint, cfg.SampleRatio = f.TraceEndpoint, f.TraceSampleRatio
+	if service != "" {
+		cfg.Service = service
+	}
+	cfg.Pipeline = pl
+	return cfg
+}
+
+// tracing is the process's tracer provider, nil without --trace-endpoint
+// (the stages then start no span at all); its exporter runs in g's
+// Telemetry phase, stopped last, so the spans of the shutdown are sent too.
+func (f processFlags) tracing(e *env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
+	if f.TraceEndpoint == "" {
+		return nil, nil
+	}
+	t, err := telemetry.NewTracing(f.traceConfig("tidemark-"+role, pl), e.log)
+	if err != nil {
+		return nil, err
+	}
+	g.Add(lifecycle.Telemetry, "tracing", t.Run)
+	return t.Provider(), nil
 }
 
 // probes are a process's /readyz and /healthz checks.

@@ -164,7 +164,8 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
-	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic})
+	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
+	reg := telemetry.NewRegistry(pl)
 	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), pool, log, reg)
 	if err != nil {
 		return usageError(err)
@@ -173,8 +174,12 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	hcfg := hotset.DefaultConfig()
 	hcfg.Namespace = c.Namespace
 	var g lifecycle.Group
+	tp, err := c.tracing(e, &g, "serve", pl)
+	if err != nil {
+		return err
+	}
 	srv, err := wiring.AddServe(ctx, &g, wiring.Serve{API: acfg, Hot: hcfg, Audit: c.auditConfig(), Warm: c.warmConfig(),
-		Replica: c.replicaConfig(), RunAudit: c.AuditRate > 0, RunWarm: c.WarmTop > 0}, tier, pool, log, reg)
+		Replica: c.replicaConfig(), RunAudit: c.AuditRate > 0, RunWarm: c.WarmTop > 0}, tier, pool, log, reg, tp)
 	if err != nil {
 		return evictionFlag(err)
 	}

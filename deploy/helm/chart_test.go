@@ -296,10 +296,17 @@ func TestChartRendersValidObjects(t *testing.T) {
 		}
 	})
 	t.Run("role config keys", func(t *testing.T) {
-		r := render(t, "serve.config.request-timeout=2s", "apply.config.max-batch=500", "capture.config.heartbeat=500ms")
+		r := render(t, "serve.config.request-timeout=2s", "apply.config.max-batch=500", "capture.config.heartbeat=500ms",
+			"tracing.endpoint=http://otel-collector:4318", "tracing.sampleRatio=0.25")
 		for role, want := range map[string]string{"serve": "request-timeout: 2s # file", "apply": "max-batch: 500 # file", "capture": "heartbeat: 500ms # file"} {
-			if out := r.effectiveConfig(t, role); !strings.Contains(out, want) {
+			out := r.effectiveConfig(t, role)
+			if !strings.Contains(out, want) {
 				t.Errorf("%s's config lacks %q:\n%s", role, want, out)
+			}
+			for _, want := range []string{"trace-endpoint: http://otel-collector:4318 # file", "trace-sample-ratio: 0.25 # file"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("%s's config lacks %q:\n%s", role, want, out)
+				}
 			}
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/api"
 	"tidemark/applier"
@@ -103,9 +104,10 @@ func (t *Tier) CheckEvictionPolicy(ctx context.Context) error {
 // Close closes the Redis client.
 func (t *Tier) Close() error { return t.Redis.Close() }
 
-// AddCapture builds capture and adds it in the Capture phase.
-func AddCapture(g Group, cfg capture.Config, log *slog.Logger, reg prometheus.Registerer) (*capture.Capture, error) {
-	c, err := capture.New(cfg, capture.Deps{Log: log, Registerer: reg})
+// AddCapture builds capture and adds it in the Capture phase. tp (nil:
+// none) receives the traces of sampled changes.
+func AddCapture(g Group, cfg capture.Config, log *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*capture.Capture, error) {
+	c, err := capture.New(cfg, capture.Deps{Log: log, Registerer: reg, Tracer: tp})
 	if err != nil {
 		return nil, err
 	}
@@ -114,9 +116,9 @@ func AddCapture(g Group, cfg capture.Config, log *slog.Logger, reg prometheus.Re
 }
 
 // AddApply builds the group applier on the tier and adds it in the Apply
-// phase.
-func AddApply(g Group, cfg applier.Config, t *Tier, log *slog.Logger, reg prometheus.Registerer) (*applier.Applier, error) {
-	a, err := applier.New(cfg, applier.Deps{Cache: t.Cache, Log: log, Registerer: reg})
+// phase; tp (nil: none) continues sampled changes' traces.
+func AddApply(g Group, cfg applier.Config, t *Tier, log *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*applier.Applier, error) {
+	a, err := applier.New(cfg, applier.Deps{Cache: t.Cache, Log: log, Registerer: reg, Tracer: tp})
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +148,11 @@ func PaceWarm(c warm.Config, backgroundRate float64) warm.Config {
 
 // AddServe checks the tier's eviction policy, measures the clock once (an
 // unmeasured clock is not trusted, so the API would answer no read from the
-// cache), builds the API with the hot-set tracker counting its lookups, the
-// auditor, the warmer and the replica builder, and adds them: the API and its
-// helpers in the Requests phase, the hot-set merge in the Cache phase.
-func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer) (*api.Server, error) {
+// cache), builds the API (tp, nil: none, receives sampled GETs' spans) with
+// the hot-set tracker counting its lookups, the auditor, the warmer and the
+// replica builder, and adds them: the API and its helpers in the Requests
+// phase, the hot-set merge in the Cache phase.
+func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer, tp trace.TracerProvider) (*api.Server, error) {
 	if err := t.CheckEvictionPolicy(ctx); err != nil {
 		return nil, err
 	}
@@ -159,7 +162,7 @@ func AddServe(ctx context.Context, g Group, cfg Serve, t *Tier, pool *pgxpool.Po
 	}
 	t.Clock.Check(ctx)
 	srv, err := api.New(cfg.API, api.Deps{Pool: pool, Cache: Counted{Cache: t.Cache, T: hot}, Redis: t.Redis,
-		Log: log, Registerer: reg, Clock: t.Clock})
+		Log: log, Registerer: reg, Clock: t.Clock, Tracer: tp})
 	if err != nil {
 		return nil, err
 	}

@@ -296,15 +296,15 @@ func startPipeline(ctx context.Context, st *Stages, metricsAddr string, log *slo
 	}
 	closeConns := func() error { pool.Close(); return tier.Close() }
 	var g lifecycle.Group
-	srv, err := wiring.AddServe(ctx, &g, st.ServeConfig(), tier, pool, log, reg)
+	srv, err := wiring.AddServe(ctx, &g, st.ServeConfig(), tier, pool, log, reg, nil)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}
-	capt, err := wiring.AddCapture(&g, st.CaptureConfig(), log, reg)
+	capt, err := wiring.AddCapture(&g, st.CaptureConfig(), log, reg, nil)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}
-	app, err := wiring.AddApply(&g, st.ApplierConfig(), tier, log, reg)
+	app, err := wiring.AddApply(&g, st.ApplierConfig(), tier, log, reg, nil)
 	if err != nil {
 		return nil, errors.Join(err, closeConns())
 	}

@@ -139,7 +139,9 @@ type e2e struct {
 
 func freeAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
 
-func newE2E(t *testing.T) *e2e {
+// newE2E starts the pipeline; each of opts may change the processes'
+// arguments before they start.
+func newE2E(t *testing.T, opts ...func(*e2e)) *e2e {
 	pg := testenv.SharedPostgres(t)
 	r := testenv.StartRedis(t)
 	k := testenv.StartKafka(t)
@@ -166,6 +168,9 @@ func newE2E(t *testing.T) *e2e {
 	e.serve = &proc{t: t, name: "serve", args: []string{"serve", "--pg", e.dsn, "--redis", e.redisURL, "--addr", apiAddr,
 		"--metrics-addr", e.serveMetrics, "--kafka", e.brokers, "--topic", e.topic, "--group", e.group, "--slot", slot,
 		"--status-every", "1s"}}
+	for _, o := range opts {
+		o(e)
+	}
 	for _, p := range []*proc{e.capture, e.applier, e.serve} {
 		p.start()
 		t.Cleanup(p.kill)
