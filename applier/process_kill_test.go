@@ -1,13 +1,10 @@
 package applier
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,67 +12,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tidemark/lab/proc"
 	"tidemark/lab/testenv"
 )
 
-// proc is a `tidemark apply` process.
-type proc struct {
-	cmd *exec.Cmd
-	out *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startBinary runs `tidemark apply` for the rig's topic and group; extra
-// flags override the defaults.
-func (r *rig) startBinary(group string, extra ...string) *proc {
+// flags override the defaults. kill on the result is a real kill -9: no
+// revoke, no commit, no leave.
+func (r *rig) startBinary(group string, extra ...string) *proc.Process {
 	r.t.Helper()
-	bin := testenv.Binary(r.t)
-	cmd := exec.Command(bin, append([]string{"apply", "--kafka", r.kafka.BrokerList(), "--redis", r.redis.URL(), "--topic", r.topic,
-		"--group", group, "--session-timeout", "1s", "--commit-interval", "100ms", "--metrics-addr=", "--log-level", "debug"}, extra...)...)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	p := proc.New(proc.Config{Name: "apply", Bin: testenv.Binary(r.t), Args: append([]string{"apply", "--kafka", r.kafka.BrokerList(),
+		"--redis", r.redis.URL(), "--topic", r.topic, "--group", group, "--session-timeout", "1s", "--commit-interval", "100ms",
+		"--metrics-addr=", "--log-level", "debug"}, extra...)})
+	if err := p.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, out: out}
 	r.t.Cleanup(func() {
-		p.kill()
+		p.Kill()
 		if r.t.Failed() {
-			r.t.Logf("tidemark apply output:\n%s", tail(out.String(), 4000))
+			r.t.Logf("tidemark apply output:\n%s", p.Tail(4000))
 		}
 	})
 	return p
-}
-
-// kill is a real kill -9: no revoke, no commit, no leave.
-func (p *proc) kill() {
-	if p.cmd.ProcessState == nil {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // waitMembers waits until the group is stable with n members that all own
@@ -149,7 +107,7 @@ func TestCrashKill9MidStream(t *testing.T) {
 				t.Fatalf("want the applier to commit part of the wave within 60 s, got committed %v (before the wave %v, end offsets %v)", now, before, ends)
 			}
 		}
-		p.kill()
+		p.Kill()
 		// The process is dead: the floors are what it applied. (Committed
 		// offsets are only logged: committing past what was applied is the
 		// fault the restart below must not be able to hide.)
@@ -217,12 +175,12 @@ func TestGroupMemberKilled(t *testing.T) {
 			final := map[string]int64{}
 			r.wave(final, "g", 0, 600, 120)
 			r.waitFloors(20*time.Second, final)
-			p.kill()
+			p.Kill()
 			killed := time.Now()
 			r.wave(final, "g", 100, 600, 120)
 			r.waitFloors(15*time.Second-time.Since(killed), final)
 			t.Logf("the killed applier's partitions were applied %s after the kill", time.Since(killed).Round(time.Millisecond))
-			if !strings.Contains(p.out.String(), "partitions assigned") {
+			if !strings.Contains(p.Output(), "partitions assigned") {
 				t.Fatal("the killed applier never owned partitions")
 			}
 		})

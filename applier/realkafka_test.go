@@ -38,7 +38,7 @@ func TestRealRebalanceAfterApplierDeath(t *testing.T) {
 	final := map[string]int64{}
 	r.wave(final, "g", 0, 600, 120)
 	r.waitFloors(30*time.Second, final)
-	p.kill()
+	p.Kill()
 	killed := time.Now()
 	r.wave(final, "g", 100, 600, 120)
 	// One rebalance: the survivor's next heartbeat (a third of the session)

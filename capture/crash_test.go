@@ -6,8 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	osexec "os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark/capture"
+	"tidemark/lab/proc"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
@@ -177,9 +176,8 @@ func TestKafkaFailureHoldsConfirm(t *testing.T) {
 
 // binary runs `tidemark capture` as a real process.
 type binary struct {
-	cmd  *osexec.Cmd
+	*proc.Process
 	addr string
-	done chan struct{}
 }
 
 func startBinary(t *testing.T, cfg capture.Config, extra ...string) *binary {
@@ -187,20 +185,16 @@ func startBinary(t *testing.T, cfg capture.Config, extra ...string) *binary {
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	args := append([]string{"capture", "--pg", cfg.PG, "--kafka", cfg.Relay.Brokers[0], "--topic", cfg.Relay.Topic, "--slot", cfg.Slot,
 		"--partitions", strconv.Itoa(cfg.Relay.Partitions), "--heartbeat", cfg.Heartbeat.String(), "--metrics-addr", addr}, extra...)
-	cmd := osexec.Command(testenv.Binary(t), args...)
-	cmd.Stderr = os.Stderr
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	} else {
-		cmd.Stderr = nil
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	b := &binary{Process: proc.New(proc.Config{Name: "capture", Bin: testenv.Binary(t), Args: args}), addr: addr}
+	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
-	b := &binary{cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(b.done) }()
-	t.Cleanup(func() { b.kill() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("capture %s output:\n%s", addr, b.Tail(4000))
+		}
+		b.Kill()
+	})
 	return b
 }
 
@@ -250,10 +244,8 @@ func (b *binary) metric(name string) float64 {
 func (b *binary) waitReady(t *testing.T) {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, "capture binary ready", func() error {
-		select {
-		case <-b.done:
-			t.Fatalf("capture binary exited: %v", b.cmd.ProcessState)
-		default:
+		if err := b.ExitErr(); err != nil {
+			t.Fatal(err)
 		}
 		if err := b.ready(); err != nil {
 			return err
@@ -265,10 +257,8 @@ func (b *binary) waitReady(t *testing.T) {
 	})
 }
 
-func (b *binary) kill() {
-	b.cmd.Process.Signal(syscall.SIGKILL)
-	<-b.done
-}
+// kill is a real kill -9: no shutdown code runs.
+func (b *binary) kill() { b.Kill() }
 
 // A real `kill -9` of the capture process, twice, during a workload; a
 // standby instance on the same slot waits, then takes over within 10 s of
@@ -342,13 +332,16 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 	if v := b.metric("tidemark_relay_records_produced_total"); v < 2000 {
 		t.Errorf("tidemark_relay_records_produced_total = %v, want >= 2000", v)
 	}
-	b.cmd.Process.Signal(syscall.SIGTERM)
+	done := b.Done()
+	if err := b.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case <-b.done:
+	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit within 30s of SIGTERM")
 	}
-	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := b.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
 	if got := slotLSN(t, conn, cfg.Slot); got <= commit {

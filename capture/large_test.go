@@ -40,7 +40,7 @@ func TestLargeTransaction(t *testing.T) {
 	go func() {
 		for b.metric("tidemark_relay_records_produced_total") < rows {
 			select {
-			case <-b.done:
+			case <-b.Done():
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
@@ -67,7 +67,7 @@ func TestLargeTransaction(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(b.cmd.Process.Pid) + "/status")
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(b.Pid()) + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -118,7 +117,7 @@ func KeepWatermarkCurrent(ctx context.Context, rdb redis.Cmdable, ns string) (wa
 
 // Serve is one `tidemark serve` process.
 type Serve struct {
-	cmd     *exec.Cmd
+	p       *proc.Process
 	API     string // http://host:port of the API
 	Metrics string // http://host:port of /metrics, /readyz, /healthz
 }
@@ -137,41 +136,16 @@ func StartServe(ctx context.Context, binary, dsn, redisURL, ns string, args ...s
 	}
 	all := append([]string{"--log-level", "warn", "serve", "--pg", dsn, "--redis", redisURL, "--namespace", ns,
 		"--addr", fmt.Sprintf("127.0.0.1:%d", apiPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mPort)}, args...)
-	cmd := exec.CommandContext(ctx, binary, all...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start serve: %w", err)
+	p := &Serve{p: proc.New(proc.Config{Name: "serve", Bin: binary, Args: all}),
+		API: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Metrics: fmt.Sprintf("http://127.0.0.1:%d", mPort)}
+	if err := p.p.Start(); err != nil {
+		return nil, err
 	}
-	p := &Serve{cmd: cmd, API: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Metrics: fmt.Sprintf("http://127.0.0.1:%d", mPort)}
-	const limit = 60 * time.Second
-	deadline := time.Now().Add(limit)
-	for {
-		err := p.ready(ctx)
-		if err == nil {
-			return p, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			p.Stop()
-			return nil, fmt.Errorf("serve not ready after %s: %w", limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := p.p.Ready(ctx, p.Metrics, 60*time.Second); err != nil {
+		p.Stop()
+		return nil, err
 	}
-}
-
-func (p *Serve) ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", p.Metrics+"/readyz", nil)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("readyz %d", res.StatusCode)
-	}
-	return nil
+	return p, nil
 }
 
 // StartServes starts n serve processes as StartServe does; stop ends them.
@@ -193,10 +167,7 @@ func StartServes(ctx context.Context, n int, binary, dsn, redisURL, ns string, a
 }
 
 // Stop ends the process (SIGTERM, a graceful shutdown) and waits for it.
-func (p *Serve) Stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
-}
+func (p *Serve) Stop() { p.p.Stop(time.Minute) }
 
 // Counter sums the series of metric name whose line contains match in the
 // process's /metrics text; a metric with no such series is an error.

@@ -269,9 +269,9 @@ func (r *Runner) watchdog(ctx context.Context, sys *system, restarted func(strin
 			ps = append(ps, sys.broker)
 		}
 		for _, p := range ps {
-			if ok, err := p.restartIfExited(); ok {
-				r.log.Warn("chaos: a stage exited by itself; restarted", "stage", p.name, "err", err, "log", p.logf)
-				restarted(p.name)
+			if ok, err := p.RestartIfExited(); ok {
+				r.log.Warn("chaos: a stage exited by itself; restarted", "stage", p.Name(), "err", err, "log", p.Config().Log)
+				restarted(p.Name())
 			}
 		}
 	}

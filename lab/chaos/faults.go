@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -172,9 +173,9 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = s.slot, in.slotDrop(ctx, f.Hold)
 	case FaultBrokerRestart:
 		rec.Target = "kafka"
-		s.broker.kill()
+		s.broker.Kill()
 		sleep(ctx, f.Hold)
-		if err = s.broker.start(); err == nil {
+		if err = s.broker.Start(); err == nil {
 			err = waitTCP(context.WithoutCancel(ctx), s.brokers, 30*time.Second)
 		}
 	case FaultClockOffset:
@@ -186,11 +187,11 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		// commit) more before they go down; Redis comes back without it.
 		rec.Target, err = in.redisRestart(ctx, true, f.Hold, func() {
 			for _, p := range s.appliers {
-				p.kill()
+				p.Kill()
 			}
 		})
 		for _, p := range s.appliers {
-			err = errors.Join(err, p.start())
+			err = errors.Join(err, p.Start())
 		}
 	case FaultColdBurst:
 		rec.Target = fmt.Sprintf("%g reads/s uniform", 3*s.cfg.SourceBudget)
@@ -220,20 +221,20 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 	return rec
 }
 
-func (in *injector) kill(ctx context.Context, ps []*proc, hold time.Duration) (string, error) {
+func (in *injector) kill(ctx context.Context, ps []*proc.Process, hold time.Duration) (string, error) {
 	p := ps[in.intn(len(ps))]
-	p.kill()
+	p.Kill()
 	sleep(ctx, hold)
-	return p.name, p.start()
+	return p.Name(), p.Start()
 }
 
-func (in *injector) pause(ctx context.Context, ps []*proc, hold time.Duration) (string, error) {
+func (in *injector) pause(ctx context.Context, ps []*proc.Process, hold time.Duration) (string, error) {
 	p := ps[in.intn(len(ps))]
-	if err := p.signal(syscall.SIGSTOP); err != nil {
-		return p.name, err
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return p.Name(), err
 	}
 	sleep(ctx, hold)
-	return p.name, p.signal(syscall.SIGCONT)
+	return p.Name(), p.Signal(syscall.SIGCONT)
 }
 
 // clockOffset runs one serve process with a clock off by more than the
@@ -241,13 +242,13 @@ func (in *injector) pause(ctx context.Context, ps []*proc, hold time.Duration) (
 func (in *injector) clockOffset(ctx context.Context, hold time.Duration) (string, error) {
 	p := in.sys.serves[in.intn(len(in.sys.serves))]
 	env := ClockOffsetEnv + "=" + clockOffsets[in.intn(len(clockOffsets))]
-	p.kill()
-	if err := p.start(env); err != nil {
-		return p.name, err
+	p.Kill()
+	if err := p.Start(env); err != nil {
+		return p.Name(), err
 	}
 	sleep(ctx, hold)
-	p.kill()
-	return p.name + " " + env, p.start()
+	p.Kill()
+	return p.Name() + " " + env, p.Start()
 }
 
 // stall holds an exclusive lock on the catalog: writers and source reads
@@ -282,7 +283,7 @@ func (in *injector) stall(ctx context.Context, hold, lockWait time.Duration) err
 func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
 	var errs []error
 	for _, p := range in.sys.captures {
-		errs = append(errs, p.signal(syscall.SIGSTOP))
+		errs = append(errs, p.Signal(syscall.SIGSTOP))
 	}
 	const locked = 15 * time.Second
 	sleep(ctx, hold-locked)
@@ -290,7 +291,7 @@ func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
 	// up to FloorTTL + 6 s: the lock waits that out rather than give up.
 	errs = append(errs, in.stall(ctx, locked, ChaosFloorTTL+10*time.Second))
 	for _, p := range in.sys.captures {
-		errs = append(errs, p.signal(syscall.SIGCONT))
+		errs = append(errs, p.Signal(syscall.SIGCONT))
 	}
 	return errors.Join(errs...)
 }
@@ -301,7 +302,7 @@ func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
 func (in *injector) slotDrop(ctx context.Context, hold time.Duration) error {
 	s := in.sys
 	for _, p := range s.captures {
-		p.kill()
+		p.Kill()
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -316,7 +317,7 @@ func (in *injector) slotDrop(ctx context.Context, hold time.Duration) error {
 	}
 	sleep(ctx, hold)
 	for i, p := range s.captures {
-		if serr := p.start(); serr != nil {
+		if serr := p.Start(); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		if i == 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -139,11 +140,11 @@ func (in *injector) futureHeartbeat(ctx context.Context, hold time.Duration) (st
 	target += " (" + met + "), appliers stopped " + hold.Round(time.Second).String()
 	var errs []error
 	for _, p := range in.sys.appliers {
-		errs = append(errs, p.signal(syscall.SIGSTOP))
+		errs = append(errs, p.Signal(syscall.SIGSTOP))
 	}
 	sleep(ctx, hold)
 	for _, p := range in.sys.appliers {
-		errs = append(errs, p.signal(syscall.SIGCONT))
+		errs = append(errs, p.Signal(syscall.SIGCONT))
 	}
 	return target, errors.Join(errs...)
 }
@@ -156,7 +157,7 @@ func (in *injector) malformedHeartbeat(ctx context.Context) (string, error) {
 	defer cancel()
 	pids := map[string]int{}
 	for _, p := range in.sys.captures {
-		pids[p.name] = p.pid()
+		pids[p.Name()] = p.Pid()
 	}
 	skipped0, beats0 := in.captureBeats(cctx)
 	conn, err := in.pgConn(cctx)
@@ -182,8 +183,8 @@ func (in *injector) malformedHeartbeat(ctx context.Context) (string, error) {
 	})
 	var errs []error
 	for _, p := range in.sys.captures {
-		if now := p.pid(); now != pids[p.name] {
-			errs = append(errs, fmt.Errorf("%s exited after the malformed heartbeat (pid %d, now %d)", p.name, pids[p.name], now))
+		if now := p.Pid(); now != pids[p.Name()] {
+			errs = append(errs, fmt.Errorf("%s exited after the malformed heartbeat (pid %d, now %d)", p.Name(), pids[p.Name()], now))
 		}
 	}
 	if !okay {
@@ -202,10 +203,11 @@ func (in *injector) captureBeats(ctx context.Context) (skipped, beats float64) {
 	return skipped, beats
 }
 
-func metricsURL(p *proc) string {
-	for i, a := range p.args {
-		if a == "--metrics-addr" && i+1 < len(p.args) {
-			return "http://" + p.args[i+1] + "/metrics"
+func metricsURL(p *proc.Process) string {
+	args := p.Config().Args
+	for i, a := range args {
+		if a == "--metrics-addr" && i+1 < len(args) {
+			return "http://" + args[i+1] + "/metrics"
 		}
 	}
 	return ""
@@ -261,15 +263,15 @@ func (in *injector) truncateFastClock(ctx context.Context, hold time.Duration) (
 	unlockServe := in.lock("serve")
 	served := in.intn(len(s.serves))
 	p := s.serves[served]
-	target := fmt.Sprintf("%s clock +%s", p.name, fastServeClock)
-	p.kill()
-	if err := p.start(ClockOffsetEnv + "=" + fastServeClock); err != nil {
+	target := fmt.Sprintf("%s clock +%s", p.Name(), fastServeClock)
+	p.Kill()
+	if err := p.Start(ClockOffsetEnv + "=" + fastServeClock); err != nil {
 		unlockServe()
 		return target, err
 	}
 	restore := func() error {
-		p.kill()
-		err := p.start()
+		p.Kill()
+		err := p.Start()
 		unlockServe()
 		return err
 	}

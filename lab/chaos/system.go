@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,13 +39,13 @@ type system struct {
 	redisURL string
 	rdb      redis.UniversalClient
 
-	broker  *proc // nil with external brokers
+	broker  *proc.Process // nil with external brokers
 	brokers string
 	topic   string
 	group   string
 	slot    string
 
-	captures, appliers, serves []*proc
+	captures, appliers, serves []*proc.Process
 	apiBases                   []string
 	applyMetrics, serveMetrics []string
 
@@ -212,7 +213,7 @@ func (s *system) startKafka(ctx context.Context) error {
 	s.brokers = "127.0.0.1:" + strconv.Itoa(port)
 	s.broker = s.stage("kafka", "kafka", "--data-dir", filepath.Join(s.dir, "kafka"), "--port", strconv.Itoa(port),
 		"--partitions", strconv.Itoa(partitions))
-	if err := s.broker.start(); err != nil {
+	if err := s.broker.Start(); err != nil {
 		return err
 	}
 	return waitTCP(ctx, s.brokers, 30*time.Second)
@@ -237,8 +238,8 @@ func waitTCP(ctx context.Context, a string, within time.Duration) error {
 	}
 }
 
-func (s *system) stage(name string, args ...string) *proc {
-	return &proc{name: name, bin: s.cfg.Binary, args: args, env: s.cfg.StageEnv, logf: filepath.Join(s.dir, name+".log")}
+func (s *system) stage(name string, args ...string) *proc.Process {
+	return proc.New(proc.Config{Name: name, Bin: s.cfg.Binary, Args: args, Env: s.cfg.StageEnv, Log: filepath.Join(s.dir, name+".log"), Group: true})
 }
 
 func (s *system) startStages(ctx context.Context) error {
@@ -282,11 +283,11 @@ func (s *system) startStages(ctx context.Context) error {
 	}
 	// The first capture starts alone so it creates the slot and becomes the
 	// active one; the second waits as the passive standby.
-	if err := s.captures[0].start(); err != nil {
+	if err := s.captures[0].Start(); err != nil {
 		return err
 	}
 	for _, p := range append(append(s.captures[1:], s.appliers...), s.serves...) {
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return err
 		}
 	}
@@ -360,23 +361,23 @@ func (s *system) watermarkAge(ctx context.Context) (time.Duration, error) {
 }
 
 // stages is every stage process.
-func (s *system) stages() []*proc {
-	return append(append(append([]*proc(nil), s.captures...), s.appliers...), s.serves...)
+func (s *system) stages() []*proc.Process {
+	return append(append(append([]*proc.Process(nil), s.captures...), s.appliers...), s.serves...)
 }
 
 // close stops everything in pipeline order and the servers last.
 func (s *system) close() {
 	for _, p := range s.serves {
-		p.stop(stageGrace)
+		p.Stop(stageGrace)
 	}
 	for _, p := range s.captures {
-		p.stop(stageGrace)
+		p.Stop(stageGrace)
 	}
 	for _, p := range s.appliers {
-		p.stop(stageGrace)
+		p.Stop(stageGrace)
 	}
 	if s.broker != nil {
-		s.broker.stop(stageGrace)
+		s.broker.Stop(stageGrace)
 	}
 	if s.rdb != nil {
 		s.rdb.Close()

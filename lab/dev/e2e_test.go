@@ -23,100 +23,45 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/inspect"
+	labproc "tidemark/lab/proc"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 	"tidemark/status"
 )
 
-// proc is one real `tidemark` process of the pipeline, killable with -9.
+// proc is one real `tidemark` process of the pipeline, a lab/proc process
+// of the test binary, killable with -9; a failed start fails the test.
 type proc struct {
 	t    *testing.T
 	name string
 	args []string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	log  *lockedBuffer
+
+	once sync.Once
+	p    *labproc.Process
 }
 
-// lockedBuffer is the process's output: written by exec's copier while a
-// failing test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (p *proc) process() *labproc.Process {
+	p.once.Do(func() {
+		p.p = labproc.New(labproc.Config{Name: p.name, Bin: testenv.Binary(p.t), Args: p.args})
+	})
+	return p.p
 }
 
 func (p *proc) start() {
 	p.t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cmd := exec.Command(testenv.Binary(p.t), p.args...)
-	p.log = &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start %s: %v", p.name, err)
+	if err := p.process().Start(); err != nil {
+		p.t.Fatal(err)
 	}
-	p.cmd = cmd
 }
 
-func (p *proc) kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return
-	}
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
-	p.cmd = nil
-}
+func (p *proc) kill() { p.process().Kill() }
 
 // signal sends sig to the running process (SIGSTOP pauses it).
-func (p *proc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		p.cmd.Process.Signal(sig)
-	}
-}
+func (p *proc) signal(sig syscall.Signal) { _ = p.process().Signal(sig) }
 
-func (p *proc) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
-	p.cmd = nil
-}
+func (p *proc) stop() { p.process().Stop(30 * time.Second) }
 
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.log == nil {
-		return ""
-	}
-	return p.log.String()
-}
+func (p *proc) output() string { return p.process().Output() }
 
 type e2e struct {
 	t        *testing.T

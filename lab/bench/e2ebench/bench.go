@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -242,10 +243,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	pids := map[string]int{ProcCapture: st.capture.pid(), ProcApply: st.apply.pid(), ProcWalsender: walsender,
+	pids := map[string]int{ProcCapture: st.capture.Pid(), ProcApply: st.apply.Pid(), ProcWalsender: walsender,
 		ProcRedis: rs.Pid(), ProcHarness: os.Getpid()}
 	if st.broker != nil {
-		pids[ProcBroker] = st.broker.pid()
+		pids[ProcBroker] = st.broker.Pid()
 	}
 	r := runner{cfg: cfg, pool: pool, cache: cc, obs: obs, st: st, pids: pids, log: log, pgbench: pgbench, dsn: dsn}
 
@@ -290,14 +291,14 @@ func slotPID(ctx context.Context, pool *pgxpool.Pool, slot string, within time.D
 type stages struct {
 	brokers                []string
 	topic, group, slot     string
-	broker, capture, apply *proc
+	broker, capture, apply *proc.Process
 }
 
 func (s *stages) stop() {
 	// Upstream last, so each stage can flush into the next on its way out.
-	for _, p := range []*proc{s.apply, s.capture, s.broker} {
+	for _, p := range []*proc.Process{s.apply, s.capture, s.broker} {
 		if p != nil {
-			p.stop()
+			p.Stop(stopGrace)
 		}
 	}
 }
@@ -354,20 +355,20 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 		if !tds.Has(st.topic) {
 			return errors.New("no topic yet")
 		}
-		return st.apply.exited()
+		return st.apply.ExitErr()
 	})
 	return st, err
 }
 
 // waitFor polls cond until it holds, p exits, or within passes.
-func waitFor(within time.Duration, what string, p *proc, cond func() error) error {
+func waitFor(within time.Duration, what string, p *proc.Process, cond func() error) error {
 	deadline := time.Now().Add(within)
 	for {
 		err := cond()
 		if err == nil {
 			return nil
 		}
-		if e := p.exited(); e != nil {
+		if e := p.ExitErr(); e != nil {
 			return e
 		}
 		if time.Now().After(deadline) {
@@ -461,9 +462,9 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 		if err != nil {
 			return p, err
 		}
-		for _, pr := range []*proc{r.st.capture, r.st.apply, r.st.broker} {
+		for _, pr := range []*proc.Process{r.st.capture, r.st.apply, r.st.broker} {
 			if pr != nil {
-				if err := pr.exited(); err != nil {
+				if err := pr.ExitErr(); err != nil {
 					return p, err
 				}
 			}

@@ -4,25 +4,16 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+	"tidemark/lab/proc"
 	"time"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat: 100 on
 // every Linux architecture Go supports.
 const clockTicks = 100
-
-// proc is one stage process of the tidemark binary.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
 
 // ProfileEnv and TraceEnv, set for a stage, make the tidemark process write
 // its CPU profile and its execution trace to the files they name
@@ -35,66 +26,25 @@ const (
 // diag says which diagnostics the stages write to the work directory.
 type diag struct{ profile, trace bool }
 
+// stopGrace is how long a stage has for a clean shutdown before it is killed.
+const stopGrace = 30 * time.Second
+
 // startProc runs bin args..., its output in <dir>/<name>.log; its CPU
 // profile goes to <dir>/<name>.pprof and its execution trace to
 // <dir>/<name>.trace when d asks.
-func startProc(dir, name string, d diag, bin string, args ...string) (*proc, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if d.profile || d.trace {
-		cmd.Env = os.Environ()
-	}
+func startProc(dir, name string, d diag, bin string, args ...string) (*proc.Process, error) {
+	var env []string
 	if d.profile {
-		cmd.Env = append(cmd.Env, ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
+		env = append(env, ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
 	}
 	if d.trace {
-		cmd.Env = append(cmd.Env, TraceEnv+"="+filepath.Join(dir, name+".trace"))
+		env = append(env, TraceEnv+"="+filepath.Join(dir, name+".trace"))
 	}
-	// Killed with the bench, never left behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("bench e2e: start %s: %w", name, err)
+	p := proc.New(proc.Config{Name: name, Bin: bin, Args: args, Env: env, Log: filepath.Join(dir, name+".log")})
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("bench e2e: %w", err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); f.Close(); close(p.done) }()
 	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// exited reports an error if the process has stopped, with its log's tail.
-func (p *proc) exited() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("bench e2e: %s exited (%v):\n%s", p.name, p.cmd.ProcessState, logTail(p.log))
-	default:
-		return nil
-	}
-}
-
-// stop asks for a clean shutdown (SIGTERM) and kills after 30 s.
-func (p *proc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func logTail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // cpuTime is the user+system CPU a process has used so far.
