@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"tidemark/lab/proc"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -156,10 +157,8 @@ func (s *system) startPostgres(ctx context.Context) error {
 		return fmt.Errorf("history table: %w", err)
 	}
 	for _, t := range s.tenants {
-		if _, err := s.pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-			SELECT $1::text, format('item-%s', lpad(i::text, 5, '0')), 1,
-			       jsonb_build_object('tenant', $1::text, 'item', format('item-%s', lpad(i::text, 5, '0')), 'v', 1)
-			FROM generate_series(1, $2::int) AS i`, t, s.cfg.Items); err != nil {
+		if err := (seed.Items{Tenant: t, Prefix: "item-", Pad: 5, First: 1, Count: s.cfg.Items,
+			Display: "jsonb_build_object('tenant', t, 'item', id, 'v', 1)"}).Insert(ctx, s.pool); err != nil {
 			return fmt.Errorf("seed items: %w", err)
 		}
 		out, err := exec.CommandContext(ctx, s.cfg.Binary, "apikey", "create", "--pg", s.dsn, "--tenant", t).Output()

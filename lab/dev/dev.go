@@ -115,7 +115,7 @@ func (d *Dev) Run(ctx context.Context) error {
 	if len(res.Applied) > 0 {
 		d.log.Info("migrated", "version", res.Current)
 	}
-	keys, fresh, err := seed(ctx, ep.PG, filepath.Join(d.cfg.DataDir, "demo-api-keys"))
+	keys, fresh, err := seedDemo(ctx, ep.PG, filepath.Join(d.cfg.DataDir, "demo-api-keys"))
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func newE2E(t *testing.T, opts ...func(*e2e)) *e2e {
 		topic: testenv.Unique(t, "topic"), group: testenv.Unique(t, "group"), rdb: r.Client(t)}
 	ctx := testenv.Context(t, time.Minute)
 	var err error
-	if e.keys, _, err = seed(ctx, e.dsn, filepath.Join(t.TempDir(), "keys")); err != nil {
+	if e.keys, _, err = seedDemo(ctx, e.dsn, filepath.Join(t.TempDir(), "keys")); err != nil {
 		t.Fatal(err)
 	}
 	if e.pool, err = pgxpool.New(ctx, e.dsn); err != nil {

@@ -36,7 +36,7 @@ func startInProcess(t *testing.T) *inProcess {
 	k := testenv.StartKafka(t)
 	ep := Endpoints{PG: pg.MigratedDatabase(t), Redis: r.URL(), Brokers: k.Brokers}
 	ctx := testenv.Context(t, 2*time.Minute)
-	keys, _, err := seed(ctx, ep.PG, filepath.Join(t.TempDir(), "keys"))
+	keys, _, err := seedDemo(ctx, ep.PG, filepath.Join(t.TempDir(), "keys"))
 	if err != nil {
 		t.Fatal(err)
 	}

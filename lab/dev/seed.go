@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,22 +22,19 @@ const demoItems = 2000
 
 type apiKey struct{ tenant, key string }
 
-// seed inserts the demo catalog once and makes sure every demo tenant has a
+// seedDemo inserts the demo catalog once and makes sure every demo tenant has a
 // working API key. Keys exist in Postgres only as hashes, so the demo keeps
 // its own copy in keysFile (0600) for the load generator and the banner.
 // fresh reports keys created by this call (printed once).
-func seed(ctx context.Context, dsn, keysFile string) (keys []apiKey, fresh bool, err error) {
+func seedDemo(ctx context.Context, dsn, keysFile string) (keys []apiKey, fresh bool, err error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, false, fmt.Errorf("dev: seed: %w", err)
 	}
 	defer conn.Close(context.Background())
 	for _, t := range demoTenants {
-		_, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display, state)
-			SELECT $1::text, format('item-%s', lpad(i::text, 5, '0')), 1,
-			       jsonb_build_object('title', format('%s product %s', $1::text, i), 'price_cents', 100 + i), 'active'
-			FROM generate_series(1, $2::int) AS i
-			ON CONFLICT DO NOTHING`, t, demoItems)
+		err := seed.Items{Tenant: t, Prefix: "item-", Pad: 5, First: 1, Count: demoItems, State: "active", SkipExisting: true,
+			Display: "jsonb_build_object('title', format('%s product %s', t, n), 'price_cents', 100 + n)"}.Insert(ctx, conn)
 		if err != nil {
 			return nil, false, fmt.Errorf("dev: seed items: %w", err)
 		}

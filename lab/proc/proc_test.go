@@ -34,6 +34,7 @@ func TestStartKillRestart(t *testing.T) {
 	if err := p.Start("TAG=two"); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "second output", func() bool { return strings.Contains(p.Output(), "started two") })
 	// The process ends by itself; RestartIfExited brings it back with the
 	// environment of its latest start.
 	if err := p.Signal(syscall.SIGTERM); err != nil {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -158,13 +159,8 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	}
 	tenant := "bench" + suffix
 	log.Info("writing the WAL workload", "rows", cfg.Rows)
-	const batch = 1000
-	for done := 0; done < cfg.Rows; done += batch {
-		n := min(batch, cfg.Rows-done)
-		if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version)
-			SELECT $1, 'i' || g, 1 FROM generate_series($2::int, $3::int) g`, tenant, done, done+n-1); err != nil {
-			return res, fmt.Errorf("bench capture: workload: %w", err)
-		}
+	if err := (seed.Items{Tenant: tenant, Prefix: "i", Count: cfg.Rows, Batch: 1000}).Insert(ctx, conn); err != nil {
+		return res, fmt.Errorf("bench capture: workload: %w", err)
 	}
 	var endS string
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endS); err != nil {

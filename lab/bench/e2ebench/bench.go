@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	const warmKeys = 1000
 	log.Info("seeding rows", "per_phase", cfg.Keys)
 	for t, n := range map[string]int{"ceiling": cfg.Keys, "warmup": warmKeys, "tx": cfg.Keys, "changes": cfg.Keys} {
-		if err := seed(ctx, pool, t, n); err != nil {
+		if err := seedTenant(ctx, pool, t, n); err != nil {
 			return res, err
 		}
 	}

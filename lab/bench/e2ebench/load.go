@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,15 +14,11 @@ import (
 // itemID names row i of a phase's tenant.
 func itemID(i int) string { return fmt.Sprintf("i%07d", i) }
 
-// seed inserts keys rows (version 1) for tenant.
-func seed(ctx context.Context, pool *pgxpool.Pool, tenant string, keys int) error {
-	const batch = 50_000
-	for lo := 0; lo < keys; lo += batch {
-		hi := min(lo+batch, keys) - 1
-		if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version)
-			SELECT $1, 'i' || lpad(g::text, 7, '0'), 1 FROM generate_series($2::int, $3::int) g`, tenant, lo, hi); err != nil {
-			return fmt.Errorf("bench e2e: seed %s: %w", tenant, err)
-		}
+// seedTenant inserts keys rows (version 1) for tenant.
+func seedTenant(ctx context.Context, pool *pgxpool.Pool, tenant string, keys int) error {
+	// itemID's shape: "i" and seven digits.
+	if err := (seed.Items{Tenant: tenant, Prefix: "i", Pad: 7, Count: keys, Batch: 50_000}).Insert(ctx, pool); err != nil {
+		return fmt.Errorf("bench e2e: %w", err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -168,9 +169,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		tenant, prefix string
 		n              int
 	}{{hotTenant, "h", cfg.HotItems}, {scanTenant, "c", cfg.ColdIDs}} {
-		if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-			SELECT $1, $2 || g, 1, jsonb_build_object('text', repeat('x', $4)) FROM generate_series(0, $3 - 1) g`,
-			s.tenant, s.prefix, s.n, cfg.ValueBytes); err != nil {
+		if err := (seed.Items{Tenant: s.tenant, Prefix: s.prefix, Count: s.n,
+			Display: fmt.Sprintf("jsonb_build_object('text', repeat('x', %d))", cfg.ValueBytes)}).Insert(ctx, pool); err != nil {
 			return res, fmt.Errorf("bench scan: seed: %w", err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -254,10 +255,9 @@ func seedBench(ctx context.Context, dsn, tenant string, items int) (string, erro
 		return "", fmt.Errorf("bench serve: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT $1, 'item-' || g, 1, jsonb_build_object('name', 'Item ' || g, 'image', 'https://img.example/' || g || '.jpg',
-			'text', repeat('lorem ipsum ', 20)) FROM generate_series(0, $2 - 1) g
-		ON CONFLICT (tenant_id, item_id) DO NOTHING`, tenant, items); err != nil {
+	if err := (seed.Items{Tenant: tenant, Prefix: "item-", Count: items, SkipExisting: true,
+		Display: "jsonb_build_object('name', 'Item ' || n, 'image', 'https://img.example/' || n || '.jpg', 'text', repeat('lorem ipsum ', 20))",
+	}).Insert(ctx, conn); err != nil {
 		return "", fmt.Errorf("bench serve: seed items: %w", err)
 	}
 	return api.CreateAPIKey(ctx, conn, tenant)

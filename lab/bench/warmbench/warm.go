@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,9 +134,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	}
 	defer srv.Stop()
 	pool := srv.Pool
-	if _, err := pool.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT 'bench', 'i' || g, 1, jsonb_build_object('name', 'Item ' || g, 'text', repeat('lorem ipsum ', 20))
-		FROM generate_series(0, $1 - 1) g`, cfg.Items); err != nil {
+	if err := (seed.Items{Tenant: "bench", Prefix: "i", Count: cfg.Items,
+		Display: "jsonb_build_object('name', 'Item ' || n, 'text', repeat('lorem ipsum ', 20))"}).Insert(ctx, pool); err != nil {
 		return res, fmt.Errorf("bench warm: seed: %w", err)
 	}
 	key, err := api.CreateAPIKey(ctx, pool, "bench")
