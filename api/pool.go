@@ -15,7 +15,7 @@ import (
 // the DSN sets pool_max_conns): the in-flight caps of source reads (shared,
 // and read-your-writes) plus headroom for writes and key lookups, so a read
 // burst never starves writes of connections. Every session also gets
-// statement_timeout = --source-timeout as a server-side backstop. A server
+// statement_timeout = Config.SourceTimeout as a server-side backstop. A server
 // in recovery is refused at start and on every new connection
 // (pgprimary.ErrStandby).
 func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error) {

@@ -98,7 +98,7 @@ type RetentionGap struct {
 
 // Replay re-applies a range of the topic outside the consumer group. It is
 // idempotent (invalidations only raise floors) and does not write partition
-// watermarks: records before --since were not re-applied, so the live
+// watermarks: records before the range were not re-applied, so the live
 // applier's watermarks stay the only promise.
 type Replay struct {
 	cfg   ReplayConfig

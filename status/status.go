@@ -95,7 +95,7 @@ type Partition struct {
 	Stalled *applier.Stall `json:"stalled,omitempty"`
 }
 
-// Slot is the replication slot's health (with --pg).
+// Slot is the replication slot's health (when Config.PG is set).
 type Slot struct {
 	Name      string `json:"name"`
 	Exists    bool   `json:"exists"`

@@ -98,7 +98,7 @@ func Opts(brokers []string, c Config, log *slog.Logger) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	if log != nil {
 		// kslog maps franz-go's levels onto slog's and asks the handler
-		// which are enabled, so --log-level and --log-format apply.
+		// which are enabled, so the process's log level and format apply.
 		opts = append(opts, kgo.WithLogger(kslog.New(log.With("component", "kafka-client"))))
 	}
 	tc, err := c.TLS.TLS()

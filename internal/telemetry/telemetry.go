@@ -1,5 +1,5 @@
 // Package telemetry is the observability plumbing every tidemark process
-// shares: the slog logger built from --log-format/--log-level, and the HTTP
+// shares: the slog logger built from a format and a level, and the HTTP
 // endpoint serving /metrics, /healthz and /readyz (and whatever a process
 // mounts beside them: the status page).
 package telemetry
