@@ -57,7 +57,11 @@ func New(cfg Config) *Process { return &Process{cfg: cfg} }
 func (p *Process) Name() string { return p.cfg.Name }
 
 // Config is the process's configuration.
-func (p *Process) Config() Config { return p.cfg }
+func (p *Process) Config() Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
 
 // SetArgs replaces the arguments used by the next start.
 func (p *Process) SetArgs(args ...string) {
