@@ -26,7 +26,7 @@ func TestPgbenchLoadCountsWhatItChanged(t *testing.T) {
 	}
 	defer pool.Close()
 	const keys, rows = 1000, 20
-	if err := seed(ctx, pool, "pgb", keys); err != nil {
+	if err := seedTenant(ctx, pool, "pgb", keys); err != nil {
 		t.Fatal(err)
 	}
 	l := &load{pool: pool, tenant: "pgb", keys: keys, rows: rows, txRate: 20, workers: 2, every: 10, pgbench: bin, dsn: dsn}
