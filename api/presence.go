@@ -8,17 +8,24 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"tidemark/rollout"
 )
 
-// presence registers this serve process in Redis and counts the live ones,
-// so that while Redis cannot be asked for the shared budget each process
-// allows only its share of a class's rate (rate / live processes), never the
-// whole rate. The last known count is kept while Redis is down.
+// presence registers this serve process in Redis and counts the live ones
+// of its source pool, so that while Redis cannot be asked for the shared
+// budget each process allows only its share of a class's rate (rate / live
+// processes), never the whole rate. The last known count is kept while
+// Redis is down. It also stamps the namespace the process fills in the
+// pool's namespace hash, every beat and as it leaves, which `tidemark
+// status` reads to show a namespace upgrade's old namespace draining.
 type presence struct {
 	rdb    redis.Scripter
 	script *redis.Script
 	key    string
-	id     string
+	pool   string
+	ns     string
+	id     string // "<namespace>/<random>"
 	ttl    time.Duration
 	every  time.Duration
 	n      atomic.Int64
@@ -40,11 +47,11 @@ const (
 	presenceTTL   = 5 * time.Second
 )
 
-func newPresence(namespace string, rdb redis.Scripter) *presence {
+func newPresence(pool, namespace string, rdb redis.Scripter) *presence {
 	var b [8]byte
 	rand.Read(b[:])
-	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), key: namespace + ":v1:_serve",
-		id: hex.EncodeToString(b[:]), ttl: presenceTTL, every: presenceEvery}
+	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), key: rollout.ServeKey(pool), pool: pool, ns: namespace,
+		id: rollout.ServeMember(namespace, hex.EncodeToString(b[:])), ttl: presenceTTL, every: presenceEvery}
 	p.n.Store(1)
 	return p
 }
@@ -71,7 +78,7 @@ func (p *presence) beat(ctx context.Context) error {
 	}
 	p.n.Store(n)
 	p.joined.CompareAndSwap(0, time.Now().UnixNano())
-	return nil
+	return rollout.StampNamespace(ctx, p.rdb, p.pool, p.ns)
 }
 
 // run beats every second until ctx ends, then leaves the set.
@@ -86,6 +93,8 @@ func (p *presence) run(ctx context.Context) {
 			if z, ok := p.rdb.(redis.Cmdable); ok {
 				z.ZRem(lctx, p.key, p.id)
 			}
+			// The last stamp: nothing is filled from here on.
+			rollout.StampNamespace(lctx, p.rdb, p.pool, p.ns)
 			cancel()
 			return
 		case <-t.C:

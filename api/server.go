@@ -133,7 +133,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("api: metrics: %w", err)
 	}
 	clock := deps.Clock
-	procs := newPresence(cfg.sourcePool(), deps.Redis) // the budget's fallback share counts every process of the pool
+	procs := newPresence(cfg.sourcePool(), cfg.Namespace, deps.Redis) // the budget's fallback share counts every process of the pool
 	s := &Server{
 		cfg:          cfg,
 		pool:         deps.Pool,

@@ -281,6 +281,7 @@ th{background:#f4f4f4}.stalled{color:#c62828}.k{text-align:left;color:#555;white
 <tr><td class="k">reset_at</td><td>{{if .ResetAt}}{{.ResetAt.Format "2006-01-02T15:04:05Z07:00"}}{{else}}none{{end}}</td><td></td></tr>
 {{with .Warm}}<tr><td class="k">warm-up</td><td id="warm">{{.Line}}</td><td></td></tr>{{end}}
 {{with .Audit}}<tr><td class="k">audit</td><td id="audit">{{.}}</td><td></td></tr>{{end}}
+{{if gt (len .Namespaces) 1}}{{range .Namespaces}}<tr><td class="k">namespace</td><td class="namespace">{{.}}</td><td></td></tr>{{end}}{{end}}
 {{range .Rollout}}<tr><td class="k">rollout</td><td class="rollout">{{.}}</td><td></td></tr>{{end}}
 <tr><td class="k">consumer lag</td><td>{{.TotalLag}} records</td><td></td></tr>
 <tr><td class="k">DLQ depth</td><td id="dlq">{{.DLQDepth}} records</td><td></td></tr>

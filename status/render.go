@@ -33,6 +33,11 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.Audit != nil {
 		fmt.Fprintf(w, "  audit: %s\n", r.Audit)
 	}
+	if len(r.Namespaces) > 1 {
+		for _, n := range r.Namespaces {
+			fmt.Fprintf(w, "  namespace %s\n", n)
+		}
+	}
 	for _, ro := range r.Rollout {
 		fmt.Fprintf(w, "  rollout %s\n", ro)
 	}

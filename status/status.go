@@ -131,6 +131,10 @@ type Report struct {
 	// Rollout is every tenant with a serving-mode setting or shadow
 	// comparisons (package rollout); empty: all follow serve's default.
 	Rollout []Rollout `json:"rollout,omitempty"`
+	// Namespaces is every cache-tier namespace the serve processes of the
+	// source pool have served within a day: more than one while a namespace
+	// upgrade is under way (the old one serving, draining or drained).
+	Namespaces []Namespace `json:"namespaces,omitempty"`
 }
 
 // Check reads everything once. An error means the state could not be read
@@ -155,6 +159,9 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 	if rep.Rollout, err = readRollout(ctx, cfg); err != nil {
 		return rep, fmt.Errorf("status: %w", err)
 	}
+	if rep.Namespaces, err = readNamespaces(ctx, cfg, now); err != nil {
+		return rep, fmt.Errorf("status: %w", err)
+	}
 	if err := readKafka(ctx, cfg, &rep, wm, now); err != nil {
 		return rep, err
 	}
@@ -173,6 +180,7 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 	rep.futureRefusals(wm)
 	rep.stalled(now)
 	rep.evictable()
+	rep.upgrade(cfg)
 	return rep, nil
 }
 
