@@ -27,6 +27,8 @@ type chaosCmd struct {
 	Items       int           `field:"chaos.Items" name:"items" env:"TIDEMARK_CHAOS_ITEMS" default:"${chaos_Items}" help:"Items per tenant."`
 	Budget      float64       `field:"chaos.SourceBudget" name:"source-budget" env:"TIDEMARK_CHAOS_SOURCE_BUDGET" default:"${chaos_SourceBudget}" help:"Foreground source reads/s given to the serve processes (background gets half, read-your-writes a quarter, inside the total of foreground and background); the cold-read burst asks for three times this."`
 	Binary      string        `field:"chaos.Binary" name:"binary" env:"TIDEMARK_CHAOS_BINARY" help:"tidemark binary to run the stages with (default: this one)."`
+	UpgradeFrom string        `field:"chaos.UpgradeFrom" name:"upgrade-from" env:"TIDEMARK_CHAOS_UPGRADE_FROM" help:"An older tidemark binary: every stage starts on it and is replaced by --binary one process at a time under the load and faults (a rolling upgrade; the verdict covers it)."`
+	UpgradeNS   string        `field:"chaos.UpgradeNamespace" name:"upgrade-namespace" env:"TIDEMARK_CHAOS_UPGRADE_NAMESPACE" help:"Move the run to this cache namespace: a second applier group, the serve processes one at a time on the same source pool, the old namespace drained (a namespace upgrade)."`
 }
 
 func (c *chaosCmd) config() chaos.Config {
@@ -36,7 +38,7 @@ func (c *chaosCmd) config() chaos.Config {
 	cfg.RateUpdates, cfg.RateReads = c.RateUpdates, c.RateReads
 	cfg.Cluster, cfg.Kafka, cfg.Keep = c.Cluster, splitList(c.Kafka), c.Keep
 	cfg.Bound, cfg.Items, cfg.SourceBudget = c.Bound, c.Items, c.Budget
-	cfg.Binary = c.Binary
+	cfg.Binary, cfg.UpgradeFrom, cfg.UpgradeNamespace = c.Binary, c.UpgradeFrom, c.UpgradeNS
 	if cfg.Binary == "" {
 		cfg.Binary, _ = os.Executable()
 	}
@@ -60,6 +62,9 @@ func (c *chaosCmd) Run(ctx context.Context, e *env) error {
 	}
 	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
 		return err
+	}
+	if !rep.Pass() && rep.Violations == 0 {
+		return &exitError{code: exitFailure, msg: "chaos: the upgrade was not carried out: " + rep.Upgrade.Error}
 	}
 	if !rep.Pass() {
 		return &exitError{code: exitFailure, msg: fmt.Sprintf("chaos: %d answers broke the freshness promise, %d seconds the source budget",

@@ -145,6 +145,12 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.Duration)
 	defer stopFaults()
 	in := newInjector(sys, ld, cfg.Seed)
+	var up *upgrader
+	if cfg.upgrading() {
+		up = newUpgrader(sys, in, r.log, start)
+		defer up.close()
+		go up.run(faultCtx, cfg.Duration)
+	}
 	var (
 		fmu    sync.Mutex
 		faults []FaultRecord
@@ -171,6 +177,11 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	}
 	<-faultCtx.Done()
 	fwg.Wait()
+	if up != nil {
+		var steps []FaultRecord
+		rep.Upgrade, steps = up.wait()
+		faults = append(faults, steps...)
+	}
 	stopLoad()
 	<-loadDone
 	end := time.Now()

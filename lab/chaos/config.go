@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,13 @@ type Config struct {
 	// StageEnv is added to every stage's environment (tests use it for
 	// test-only switches).
 	StageEnv []string
+	// UpgradeFrom is an older tidemark binary: every stage starts on it and
+	// is replaced by Binary one process at a time during the run (a rolling
+	// upgrade, upgrade.go).
+	UpgradeFrom string
+	// UpgradeNamespace moves the run from the default cache namespace to
+	// this one during the run (a namespace upgrade on one source pool).
+	UpgradeNamespace string
 }
 
 // DefaultConfig is `tidemark chaos` with no flags.
@@ -136,6 +144,17 @@ func (c Config) Validate() error {
 	}
 	if c.Binary == "" {
 		p.Add("Binary", "the tidemark binary to run the stages is not set")
+	}
+	if c.UpgradeFrom != "" && c.UpgradeNamespace != "" {
+		p.Add("UpgradeFrom", "a run does either a rolling upgrade or a namespace upgrade, not both")
+	}
+	if c.UpgradeFrom != "" {
+		if st, err := os.Stat(c.UpgradeFrom); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			p.Add("UpgradeFrom", "%q is not an executable file", c.UpgradeFrom)
+		}
+	}
+	if c.UpgradeNamespace == promise.Namespace || strings.ContainsAny(c.UpgradeNamespace, "{}: ") {
+		p.Add("UpgradeNamespace", "must differ from %q and hold no '{', '}', ':' or space (got %q)", promise.Namespace, c.UpgradeNamespace)
 	}
 	known := append(slices.Clone(AllFaults), "all", "none")
 	for _, f := range c.Faults {

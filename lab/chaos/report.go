@@ -62,6 +62,7 @@ type Report struct {
 	Faults   []FaultRecord           `json:"faults"`
 	Recovery map[string]RecoveryStat `json:"recovery_by_kind"`
 	Restarts map[string]int          `json:"unplanned_restarts,omitempty"` // stages that exited by themselves
+	Upgrade  *UpgradeReport          `json:"upgrade,omitempty"`            // a rolling or namespace upgrade (upgrade.go)
 	Logs     string                  `json:"logs,omitempty"`
 }
 
@@ -81,8 +82,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// Pass is the verdict: no answer broke the promise.
-func (r *Report) Pass() bool { return r.Violations == 0 }
+// Pass is the verdict: no answer broke the promise (and an upgrade the run
+// was asked for was carried out).
+func (r *Report) Pass() bool { return r.Violations == 0 && (r.Upgrade == nil || r.Upgrade.Done()) }
 
 // WriteJSON writes the report as one JSON document.
 func (r *Report) WriteJSON(w io.Writer) error {
@@ -129,6 +131,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "; per class peaks/s: %s; the serve processes counted a peak of %.0f/s\n", sharesText(r.SourceClassPeaks), r.APISourceReadsPeak)
 	fmt.Fprintf(&b, "commit->apply outside faults: p50 %s, p99 %s\n", time.Duration(r.CommitToApplyP50).Round(time.Millisecond), time.Duration(r.CommitToApplyP99).Round(time.Millisecond))
+	r.Upgrade.writeText(&b)
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(&b, "unplanned restarts (stage exited by itself): %v\n", r.Restarts)
 	}

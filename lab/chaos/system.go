@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"tidemark/lab/proc"
 	"tidemark/lab/seed"
 	"time"
@@ -52,6 +53,8 @@ type system struct {
 
 	tenants []string
 	keys    map[string]string // tenant -> API key
+
+	observedNS atomic.Pointer[string] // set by a namespace upgrade (upgrade.go)
 }
 
 const (
@@ -138,7 +141,7 @@ func (s *system) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.dsn = pg.DSN(chaosDB)
-	if out, err := exec.CommandContext(ctx, s.cfg.Binary, "migrate", "--pg", s.dsn).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), "migrate", "--pg", s.dsn).CombinedOutput(); err != nil {
 		return fmt.Errorf("tidemark migrate: %v\n%s", err, out)
 	}
 	pcfg, err := pgxpool.ParseConfig(s.dsn)
@@ -161,7 +164,7 @@ func (s *system) startPostgres(ctx context.Context) error {
 			Display: "jsonb_build_object('tenant', t, 'item', id, 'v', 1)"}).Insert(ctx, s.pool); err != nil {
 			return fmt.Errorf("seed items: %w", err)
 		}
-		out, err := exec.CommandContext(ctx, s.cfg.Binary, "apikey", "create", "--pg", s.dsn, "--tenant", t).Output()
+		out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), "apikey", "create", "--pg", s.dsn, "--tenant", t).Output()
 		if err != nil {
 			return fmt.Errorf("tidemark apikey create: %w", err)
 		}
@@ -238,7 +241,11 @@ func waitTCP(ctx context.Context, a string, within time.Duration) error {
 }
 
 func (s *system) stage(name string, args ...string) *proc.Process {
-	return proc.New(proc.Config{Name: name, Bin: s.cfg.Binary, Args: args, Env: s.cfg.StageEnv, Log: filepath.Join(s.dir, name+".log"), Group: true})
+	bin := s.cfg.stageBinary() // the old build of a rolling upgrade (upgrade.go); the embedded broker is the harness's
+	if name == "kafka" {
+		bin = s.cfg.Binary
+	}
+	return proc.New(proc.Config{Name: name, Bin: bin, Args: args, Env: s.cfg.StageEnv, Log: filepath.Join(s.dir, name+".log"), Group: true})
 }
 
 func (s *system) startStages(ctx context.Context) error {
@@ -336,9 +343,13 @@ var errNoWatermark = errors.New("watermark not known yet")
 // watermarkAge reads the freshness watermark the appliers publish (the
 // oldest partition's) straight from the cache tier.
 func (s *system) watermarkAge(ctx context.Context) (time.Duration, error) {
+	return s.watermarkAgeOf(ctx, s.watermarkNS())
+}
+
+func (s *system) watermarkAgeOf(ctx context.Context, ns string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	h, err := s.rdb.HGetAll(ctx, schema.WatermarkKey(namespace)).Result()
+	h, err := s.rdb.HGetAll(ctx, schema.WatermarkKey(ns)).Result()
 	if err != nil {
 		return 0, err
 	}
