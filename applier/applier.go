@@ -187,7 +187,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		return fmt.Errorf("applier: %w", err)
 	}
 
 	var wg sync.WaitGroup
@@ -230,19 +230,24 @@ func (a *Applier) ensureDLQ(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("applier: create %s: %w", a.cfg.dlqTopic(), err)
+			return fmt.Errorf("create %s: %w", a.cfg.dlqTopic(), err)
 		}
 		return nil
 	})
 }
 
-// produceDLQ writes a dead letter, retrying until Kafka takes it: the
-// partition's offset moves past the record only after that.
+// produceDLQ writes a dead letter, retrying until Kafka takes it (or
+// denies it: a missing ACL stops the applier): the partition's offset
+// moves past the record only after that.
 func (a *Applier) produceDLQ(ctx context.Context, rec *kgo.Record, cause error) error {
 	dl := dlqRecord(a.cfg.dlqTopic(), rec, cause)
-	return retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "produce dead letter", func(ctx context.Context) error {
+	err := retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "produce dead letter to "+a.cfg.dlqTopic(), func(ctx context.Context) error {
 		return a.cl.ProduceSync(ctx, dl).FirstErr()
 	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	return err
 }
 
 // pollLoop fetches and hands records to the partition workers. Rebalances

@@ -181,10 +181,11 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 }
 
 // committedOffsets reads the group's committed offsets on the topic
-// (retrying; empty only when ctx ends).
+// (retrying; empty only when ctx ends, or when Kafka denies the read and
+// the stage stops).
 func (a *Applier) committedOffsets(ctx context.Context) map[int32]int64 {
 	out := map[int32]int64{}
-	_ = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "fetch committed offsets", func(ctx context.Context) error {
+	err := retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "fetch committed offsets", func(ctx context.Context) error {
 		resp, err := a.adm.FetchOffsets(ctx, a.cfg.Group)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			return nil // a new group: nothing committed
@@ -199,6 +200,9 @@ func (a *Applier) committedOffsets(ctx context.Context) map[int32]int64 {
 		})
 		return nil
 	})
+	if err != nil && ctx.Err() == nil {
+		a.fail(err)
+	}
 	return out
 }
 

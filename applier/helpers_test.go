@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/cache"
+	"tidemark/internal/kafkaconn"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
@@ -36,6 +37,11 @@ type rig struct {
 	prod       *kgo.Client // key partitioner, like the relay
 	manual     *kgo.Client // markers to a chosen partition
 	adm        *kadm.Client
+	// On the real cluster the applier and replay reach Kafka over SASL_SSL
+	// as users holding only their role's ACLs (the README's table); on
+	// kfake over plaintext.
+	brokers                 []string
+	applyKafka, replayKafka kafkaconn.Config
 }
 
 func newRig(t *testing.T, partitions int32) *rig {
@@ -60,15 +66,31 @@ func newRig(t *testing.T, partitions int32) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(manual.Close)
-	return &rig{t: t, kafka: k, redis: rs, rdb: rdb, cache: cc, topic: topic, partitions: partitions,
-		prod: prod, manual: manual, adm: kadm.NewClient(prod)}
+	r := &rig{t: t, kafka: k, redis: rs, rdb: rdb, cache: cc, topic: topic, partitions: partitions,
+		prod: prod, manual: manual, adm: kadm.NewClient(prod), brokers: k.Brokers}
+	if k.Real != nil {
+		k.CreateTopic(t, topic+".dlq", 1, nil) // the role holds no Create
+		r.brokers = k.SASL
+		r.applyKafka = k.RoleUser(t, testenv.RoleApply, topic, r.group())
+		r.replayKafka = k.RoleUser(t, testenv.RoleReplay, topic, "")
+	}
+	return r
+}
+
+func (r *rig) group() string { return "g_" + r.topic }
+
+// replayConfig is a replay of the rig's topic from since.
+func (r *rig) replayConfig(since time.Time) ReplayConfig {
+	cfg := DefaultReplayConfig()
+	cfg.Brokers, cfg.Kafka, cfg.Topic, cfg.Since = r.brokers, r.replayKafka, r.topic, since
+	return cfg
 }
 
 func (r *rig) config() Config {
 	cfg := DefaultConfig()
-	cfg.Brokers = r.kafka.Brokers
+	cfg.Brokers, cfg.Kafka = r.brokers, r.applyKafka
 	cfg.Topic = r.topic
-	cfg.Group = "g_" + r.topic
+	cfg.Group = r.group()
 	cfg.SessionTimeout = time.Second
 	cfg.CommitInterval = 100 * time.Millisecond
 	cfg.IdentityInterval = 100 * time.Millisecond

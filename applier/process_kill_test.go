@@ -21,9 +21,10 @@ import (
 // revoke, no commit, no leave.
 func (r *rig) startBinary(group string, extra ...string) *proc.Process {
 	r.t.Helper()
-	p := proc.New(proc.Config{Name: "apply", Bin: testenv.Binary(r.t), Args: append([]string{"apply", "--kafka", r.kafka.BrokerList(),
-		"--redis", r.redis.URL(), "--topic", r.topic, "--group", group, "--session-timeout", "1s", "--commit-interval", "100ms",
-		"--metrics-addr=", "--log-level", "debug"}, extra...)})
+	args := append([]string{"apply"}, testenv.KafkaArgs(r.brokers, r.applyKafka)...)
+	args = append(args, "--redis", r.redis.URL(), "--topic", r.topic, "--group", group, "--session-timeout", "1s", "--commit-interval", "100ms",
+		"--metrics-addr=", "--log-level", "debug")
+	p := proc.New(proc.Config{Name: "apply", Bin: testenv.Binary(r.t), Args: append(args, extra...)})
 	if err := p.Start(); err != nil {
 		r.t.Fatal(err)
 	}

@@ -89,8 +89,7 @@ func TestRealReplayAfterRetention(t *testing.T) {
 	})
 	final := r.produceChanges("kept", 100, 20)
 
-	cfg := DefaultReplayConfig()
-	cfg.Brokers, cfg.Topic, cfg.Since = r.kafka.Brokers, r.topic, old.Add(-time.Minute)
+	cfg := r.replayConfig(old.Add(-time.Minute))
 	rp, err := NewReplay(cfg, Deps{Cache: r.cache, Log: testenv.Logger(t), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

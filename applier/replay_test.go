@@ -25,8 +25,7 @@ func TestReplayRestoresFloorsAfterFlushall(t *testing.T) {
 		t.Fatal(err)
 	}
 	replay := func() ReplaySummary {
-		cfg := DefaultReplayConfig()
-		cfg.Brokers, cfg.Topic, cfg.Since = r.kafka.Brokers, r.topic, since
+		cfg := r.replayConfig(since)
 		rp, err := NewReplay(cfg, Deps{Cache: r.cache, Log: testenv.Logger(t), Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
@@ -64,8 +63,9 @@ func TestReplayCommand(t *testing.T) {
 	if err := r.rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(testenv.Binary(t), "replay", "--kafka", r.kafka.BrokerList(), "--redis", r.redis.URL(),
-		"--topic", r.topic, "--since", "1m", "--partitions", "0,1").CombinedOutput()
+	args := append([]string{"replay"}, testenv.KafkaArgs(r.brokers, r.replayKafka)...)
+	out, err := exec.Command(testenv.Binary(t), append(args, "--redis", r.redis.URL(),
+		"--topic", r.topic, "--since", "1m", "--partitions", "0,1")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tidemark replay: %v\n%s", err, out)
 	}

@@ -3,12 +3,16 @@ package applier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"tidemark/cache"
 )
 
 // backoff is capped exponential backoff with full jitter.
@@ -53,6 +57,14 @@ func retryNotify(ctx context.Context, b backoff, log *slog.Logger, what string, 
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if kafkaDenied(err) {
+			// A missing ACL does not grant itself: stop with it, loudly,
+			// rather than hold every partition in silence.
+			return fmt.Errorf("%s: %w (the Kafka user lacks an ACL: see the README's table of ACLs per role)", what, err)
+		}
+		if cache.IsNoPerm(err) {
+			return fmt.Errorf("%s: %w (the Redis user lacks a rule of the README's Redis ACL line)", what, err)
+		}
 		if hook != nil {
 			hook(what, err)
 		}
@@ -67,6 +79,12 @@ func retryNotify(ctx context.Context, b backoff, log *slog.Logger, what string, 
 		case <-t.C:
 		}
 	}
+}
+
+// kafkaDenied says Kafka refused the request for want of an ACL.
+func kafkaDenied(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
 // errClass is what an error means for the record being applied.

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -314,4 +315,11 @@ func DefaultRedisConfig() RedisConfig { return RedisConfig{Mode: ModeAuto} }
 // managed services that rename CONFIG still answer INFO).
 func ACLRules(ns string) string {
 	return "resetkeys ~" + ns + ":v1:* ~{" + ns + ":v1:* resetchannels +@all -@dangerous +info"
+}
+
+// IsNoPerm says Redis refused a command or key to the ACL user (NOPERM): a
+// rule of ACLRules is missing, which no retry fixes.
+func IsNoPerm(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"tidemark/lab/testenv"
 )
 
@@ -23,7 +21,7 @@ func TestRealCheckTopicReplication(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	topic := testenv.Unique(t, "t")
 	p := checkProducer(t, k, topic)
-	if _, err := kadm.NewClient(p.Client()).CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+	if _, err := k.Admin(t).CreateTopic(ctx, 3, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -9,6 +9,7 @@ package wiring
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -89,11 +90,15 @@ func (t *Tier) Add(g Group) {
 // CheckEvictionPolicy refuses an allkeys-* maxmemory-policy (it may evict the
 // watermark hash; cache.Config.AllowAllKeysEviction overrides). A tier that
 // cannot be asked now is logged and let through: serve's reads fall back to
-// the source, and the applier checks again when it starts.
+// the source, and the applier checks again when it starts. A Redis user
+// refused INFO (NOPERM) is refused: that does not mend itself.
 func (t *Tier) CheckEvictionPolicy(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := t.Cache.CheckEvictionPolicy(pctx)
+	if cache.IsNoPerm(err) {
+		return fmt.Errorf("%w (the Redis user lacks a rule of the README's Redis ACL line)", err)
+	}
 	if err != nil && !errors.Is(err, cache.ErrEvictionPolicy) {
 		t.log.Warn("cannot read the cache tier's maxmemory-policy; starting anyway", "err", err)
 		return nil

@@ -35,6 +35,14 @@ type KafkaConfig struct {
 	Port int
 	// Conf overrides or adds broker settings (server.properties) on every node.
 	Conf map[string]string
+	// SASL, when set, adds a SASL_SSL listener on every node (SASLAddr):
+	// TLS with these certificates (clients must present one signed by the
+	// CA), SCRAM-SHA-512 users made with AddSCRAMUser, and OAUTHBEARER with
+	// Kafka's unsecured (unsigned) JWT validator, its principal the token's
+	// sub. ACLs are enforced (StandardAuthorizer, nothing allowed without an
+	// ACL); the only super user is the PLAINTEXT listener's ANONYMOUS
+	// principal: the brokers, the controllers and the harness itself.
+	SASL *Certs
 }
 
 // Kafka is a private Apache Kafka KRaft cluster: every node is both broker
@@ -49,6 +57,7 @@ type KafkaNode struct {
 	ID             int32
 	Addr           string // broker listener, 127.0.0.1:<port>
 	ControllerAddr string // KRaft controller listener
+	SASLAddr       string // SASL_SSL broker listener (KafkaConfig.SASL)
 
 	dir      string
 	javaPath string
@@ -98,7 +107,7 @@ func NewKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 	// probe and the JVM's bind is started again from scratch on new ports;
 	// a cluster restarting on its data keeps its recorded ports.
 	for attempt := 1; ; attempt++ {
-		fresh, err := k.assignPorts(cfg.Port)
+		fresh, err := k.assignPorts(cfg.Port, cfg.SASL != nil)
 		if err != nil {
 			return nil, err
 		}
@@ -128,6 +137,11 @@ func (k *Kafka) start(ctx context.Context, cfg KafkaConfig) error {
 		return err
 	}
 	for _, n := range k.Nodes {
+		if cfg.SASL != nil {
+			if err := writeKeystore(filepath.Join(n.dir, "keystore.pem"), *cfg.SASL); err != nil {
+				return err
+			}
+		}
 		if err := n.writeConfig(k.props(n, cfg)); err != nil {
 			return err
 		}
@@ -162,33 +176,40 @@ func (k *Kafka) start(ctx context.Context, cfg KafkaConfig) error {
 // assignPorts reuses the ports recorded in existing node directories (the
 // quorum and advertised addresses must not change on restart), else picks
 // free ones. fresh says every port was newly picked.
-func (k *Kafka) assignPorts(fixed int) (fresh bool, err error) {
+func (k *Kafka) assignPorts(fixed int, sasl bool) (fresh bool, err error) {
 	fresh = fixed == 0
+	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 	for i, n := range k.Nodes {
 		if fixed != 0 {
-			n.Addr = "127.0.0.1:" + strconv.Itoa(fixed+i)
-			n.ControllerAddr = "127.0.0.1:" + strconv.Itoa(fixed+len(k.Nodes)+i)
+			n.Addr, n.ControllerAddr = addr(fixed+i), addr(fixed+len(k.Nodes)+i)
+			if sasl {
+				n.SASLAddr = addr(fixed + 2*len(k.Nodes) + i)
+			}
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(n.dir, "ports"))
 		if err == nil {
-			var bp, cp int
-			if _, err := fmt.Sscanf(string(b), "%d %d", &bp, &cp); err == nil {
-				n.Addr, n.ControllerAddr = "127.0.0.1:"+strconv.Itoa(bp), "127.0.0.1:"+strconv.Itoa(cp)
+			var bp, cp, sp int
+			if c, _ := fmt.Sscanf(string(b), "%d %d %d", &bp, &cp, &sp); c >= 2 && (!sasl || c == 3) {
+				n.Addr, n.ControllerAddr = addr(bp), addr(cp)
+				if sasl {
+					n.SASLAddr = addr(sp)
+				}
 				fresh = false
 				continue
 			}
 		}
-		bp, err := FreePort()
-		if err != nil {
-			return false, err
+		var ports [3]int
+		for j := range ports {
+			if ports[j], err = FreePort(); err != nil {
+				return false, err
+			}
 		}
-		cp, err := FreePort()
-		if err != nil {
-			return false, err
+		n.Addr, n.ControllerAddr = addr(ports[0]), addr(ports[1])
+		if sasl {
+			n.SASLAddr = addr(ports[2])
 		}
-		n.Addr, n.ControllerAddr = "127.0.0.1:"+strconv.Itoa(bp), "127.0.0.1:"+strconv.Itoa(cp)
-		if err := os.WriteFile(filepath.Join(n.dir, "ports"), fmt.Appendf(nil, "%d %d\n", bp, cp), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(n.dir, "ports"), fmt.Appendf(nil, "%d %d %d\n", ports[0], ports[1], ports[2]), 0o644); err != nil {
 			return false, err
 		}
 	}
@@ -267,8 +288,44 @@ func (k *Kafka) props(n *KafkaNode, cfg KafkaConfig) map[string]string {
 		"replica.lag.time.max.ms":                          "5000",
 		"unclean.leader.election.enable":                   "false",
 	}
+	if c := cfg.SASL; c != nil {
+		const l = "listener.name.sasl_ssl."
+		p["listeners"] += ",SASL_SSL://" + n.SASLAddr
+		p["advertised.listeners"] += ",SASL_SSL://" + n.SASLAddr
+		p["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+		maps.Copy(p, map[string]string{
+			l + "sasl.enabled.mechanisms":        "SCRAM-SHA-512,OAUTHBEARER",
+			l + "scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+			l + "oauthbearer.sasl.jaas.config":   "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+			l + "ssl.keystore.type":              "PEM",
+			l + "ssl.keystore.location":          filepath.Join(n.dir, "keystore.pem"),
+			l + "ssl.truststore.type":            "PEM",
+			l + "ssl.truststore.location":        c.CA,
+			l + "ssl.client.auth":                "required",
+			"authorizer.class.name":              "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+			"allow.everyone.if.no.acl.found":     "false",
+			"super.users":                        "User:ANONYMOUS",
+			// A SASL session lasts at most an hour, an OAUTHBEARER one
+			// until its token expires: the client authenticates again.
+			"connections.max.reauth.ms": "3600000",
+		})
+	}
 	maps.Copy(p, cfg.Conf)
 	return p
+}
+
+// writeKeystore puts the server key and certificate in one PEM file, as
+// Kafka's PEM keystore takes them.
+func writeKeystore(path string, c Certs) error {
+	key, err := os.ReadFile(c.ServerKey)
+	if err != nil {
+		return fmt.Errorf("localserver: kafka keystore: %w", err)
+	}
+	cert, err := os.ReadFile(c.ServerCert)
+	if err != nil {
+		return fmt.Errorf("localserver: kafka keystore: %w", err)
+	}
+	return os.WriteFile(path, append(key, cert...), 0o600)
 }
 
 func (n *KafkaNode) writeConfig(props map[string]string) error {
@@ -551,4 +608,34 @@ func (k *Kafka) Remove() {
 	if len(k.Nodes) > 0 {
 		os.RemoveAll(filepath.Dir(k.Nodes[0].dir))
 	}
+}
+
+// SASLBrokers is every node's SASL_SSL address (KafkaConfig.SASL).
+func (k *Kafka) SASLBrokers() []string {
+	var a []string
+	for _, n := range k.Nodes {
+		if n.SASLAddr != "" {
+			a = append(a, n.SASLAddr)
+		}
+	}
+	return a
+}
+
+// AddSCRAMUser makes (or resets) a SCRAM-SHA-512 user of the SASL_SSL
+// listener. It has no rights until ACLs grant them.
+func (k *Kafka) AddSCRAMUser(ctx context.Context, user, password string) error {
+	cl, err := k.Client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	res, err := kadm.NewClient(cl).AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{
+		User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: password}})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("localserver: add SCRAM user %s: %w", user, err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,11 @@ func RealKafka() bool { return os.Getenv(KafkaEnv) == "real" }
 type Kafka struct {
 	Cluster *kfake.Cluster
 	Real    *localserver.Kafka
-	Brokers []string
+	Brokers []string // PLAINTEXT: the harness's own listener (on the real cluster a super user)
+	// SASL are the real cluster's SASL_SSL addresses, where ACLs apply
+	// (users: KafkaUser, RoleUser); Certs made its CA and certificates.
+	SASL  []string
+	Certs localserver.Certs
 }
 
 // BrokerList is the brokers joined by commas, as --kafka takes them.
@@ -55,7 +60,7 @@ func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 		if err != nil {
 			t.Fatalf("testenv: %s=real but the Apache Kafka cluster did not start: %v", KafkaEnv, err)
 		}
-		return &Kafka{Real: k, Brokers: k.Brokers()}
+		return &Kafka{Real: k, Brokers: k.Brokers(), SASL: k.SASLBrokers(), Certs: realKafka.certs}
 	default:
 		t.Fatalf("testenv: %s=%q: want \"real\" or \"kfake\" (the default)", KafkaEnv, v)
 		return nil
@@ -81,40 +86,54 @@ func StartKfake(t testing.TB, opts ...kfake.Opt) *Kafka {
 // the test loudly when Java, Maven or the broker cannot start.
 func StartRealKafka(t testing.TB, nodes int, conf map[string]string) *Kafka {
 	t.Helper()
-	k, err := newRealKafka(nodes, conf)
+	k, _, remove, err := newRealKafka(nodes, conf, false)
 	if err != nil {
 		t.Fatalf("testenv: start Apache Kafka: %v", err)
 	}
-	t.Cleanup(k.Remove)
+	t.Cleanup(remove)
 	return &Kafka{Real: k, Brokers: k.Brokers()}
 }
 
-func newRealKafka(nodes int, conf map[string]string) (*localserver.Kafka, error) {
+// newRealKafka starts a cluster in a new temporary directory; with sasl it
+// also serves SASL_SSL with ACLs, its certificates made in that directory.
+// remove kills the cluster and deletes the directory.
+func newRealKafka(nodes int, conf map[string]string, sasl bool) (k *localserver.Kafka, certs localserver.Certs, remove func(), err error) {
 	dir, err := os.MkdirTemp("", "tidemark-kafka-")
 	if err != nil {
-		return nil, err
+		return nil, certs, nil, err
+	}
+	cfg := localserver.KafkaConfig{Dir: filepath.Join(dir, "cluster"), Nodes: nodes, Conf: conf}
+	if sasl {
+		if certs, err = localserver.MakeCerts(filepath.Join(dir, "certs")); err != nil {
+			os.RemoveAll(dir)
+			return nil, certs, nil, err
+		}
+		cfg.SASL = &certs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	k, err := localserver.NewKafka(ctx, localserver.KafkaConfig{Dir: dir, Nodes: nodes, Conf: conf})
-	if err != nil {
+	if k, err = localserver.NewKafka(ctx, cfg); err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, certs, nil, err
 	}
-	return k, nil
+	return k, certs, func() { k.Remove(); os.RemoveAll(dir) }, nil
 }
 
 var realKafka struct {
-	once sync.Once
-	k    *localserver.Kafka
-	err  error
+	once  sync.Once
+	k     *localserver.Kafka
+	certs localserver.Certs
+	err   error
 }
 
+// sharedRealKafka is the test binary's cluster: PLAINTEXT for the harness
+// and SASL_SSL with ACLs for the roles under test.
 func sharedRealKafka() (*localserver.Kafka, error) {
 	realKafka.once.Do(func() {
-		realKafka.k, realKafka.err = newRealKafka(3, nil)
+		var remove func()
+		realKafka.k, realKafka.certs, remove, realKafka.err = newRealKafka(3, nil, true)
 		if realKafka.err == nil {
-			shared.add(realKafka.k.Remove)
+			shared.add(remove)
 		}
 	})
 	return realKafka.k, realKafka.err
@@ -160,4 +179,15 @@ func (k *Kafka) CreateTopic(t testing.TB, topic string, partitions int32, config
 
 func newAdmin(brokers []string) (*kadm.Client, error) {
 	return kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+}
+
+// Admin is an admin client on the harness's listener, closed with the test.
+func (k *Kafka) Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	adm, err := newAdmin(k.Brokers)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(adm.Close)
+	return adm
 }
