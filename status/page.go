@@ -48,6 +48,12 @@ func (c PageConfig) Validate() error {
 	if c.Every > 0 && c.Window < c.Every {
 		p.Add("Every", "must be at most the plotted window %s (got %s)", c.Window, c.Every)
 	}
+	// A check without brokers is allowed (see Check), but connection
+	// settings given for brokers must be right: a process would otherwise
+	// start and its page fail every sample.
+	if len(c.Check.Brokers) > 0 {
+		p.Nested("Check.Kafka", c.Check.Kafka.Validate())
+	}
 	return p.Err()
 }
 

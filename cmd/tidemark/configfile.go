@@ -178,9 +178,9 @@ func (cf *configFile) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (a
 	return nil, nil
 }
 
-// printConfig writes the effective configuration of the selected command:
-// every flag's value and where it came from, secrets redacted.
-func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
+// flagSources says where each flag of the selected command got its value:
+// "flag --name", "env NAME", "file PATH:LINE" or "default".
+func flagSources(kctx *kong.Context, cf *configFile, fe *fileEnv) map[*kong.Flag]string {
 	fromArgs, fromFile := map[*kong.Flag]bool{}, map[*kong.Flag]bool{}
 	for _, p := range kctx.Path {
 		if p.Flag != nil {
@@ -191,12 +191,8 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "# tidemark %s: effective configuration (flag > env > file > default)\n", kctx.Command())
+	out := map[*kong.Flag]string{}
 	for _, f := range kctx.Flags() {
-		switch f.Name {
-		case "help", "config", "print-config":
-			continue
-		}
 		src := "default"
 		switch {
 		case fromArgs[f]:
@@ -204,6 +200,9 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 		case fromFile[f]:
 			if name, _, ok := fe.fileVar(f); ok {
 				src = "env " + name
+				break
+			}
+			if cf == nil {
 				break
 			}
 			for _, k := range flagKeys(f) {
@@ -220,12 +219,53 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 				}
 			}
 		}
+		out[f] = src
+	}
+	return out
+}
+
+// printConfig writes the effective configuration of the selected command:
+// every flag's value and where it came from, secrets redacted.
+func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
+	sources := flagSources(kctx, cf, fe)
+	fmt.Fprintf(w, "# tidemark %s: effective configuration (flag > env > file > default)\n", kctx.Command())
+	for _, f := range kctx.Flags() {
+		switch f.Name {
+		case "help", "config", "print-config":
+			continue
+		}
 		val := redactValue(f, f.Target)
 		if k := f.Target.Kind(); k == reflect.String || k == reflect.Slice {
 			val = yamlScalar(val)
 		}
-		fmt.Fprintf(w, "%s: %s # %s\n", f.Name, val, src)
+		fmt.Fprintf(w, "%s: %s # %s\n", f.Name, val, sources[f])
 	}
+}
+
+// secretGivenTwice refuses a secret given both as a value and as a file
+// (--x and --x-file, from any of flag, env and file): which one wins would
+// be a guess, and a rotated file would silently not be used.
+func secretGivenTwice(kctx *kong.Context, cf *configFile, fe *fileEnv) error {
+	byName := map[string]*kong.Flag{}
+	for _, f := range kctx.Flags() {
+		byName[f.Name] = f
+	}
+	sources := flagSources(kctx, cf, fe)
+	var msgs []string
+	for _, f := range kctx.Flags() {
+		file := byName[f.Name+"-file"]
+		if f.Tag.Get("secret") != "true" || file == nil || f.Target.Kind() != reflect.String {
+			continue
+		}
+		if f.Target.String() != "" && file.Target.String() != "" {
+			msgs = append(msgs, fmt.Sprintf("--%s is given twice: as a value (%s) and as a file (--%s, %s); give one of them, preferably the file",
+				f.Name, sources[f], file.Name, sources[file]))
+		}
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("%s", strings.Join(msgs, "\n"))
+	}
+	return nil
 }
 
 var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)

@@ -108,3 +108,31 @@ request-timeout: 3s
 		}
 	}
 }
+
+// A secret given both as a value and as a file, from any two sources, is
+// refused with both sources named: which one wins would be a guess.
+func TestSecretGivenTwiceIsRefused(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pw, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, "redis-password: in-the-file\n")
+	t.Setenv("TIDEMARK_KAFKA_SASL_PASSWORD", "from-env")
+	t.Setenv("TIDEMARK_REDIS_PASSWORD_FILE", pw)
+	code, _, stderr := runCLI(t, "serve", "--config", cfg, "--pg", "postgres://u@127.0.0.1:1/db", "--redis", "redis://127.0.0.1:1/0",
+		"--kafka", "127.0.0.1:1", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--kafka-sasl-password-file", pw)
+	if code != exitUsage {
+		t.Fatalf("serve with secrets given twice: exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+	for _, want := range []string{
+		"--kafka-sasl-password is given twice: as a value (env TIDEMARK_KAFKA_SASL_PASSWORD) and as a file (--kafka-sasl-password-file, flag --kafka-sasl-password-file)",
+		"--redis-password is given twice: as a value (file " + cfg + ":1) and as a file (--redis-password-file, env TIDEMARK_REDIS_PASSWORD_FILE)",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "from-env") || strings.Contains(stderr, "in-the-file") {
+		t.Errorf("the refusal shows a secret:\n%s", stderr)
+	}
+}

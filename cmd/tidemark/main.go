@@ -50,7 +50,13 @@ type cli struct {
 	Inspect     inspectCmd     `cmd:"" help:"Staleness inspector: sample cached keys and compare them with Postgres."`
 	Bench       benchCmd       `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
 	Chaos       chaosCmd       `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`
+
+	file    *configFile // the loaded --config, for where a value came from
+	fileEnv *fileEnv    // the *_FILE variables, likewise
 }
+
+// Validate runs before every command's own checks.
+func (c *cli) Validate(kctx *kong.Context) error { return secretGivenTwice(kctx, c.file, c.fileEnv) }
 
 // env is what every command gets: the logger and the process streams.
 type env struct {
@@ -78,8 +84,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		opts = append(opts, kong.Resolvers(cf))
+		c.file = cf
 	}
 	fe := &fileEnv{}
+	c.fileEnv = fe
 	opts = append(opts, kong.Resolvers(fe)) // after the config file's: a *_FILE variable wins over it
 	parser, err := kong.New(&c, append(opts,
 		kong.Name("tidemark"),
