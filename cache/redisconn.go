@@ -80,7 +80,7 @@ type redisURL struct {
 	hasPassword        bool
 	db                 int
 	master             string         // redis+sentinel
-	opts               *redis.Options // go-redis's own parse of a one-address redis:// URL (query options)
+	opts               *redis.Options // go-redis's own parse of a redis:// URL (its first address; query options)
 }
 
 func parseRedisURL(s string) (*redisURL, error) {
@@ -117,10 +117,16 @@ func parseRedisURL(s string) (*redisURL, error) {
 				return nil, fmt.Errorf("redis URL %q: db %q is not a number", redact(s), path[0])
 			}
 		}
-		if len(r.addrs) == 1 {
-			if r.opts, err = redis.ParseURL(s); err != nil {
-				return nil, fmt.Errorf("redis URL %q: %w", redact(s), err)
-			}
+		// go-redis's own parse takes one address; a seed list's query
+		// options (timeouts, pool, retries) are parsed with the first seed.
+		one := s
+		if len(r.addrs) > 1 {
+			v := *u
+			v.Host = r.addrs[0]
+			one = v.String()
+		}
+		if r.opts, err = redis.ParseURL(one); err != nil {
+			return nil, fmt.Errorf("redis URL %q: %w", redact(s), err)
 		}
 	case "redis+sentinel":
 		if len(path) > 2 {
@@ -222,7 +228,7 @@ func OpenRedis(cfg RedisConfig, log *slog.Logger) (redis.UniversalClient, error)
 		if pwFile != "" {
 			opt.CredentialsProviderContext = creds
 		}
-		if u.opts != nil { // one seed: keep its query options (timeouts, pool)
+		if u.opts != nil { // keep the URL's query options (timeouts, pool)
 			o := u.opts
 			opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
 			opt.PoolSize, opt.MinIdleConns, opt.MaxRetries = o.PoolSize, o.MinIdleConns, o.MaxRetries

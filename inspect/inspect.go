@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"tidemark/catalog"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 // Config of one inspection.
 type Config struct {
 	Redis     string
+	RedisConn cache.RedisConfig // TLS, credentials, mode (its URL is Redis)
 	PG        string
 	Namespace string
 	Sample    int    // entries to check
@@ -100,7 +102,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Report, error) {
 		return Report{}, err
 	}
 	rep := Report{SLOSeconds: cfg.SLO.Seconds()}
-	rdb, err := cache.ParseRedisURL(cfg.Redis)
+	rc := cfg.RedisConn
+	rc.URL = cfg.Redis
+	rdb, err := cache.OpenRedis(rc, log)
 	if err != nil {
 		return rep, err
 	}
@@ -199,26 +203,31 @@ func sample(ctx context.Context, rdb redis.UniversalClient, cfg Config) ([]Entry
 	if cfg.Tenant != "" {
 		pattern = cfg.Namespace + ":v1:{" + schema.Escape(cfg.Tenant) + "/*}"
 	}
-	var keys []string
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
 	scan := func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, pattern, 500).Iterator()
-		for it.Next(ctx) && len(keys) < cfg.Sample {
-			keys = append(keys, it.Val())
+		for it.Next(ctx) {
+			mu.Lock()
+			full := len(keys) >= cfg.Sample
+			if !full {
+				keys = append(keys, it.Val())
+			}
+			mu.Unlock()
+			if full {
+				break
+			}
 		}
 		return it.Err()
 	}
 	var err error
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
-		// Sequential on purpose: keys is shared.
-		for _, addr := range clusterMasters(ctx, c) {
-			node := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-			err = scan(ctx, node)
-			node.Close()
-			if err != nil {
-				break
-			}
-		}
+		// Every master through the Cluster client's own node clients, so
+		// TLS and the ACL user apply to them too.
+		err = c.ForEachMaster(ctx, scan)
 	case *redis.Client:
 		err = scan(ctx, c)
 	default:
@@ -260,22 +269,6 @@ func ReadEntries(ctx context.Context, rdb redis.UniversalClient, ns string, keys
 		out = append(out, e)
 	}
 	return out, nil
-}
-
-func clusterMasters(ctx context.Context, c *redis.ClusterClient) []string {
-	var addrs []string
-	shards, err := c.ClusterShards(ctx).Result()
-	if err != nil {
-		return nil
-	}
-	for _, s := range shards {
-		for _, n := range s.Nodes {
-			if n.Role == "master" {
-				addrs = append(addrs, n.IP+":"+strconv.FormatInt(n.Port, 10))
-			}
-		}
-	}
-	return addrs
 }
 
 func num(v any) int64 {

@@ -2,12 +2,17 @@ package inspect
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
+	"tidemark/cache"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
@@ -68,5 +73,61 @@ func TestFindsEntryServedPastSLO(t *testing.T) {
 	cfg.Tenant = "globex"
 	if rep, err := Run(ctx, cfg, testenv.Logger(t)); err != nil || rep.Checked != 0 {
 		t.Fatalf("other tenant: %+v %v", rep, err)
+	}
+}
+
+// On a Redis Cluster whose only users are ACL users (the default user
+// off), inspect reaches every master as the user holding cache.ACLRules,
+// the password from a file: its per-master scans use the Cluster client's
+// own connections, not bare clients of their own.
+func TestInspectClusterAsACLUser(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.MigratedDatabase(t)
+	rc := testenv.StartRedisCluster(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	for _, n := range rc.Nodes {
+		node := redis.NewClient(&redis.Options{Addr: n.Addr})
+		args := []any{"ACL", "SETUSER", "tidemark", "on", ">s3cret"}
+		for _, r := range strings.Fields(cache.ACLRules("catalog")) {
+			args = append(args, r)
+		}
+		for _, cmd := range [][]any{args, {"ACL", "SETUSER", "admin", "on", ">adm", "~*", "&*", "+@all"}, {"ACL", "SETUSER", "default", "off"}} {
+			if err := node.Do(ctx, cmd...).Err(); err != nil {
+				t.Fatalf("%s on %s: %v", cmd, n.Addr, err)
+			}
+		}
+		node.Close()
+	}
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), Username: "admin", Password: "adm"})
+	defer admin.Close()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const n = 30 // spread over every master's slots
+	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display, updated_at)
+		SELECT 'acme', 'i' || i, 1, '{}', now() FROM generate_series(1, $1) i`, n); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	for i := 1; i <= n; i++ {
+		if err := admin.HSet(ctx, schema.RedisKey("catalog", "acme", "i"+strconv.Itoa(i)), "v", 1, "p", "{}", "obs", now, "soft", now+3000, "hard", now+28000, "floor", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pw := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Redis, cfg.PG = rc.URL(), dsn
+	cfg.RedisConn = cache.RedisConfig{Mode: cache.ModeCluster, Username: "tidemark", PasswordFile: pw}
+	rep, err := Run(ctx, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatalf("inspect as the ACL user on a Cluster: %v", err)
+	}
+	if rep.Checked != n || rep.Consistent != n {
+		t.Fatalf("inspect checked %d entries, %d consistent; want all %d from every master", rep.Checked, rep.Consistent, n)
 	}
 }

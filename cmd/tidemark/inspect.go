@@ -32,7 +32,7 @@ type inspectCmd struct {
 }
 
 func (c *inspectCmd) config() inspect.Config {
-	return inspect.Config{Redis: c.Redis, PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
+	return inspect.Config{Redis: c.Redis, RedisConn: c.redisConn(c.Redis), PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
 		SLO: c.SLO, Table: c.table()}
 }
 
@@ -49,6 +49,7 @@ func (c *inspectCmd) Validate() error {
 	}
 	var p config.Problems
 	validateAs(&p, "inspect", c.config().Validate())
+	c.validateRedis(&p, c.Redis)
 	return flagErrors(c, p.Err())
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/cache"
 	"tidemark/lab/localserver"
 )
 
@@ -327,8 +328,14 @@ func (in *injector) slotDrop(ctx context.Context, hold time.Duration) error {
 	return err
 }
 
+// node is a client of Redis server i alone (not the Cluster), for the
+// faults aimed at one server; built like every other client.
 func (in *injector) node(i int) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: in.sys.redis[i].Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	c, err := cache.OpenRedis(cache.RedisConfig{URL: in.sys.redis[i].URL() + "?max_retries=-1&dial_timeout=1s&read_timeout=5s", Mode: cache.ModeStandalone}, nil)
+	if err != nil { // the URL is the lab's own: a bad one is a bug
+		panic(fmt.Sprintf("chaos: redis node %d: %v", i, err))
+	}
+	return c.(*redis.Client)
 }
 
 // redisRestart restarts one Redis server without persistence (empty), or,

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"tidemark/cache"
 	"tidemark/lab/localserver"
 	"tidemark/promise"
 	"tidemark/schema"
@@ -195,12 +196,18 @@ func (s *system) startRedis(ctx context.Context) error {
 			return err
 		}
 		s.redisURL = "redis://" + strings.Join(addrs, ",")
-		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	} else {
 		s.redisURL = s.redis[0].URL()
-		s.rdb = redis.NewClient(&redis.Options{Addr: addrs[0], MaxRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	}
-	return nil
+	// The checker's own client, built as every process builds its own:
+	// short timeouts and one retry, so a faulted server is seen at once.
+	mode := cache.ModeStandalone
+	if s.cfg.Cluster {
+		mode = cache.ModeCluster
+	}
+	var err error
+	s.rdb, err = cache.OpenRedis(cache.RedisConfig{URL: s.redisURL + "?max_retries=1&dial_timeout=1s&read_timeout=1s", Mode: mode}, nil)
+	return err
 }
 
 func (s *system) startKafka(ctx context.Context) error {
