@@ -188,7 +188,7 @@ type Store struct {
 // NewStore is the store of pool (api.Config's source pool: the deployment's
 // name, shared by every namespace of an upgrade).
 func NewStore(rdb redis.UniversalClient, pool string) *Store {
-	tag := "{" + pool + ":_rollout}"
+	tag := "{" + pool + ":v1:_rollout}" // under the ACL key pattern {<ns>:v1:* (cache.ACLRules)
 	return &Store{rdb: rdb, modes: tag + ":modes", shadow: tag + ":shadow", set: redis.NewScript(setLua)}
 }
 
