@@ -200,7 +200,7 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 	defer endWait()
 	for {
 		lctx, lcancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
-		sent := s.clock.Now()
+		sent, sentWall := s.clock.Now(), s.clock.Wall()
 		var lspan trace.Span
 		if wait == nil {
 			lspan = s.child(ctx, spanLookup) // the lookups inside a wait are the wait's
@@ -247,7 +247,7 @@ func (s *Server) resolve(ctx context.Context, tenant, id string, minVersion int6
 		switch lr.Status {
 		case cache.StatusHit:
 			if e.Version >= minVersion {
-				s.l1.offer(key, e.Version, e.Payload, e.EffObs, e.Hard, s.clock.Wall())
+				s.l1.offer(key, e.Version, e.Payload, e.EffObs, e.Hard, sentWall, s.clock.Wall())
 				st := "tidemark; hit"
 				if waited {
 					st += "; detail=waited"

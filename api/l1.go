@@ -24,7 +24,7 @@ type l1Entry struct {
 	payload []byte
 	effObs  time.Time
 	hard    time.Time
-	expires time.Time // min(admission + ttl, hard)
+	expires time.Time // min(lookup sent + ttl, hard)
 }
 
 func newL1(ttl time.Duration, size int) *l1 {
@@ -47,12 +47,15 @@ func (c *l1) get(key string, minVersion int64, now time.Time) (l1Entry, bool) {
 	return e, true
 }
 
-// offer records a cache hit and admits the value if the key is hot.
-func (c *l1) offer(key string, version int64, payload []byte, effObs, hard, now time.Time) {
+// offer records a cache hit and admits the value if the key is hot. sent
+// is when the lookup that found it was sent: the window counts from there,
+// not from now, so a slow lookup does not lengthen it (the cache tier's
+// answer is only known to be current as of the lookup).
+func (c *l1) offer(key string, version int64, payload []byte, effObs, hard, sent, now time.Time) {
 	if !c.enabled() {
 		return
 	}
-	expires := now.Add(c.ttl)
+	expires := sent.Add(c.ttl)
 	if hard.Before(expires) {
 		expires = hard
 	}
