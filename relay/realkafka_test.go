@@ -37,7 +37,8 @@ func TestRealCheckTopicReplication(t *testing.T) {
 	}
 	good := testenv.Unique(t, "good")
 	policy := "compact,delete"
-	k.CreateTopic(t, good, 3, map[string]*string{"cleanup.policy": &policy})
+	lag := "86429800"
+	k.CreateTopic(t, good, 3, map[string]*string{"cleanup.policy": &policy, "min.compaction.lag.ms": &lag})
 	if err := checkProducer(t, k, good).CheckTopic(ctx, DefaultTopicRequirements()); err != nil {
 		t.Fatalf("a 3-replica topic with min.insync.replicas=2: %v", err)
 	}

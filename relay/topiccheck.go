@@ -31,7 +31,9 @@ type TopicRequirements struct {
 	MinInsync int
 	// Retention is the shortest retention.ms a topic that deletes old
 	// segments may have: the cache's hard lifetime plus the longest outage
-	// after which a rewind or replay must still find its records.
+	// after which a rewind or replay must still find its records. It is
+	// also the shortest min.compaction.lag.ms a compacted topic may have,
+	// so that no applier lagging less than that misses a reset marker.
 	Retention time.Duration
 }
 
@@ -125,6 +127,19 @@ func (p *Producer) CheckTopic(ctx context.Context, req TopicRequirements) error 
 		problems = append(problems, fmt.Sprintf(
 			"cleanup.policy is %q but must include compact (the topic is the replay source: it keeps every key's newest version): %s",
 			v, alter("cleanup.policy=[compact,delete]")))
+	}
+	if v, ok := conf["min.compaction.lag.ms"]; ok && slices.Contains(policy, "compact") {
+		// Markers share one key per partition: compaction may drop a reset
+		// or a TRUNCATE once a later marker of the partition exists, while
+		// an applier behind both has not read it. Kept as long as a rewind
+		// or replay must find records, no applier within that bound misses
+		// one.
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || time.Duration(ms)*time.Millisecond < req.Retention {
+			problems = append(problems, fmt.Sprintf(
+				"min.compaction.lag.ms is %s but must be at least %d (%s: compaction may otherwise remove a reset or TRUNCATE marker before a lagging applier reads it): %s",
+				v, req.Retention.Milliseconds(), req.Retention, alter("min.compaction.lag.ms="+strconv.FormatInt(req.Retention.Milliseconds(), 10))))
+		}
 	}
 	if v, ok := conf["retention.ms"]; ok && slices.Contains(policy, "delete") {
 		ms, err := strconv.ParseInt(v, 10, 64)

@@ -36,7 +36,8 @@ func TestCheckTopicConfig(t *testing.T) {
 	k := testenv.StartKafka(t)
 	topic := testenv.Unique(t, "t")
 	s := func(v string) *string { return &v }
-	k.CreateTopic(t, topic, 3, map[string]*string{"cleanup.policy": s("delete"), "retention.ms": s("60000"), "min.insync.replicas": s("1")})
+	k.CreateTopic(t, topic, 3, map[string]*string{"cleanup.policy": s("delete"), "retention.ms": s("60000"), "min.insync.replicas": s("1"),
+		"min.compaction.lag.ms": s("1000")})
 	p := checkProducer(t, k, topic)
 	ctx := testenv.Context(t, time.Minute)
 
@@ -46,6 +47,17 @@ func TestCheckTopicConfig(t *testing.T) {
 	}
 	want := []string{`cleanup.policy is "delete"`, "cleanup.policy=[compact,delete]",
 		"retention.ms is 60000 but must be at least 86429800", "--add-config retention.ms=86429800"}
+	// A compacted topic keeps a reset marker as long as a rewind must
+	// find records, or a lagging applier could miss it.
+	compacted := testenv.Unique(t, "c")
+	k.CreateTopic(t, compacted, 3, map[string]*string{"cleanup.policy": s("compact,delete"), "retention.ms": s("604800000"),
+		"min.compaction.lag.ms": s("1000")})
+	cerr := checkProducer(t, k, compacted).CheckTopic(testenv.Context(t, time.Minute), DefaultTopicRequirements())
+	for _, w := range []string{"min.compaction.lag.ms is 1000 but must be at least 86429800", "--add-config min.compaction.lag.ms=86429800"} {
+		if cerr == nil || !strings.Contains(cerr.Error(), w) {
+			t.Errorf("compacted topic with a 1 s compaction lag: error %v does not say %q", cerr, w)
+		}
+	}
 	if k.Real != nil { // three brokers: two in sync are required
 		want = append(want, "min.insync.replicas is 1 but 2 is needed", "--add-config min.insync.replicas=2")
 	}
@@ -64,6 +76,7 @@ func TestCheckTopicConfig(t *testing.T) {
 		{Name: "cleanup.policy", Value: s("compact,delete")},
 		{Name: "retention.ms", Value: s("604800000")},
 		{Name: "min.insync.replicas", Value: s("2")},
+		{Name: "min.compaction.lag.ms", Value: s("86429800")},
 	}, topic)
 	if err == nil {
 		err = resp[0].Err
