@@ -139,6 +139,7 @@ KAFKA_PKGS := ./lab/localserver ./lab/testenv ./lab/broker ./relay ./capture ./a
 test-kafka:
 	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 1 -tags realkafka -timeout 30m $(KAFKA_PKGS)
 	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -timeout 15m -run 'TestChaosShortRun$$' ./lab/chaos
+	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -timeout 15m -run 'TestGrowTopicWhileRunning$$' ./lab/dev
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -72,7 +72,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	a.proc = processor{
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
 		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
-		identity: a.verifiedIdentity, ahead: new(atomic.Bool),
+		identity: a.verifiedIdentity, ahead: new(atomic.Bool), raised: new(atomic.Int64),
 	}
 	if deps.Tracer != nil {
 		a.proc.tracer = telemetry.Tracer(deps.Tracer, "applier")
@@ -168,6 +168,11 @@ func (a *Applier) Run(ctx context.Context) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group reads the whole (compacted) history
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.ProducerLinger(0),
+		// Partitions an operator adds join the group's assignment within
+		// this (kgo's default is 5 minutes, during which their watermark
+		// would be missing).
+		kgo.MetadataMinAge(min(a.cfg.TopicInterval, 5*time.Second)),
+		kgo.MetadataMaxAge(a.cfg.TopicInterval),
 	)...)
 	if err != nil {
 		return fmt.Errorf("applier: kafka client: %w", err)

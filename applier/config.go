@@ -101,7 +101,7 @@ type Config struct {
 	CommitInterval   time.Duration // how often applied offsets are committed
 	IdentityInterval time.Duration // how often the cache tier's identity is checked (failover detection)
 	MetricsInterval  time.Duration // how often watermark/lag gauges are refreshed
-	TopicInterval    time.Duration // how often the topic's partition count is re-read
+	TopicInterval    time.Duration // how often the topic's partition count is re-read (also the group's metadata max age)
 
 	HardLifetime time.Duration // the cache tier's hard lifetime: the rewind span after a failover
 	BackoffMin   time.Duration // first retry delay when Redis or Kafka fails
@@ -120,7 +120,7 @@ func DefaultConfig() Config {
 		CommitInterval:   time.Second,
 		IdentityInterval: 500 * time.Millisecond,
 		MetricsInterval:  time.Second,
-		TopicInterval:    10 * time.Second,
+		TopicInterval:    5 * time.Second,
 		HardLifetime:     cache.DefaultConfig().HardLifetime,
 		BackoffMin:       50 * time.Millisecond,
 		BackoffMax:       5 * time.Second,
@@ -163,7 +163,10 @@ func (c Config) Validate() error {
 	p.Positive("CommitInterval", c.CommitInterval)
 	p.Positive("IdentityInterval", c.IdentityInterval)
 	p.Positive("MetricsInterval", c.MetricsInterval)
-	p.Positive("TopicInterval", c.TopicInterval)
+	if c.TopicInterval < time.Second || c.TopicInterval > time.Minute {
+		// kgo's metadata max age may not be under its 1 s minimum age.
+		p.Add("TopicInterval", "must be between 1s and 1m (got %s)", c.TopicInterval)
+	}
 	p.Positive("HardLifetime", c.HardLifetime)
 	p.Positive("BackoffMin", c.BackoffMin)
 	if c.BackoffMax < c.BackoffMin {

@@ -57,6 +57,9 @@ type processor struct {
 	ahead *atomic.Bool
 	// tracer continues sampled changes' traces (tracing.go); nil: none.
 	tracer trace.Tracer
+	// raised is the largest partition count this applier has raised the
+	// watermark's to (nil: never raise, as in replay).
+	raised *atomic.Int64
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -296,6 +299,16 @@ func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Re
 			id := ""
 			if p.identity != nil {
 				id = p.identity()
+			}
+			// The marker went to this many partitions: they are all part of
+			// W before this one vouches for anything (a partition the topic
+			// grew may already hold records no marker has covered).
+			if n := int64(e.Partitions); n > 0 && p.raised != nil && n > p.raised.Load() {
+				if err := p.cache.SetPartitions(ctx, int(n)); err != nil {
+					return err
+				}
+				for cur := p.raised.Load(); n > cur && !p.raised.CompareAndSwap(cur, n); cur = p.raised.Load() {
+				}
 			}
 			err := p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)
 			if errors.Is(err, cache.ErrWatermarkAhead) {

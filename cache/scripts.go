@@ -28,6 +28,8 @@ var (
 	wmrepairLua string
 	//go:embed scripts/gap.lua
 	gapLua string
+	//go:embed scripts/partitions.lua
+	partitionsLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/version.lua
@@ -49,7 +51,7 @@ var (
 type scripts struct {
 	lookup, fill, invalidate, raise, release *redis.Script
 	// the watermark hash (watermark.go)
-	watermark, wmread, wmrepair, gap *redis.Script
+	watermark, wmread, wmrepair, gap, partitions *redis.Script
 	// hot-key replicas (replica.go)
 	replicaSource, replicaPut, replicaRead, replicaSwitch *redis.Script
 }
@@ -60,10 +62,11 @@ var clockLua = fmt.Sprintf("local clock_bound_ms = %d\n", promise.ClockBound.Mil
 
 func newScripts() scripts {
 	return scripts{
-		watermark: redis.NewScript(clockLua + watermarkLua),
-		wmread:    redis.NewScript(wmreadLua),
-		wmrepair:  redis.NewScript(clockLua + wmrepairLua),
-		gap:       redis.NewScript(gapLua),
+		watermark:  redis.NewScript(clockLua + watermarkLua),
+		wmread:     redis.NewScript(wmreadLua),
+		wmrepair:   redis.NewScript(clockLua + wmrepairLua),
+		gap:        redis.NewScript(gapLua),
+		partitions: redis.NewScript(partitionsLua),
 
 		lookup:     redis.NewScript(clockLua + versionLua + lookupLua),
 		fill:       redis.NewScript(versionLua + fillLua),
@@ -80,7 +83,7 @@ func newScripts() scripts {
 
 func (s scripts) all() []*redis.Script {
 	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.release, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch,
-		s.watermark, s.wmread, s.wmrepair, s.gap}
+		s.watermark, s.wmread, s.wmrepair, s.gap, s.partitions}
 }
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for

@@ -110,10 +110,15 @@ type InvalidateOutcome struct {
 // Watermark is the pipeline's freshness promise as read from
 // <ns>:v1:_tidemark.
 type Watermark struct {
-	W            time.Time           // min over all partitions; zero unless Known
-	Known        bool                // every partition 0..Partitions-1 has a watermark
-	ResetAt      time.Time           // newest gap; zero if none
-	Partitions   int                 // the topic's partition count
+	W          time.Time // min over all partitions; zero unless Known
+	Known      bool      // every partition 0..Partitions-1 has a watermark
+	ResetAt    time.Time // newest gap; zero if none
+	Partitions int       // the topic's partition count
+	// GrownFrom is the partition count before the last growth, at GrownAt
+	// (the cache tier's clock); zero if it never grew. Partitions from
+	// GrownFrom on are new: without a watermark they are pending, not lost.
+	GrownFrom    int
+	GrownAt      time.Time
 	PerPartition map[int32]time.Time // p<N> fields
 	Identity     string              // cache tier identity stored with the last watermark (FieldIdentity); empty if none
 	Found        bool                // the hash exists

@@ -140,6 +140,12 @@ func parseWatermark(h map[string]string, serverNow time.Time) (Watermark, error)
 				return Watermark{}, fmt.Errorf("field %s = %q is not a partition count", f, v)
 			}
 			wm.Partitions = n
+		case f == schema.FieldPartitionsGrownFrom:
+			wm.GrownFrom, _ = strconv.Atoi(v)
+		case f == schema.FieldPartitionsGrownAt:
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				wm.GrownAt = time.UnixMilli(ms)
+			}
 		case f == schema.FieldResetAt:
 			ms, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
@@ -263,12 +269,16 @@ func (c *Client) gap(ctx context.Context, at string) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-// SetPartitions records the topic's partition count.
+// SetPartitions raises the watermark's partition count to n (the topic's
+// partition count), never lowers it: a count read from a stale view of a
+// grown topic must not take a partition out of W. A topic recreated with
+// fewer partitions is a new topic: delete the watermark hash (appliers then
+// mark a gap and rewind).
 func (c *Client) SetPartitions(ctx context.Context, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("cache: set partitions: %d is not a partition count", n)
 	}
-	if err := c.rdb.HSet(ctx, c.wmKey, schema.FieldPartitions, n).Err(); err != nil {
+	if err := c.s.partitions.Run(ctx, c.rdb, []string{c.wmKey}, n).Err(); err != nil {
 		return fmt.Errorf("cache: set partitions: %w", err)
 	}
 	return nil

@@ -49,6 +49,9 @@ type Capture struct {
 	active   atomic.Bool
 
 	streamed bool // the last session reached streaming (Run's goroutine only)
+	// dataLoss: Kafka lost records it had acknowledged; the next session
+	// sends a reset marker (Run's goroutine only).
+	dataLoss bool
 
 	// The process's own loops, for Live: the stream (watched only while
 	// streaming) and the slot poller (always).
@@ -128,6 +131,8 @@ func (c *Capture) setReady(err error) {
 
 // fatal reports errors that retrying cannot fix.
 func fatal(err error) bool {
+	// relay.ErrDataLoss and relay.ErrTopicView are retried: the next
+	// session handles them.
 	return errors.Is(err, ErrPreflight) || errors.Is(err, ErrDecode) || errors.Is(err, relay.ErrProduce) || errors.Is(err, relay.ErrTopicConfig)
 }
 
@@ -202,6 +207,9 @@ func (c *Capture) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("capture: identify system: %w", err)
 	}
+	if err := c.relay.Renew(); err != nil {
+		return err
+	}
 	partitions, history, err := c.relay.Topic(ctx)
 	if err != nil {
 		return err
@@ -252,6 +260,16 @@ func (c *Capture) session(ctx context.Context) error {
 	c.setReady(errors.New("capture: shutting down"))
 	if c.crashed.Load() {
 		return errCrashed
+	}
+	if errors.Is(streamErr, relay.ErrDataLoss) {
+		// Records Kafka acknowledged are gone, and some of their LSNs may
+		// be confirmed already. Confirm nothing more (no final status: the
+		// tracker counts the lost records as acked); the next session
+		// sends a reset marker for what was confirmed and streams again
+		// from the slot's position for what was not.
+		c.dataLoss = true
+		c.log.Error("kafka lost records it had acknowledged: confirming nothing more; the next session marks a gap and re-sends from the slot", "err", streamErr)
+		return streamErr
 	}
 	// Flush even on error: what Kafka acks can still be confirmed.
 	fctx, fcancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)

@@ -23,6 +23,7 @@ const (
 	ReasonSystemIDChanged = "system_identifier_changed"
 	ReasonTimelineChanged = "timeline_changed"
 	ReasonTopicRecreated  = "topic_recreated"
+	ReasonKafkaDataLoss   = "kafka_data_loss" // the producer saw acknowledged records lost
 )
 
 // checkGap finds every way changes may have been lost since the last run
@@ -43,6 +44,9 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	}
 	for _, r := range strings.Split(st.PendingReset, ",") {
 		add(r)
+	}
+	if c.dataLoss {
+		add(ReasonKafkaDataLoss)
 	}
 	// An earlier run is known from the topic's records or from the state
 	// topic: either one is enough, since a recreated topic loses the first
@@ -106,6 +110,7 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 			return si, err
 		}
 	}
+	c.dataLoss = false // the reset is in Kafka
 	return si, nil
 }
 

@@ -25,6 +25,7 @@ type streamer struct {
 	dec        *decoder
 	tr         *relay.Tracker
 	partitions int
+	grown      int // the largest fan-out so far (for the log)
 
 	// The transaction being read (proto 1 sends only committed ones, so its
 	// commit LSN and time are known from BEGIN).
@@ -309,11 +310,28 @@ func (s *streamer) produceChange(ch *schema.Change) {
 	span.End()
 }
 
+// fanout is how many partitions a marker goes to: the count the session
+// started with, or more once the producer has placed a record with more
+// (the topic grew). Every record sent before the marker went to a
+// partition below it, so the marker covers them all; it carries the count,
+// and the applier raises the watermark's partition count to it first.
+func (s *streamer) fanout() int {
+	n := max(s.partitions, s.c.relay.Routed())
+	if n > s.grown {
+		if s.grown > 0 && n > s.partitions {
+			s.c.log.Info("the topic grew: markers go to every partition", "partitions", n)
+		}
+		s.grown = n
+	}
+	return n
+}
+
 // resolved sends a resolved marker to every partition, behind every record
 // produced before it (the producer keeps per-partition order).
 func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
-	v := schema.Encode(&schema.Resolved{ResolvedTime: beat.Add(-s.c.cfg.HeartbeatMargin), LSN: lsn})
-	for p := range s.partitions {
+	n := s.fanout()
+	v := schema.Encode(&schema.Resolved{ResolvedTime: beat.Add(-s.c.cfg.HeartbeatMargin), LSN: lsn, Partitions: int32(n)})
+	for p := range n {
 		s.c.relay.Produce(s.tr, x, schema.MarkerKey(int32(p)), int32(p), v, time.Time{})
 	}
 	s.c.m.heartbeats.Inc()

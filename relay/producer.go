@@ -34,6 +34,21 @@ import (
 // retried forever and never surface).
 var ErrProduce = errors.New("relay: produce failed")
 
+// ErrDataLoss is Kafka telling the idempotent producer that records it had
+// acknowledged are gone (an out-of-order sequence number or an unknown
+// producer ID: an unclean leader election, a truncated log). The client
+// stops producing (every buffered record fails, so nothing after the loss
+// is acknowledged) and is rebuilt by Renew. Not fatal: the caller holds
+// what it has not confirmed, marks a gap for what it may have, and
+// resumes from what it confirmed.
+var ErrDataLoss = errors.New("relay: kafka lost acknowledged records")
+
+// ErrTopicView is a marker sent to a partition the client's view of the
+// topic does not have yet (the topic grew and the view is older than the
+// count read by Topic). Not fatal: nothing after it is confirmed, and the
+// next session starts with a refreshed view.
+var ErrTopicView = errors.New("relay: marker for a partition the client does not know yet")
+
 // Config of the producer.
 type Config struct {
 	Brokers     []string
@@ -47,17 +62,22 @@ type Config struct {
 	// Require is what an existing topic's configuration must provide
 	// (checked before streaming); zero means DefaultTopicRequirements.
 	Require TopicRequirements
+	// TopicRefresh bounds the age of the producer's view of the topic
+	// (kgo's metadata max age): partitions an operator adds are routed to,
+	// and marked, within about this long.
+	TopicRefresh time.Duration
 }
 
 // DefaultConfig matches tidemark capture's defaults.
 func DefaultConfig() Config {
 	return Config{
-		Topic:       promise.Topic,
-		Partitions:  12,
-		CreateTopic: true,
-		MaxInflight: 20000,
-		Linger:      time.Millisecond,
-		ClientID:    "tidemark-capture",
+		Topic:        promise.Topic,
+		Partitions:   12,
+		CreateTopic:  true,
+		MaxInflight:  20000,
+		Linger:       time.Millisecond,
+		ClientID:     "tidemark-capture",
+		TopicRefresh: 5 * time.Second,
 	}
 }
 
@@ -79,6 +99,11 @@ func (c Config) Validate() error {
 	}
 	if c.Linger < 0 {
 		p.Add("Linger", "must not be negative (got %s)", c.Linger)
+	}
+	if c.TopicRefresh < time.Second || c.TopicRefresh > time.Minute {
+		// kgo refuses a metadata max age under its 1 s minimum age; over a
+		// minute, a grown topic leaves the watermark unknown for as long.
+		p.Add("TopicRefresh", "must be between 1s and 1m (got %s)", c.TopicRefresh)
 	}
 	if c.Require != (TopicRequirements{}) { // zero: DefaultTopicRequirements
 		if c.Require.ReplicationFactor < 1 {
@@ -117,8 +142,19 @@ type Producer struct {
 	onAck  func(time.Duration)
 	tracer trace.Tracer
 
-	errOnce sync.Once
-	errCh   chan error
+	opts []kgo.Opt // how client was built, for Renew
+	sess atomic.Pointer[session]
+	// lost is set once the client saw a data loss: it produces nothing
+	// more and must be renewed.
+	lost atomic.Bool
+	// viewShort is set when a marker named a partition beyond the count
+	// its record was placed with.
+	viewShort atomic.Bool
+
+	// routed is the largest partition count of the data topic the
+	// partitioner has placed a record with: every record sent so far went
+	// to a partition below it.
+	routed atomic.Int32
 }
 
 // New builds the client; it connects lazily.
@@ -136,8 +172,9 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced, errCh: make(chan error, 1),
+	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced,
 		tracer: telemetry.Tracer(deps.Tracer, "relay")}
+	p.sess.Store(newSession())
 	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, p.log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -146,7 +183,20 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		kgo.ClientID(cfg.ClientID),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(Partitioner()),
+		kgo.RecordPartitioner(partitioner(func(topic string, r *kgo.Record, n int) {
+			if topic != cfg.Topic {
+				return
+			}
+			if schema.IsMarkerKey(string(r.Key)) && int(r.Partition) >= n {
+				p.viewShort.Store(true) // kgo fails the record; its callback says why
+			}
+			for cur := p.routed.Load(); int32(n) > cur && !p.routed.CompareAndSwap(cur, int32(n)); cur = p.routed.Load() {
+			}
+		})),
+		// Records Kafka acknowledged and then lost must not be followed by
+		// acknowledged ones: kgo's default bumps the producer epoch and
+		// carries on, so nothing would tell the tracker.
+		kgo.StopProducerOnDataLossDetected(),
 		kgo.ProducerLinger(cfg.Linger),
 		// Capture bounds in-flight records itself (so it can keep sending
 		// standby status while paused); the margin covers one marker fan-out.
@@ -156,21 +206,59 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		// cluster's broker session timeout; kgo's default 5 s floor between
 		// metadata refreshes would add up to that much again to the stall.
 		kgo.MetadataMinAge(time.Second),
+		kgo.MetadataMaxAge(cfg.TopicRefresh),
 	)
-	opts = append(opts, deps.Opts...)
-	if p.client, err = kgo.NewClient(opts...); err != nil {
+	p.opts = append(opts, deps.Opts...)
+	if p.client, err = kgo.NewClient(p.opts...); err != nil {
 		return nil, fmt.Errorf("relay: kafka client: %w", err)
 	}
 	return p, nil
 }
 
+// session is one capture session's error delivery: the first record Kafka
+// refused since Renew.
+type session struct {
+	once sync.Once
+	ch   chan error
+}
+
+func newSession() *session { return &session{ch: make(chan error, 1)} }
+
+// Renew starts a new session (Err delivers afresh) and, after a data loss,
+// replaces the client, which kgo has stopped. Call it between sessions,
+// with nothing in flight.
+func (p *Producer) Renew() error {
+	p.sess.Store(newSession())
+	p.viewShort.Store(false)
+	if !p.lost.Load() {
+		p.client.ForceMetadataRefresh() // a grown topic's partitions, before its markers
+		return nil
+	}
+	cl, err := kgo.NewClient(p.opts...)
+	if err != nil {
+		return fmt.Errorf("relay: kafka client: %w", err)
+	}
+	p.client.Close()
+	p.client = cl
+	p.lost.Store(false)
+	p.log.Info("kafka client renewed after a data loss")
+	return nil
+}
+
 // Partitioner places item records by Kafka's murmur2 of the key, exactly as
 // the Java client does, and marker records (resolved, reset, truncate) on
 // the partition they name, since they go to every partition.
-func Partitioner() kgo.Partitioner {
+func Partitioner() kgo.Partitioner { return partitioner(nil) }
+
+// partitioner is Partitioner telling observe (if set) the partition count
+// each record was placed with.
+func partitioner(observe func(topic string, r *kgo.Record, n int)) kgo.Partitioner {
 	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
 		byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
 		return func(r *kgo.Record, n int) int {
+			if observe != nil {
+				observe(topic, r, n)
+			}
 			if schema.IsMarkerKey(string(r.Key)) {
 				return int(r.Partition)
 			}
@@ -178,6 +266,14 @@ func Partitioner() kgo.Partitioner {
 		}
 	})
 }
+
+// Routed is the largest partition count of the data topic a record was
+// placed with so far (0 before the first). kgo places a record when it is
+// produced (the topic's partitions being known), so once Produce returns,
+// Routed covers that record's partition: markers sent to every partition
+// below max(Routed, the count Topic read) cover every record sent before
+// them, also while the topic grows.
+func (p *Producer) Routed() int { return int(p.routed.Load()) }
 
 // Client is the underlying franz-go client (for admin requests).
 func (p *Producer) Client() *kgo.Client { return p.client }
@@ -189,13 +285,13 @@ func (p *Producer) require() TopicRequirements {
 	return p.cfg.Require
 }
 
-// Err delivers the first record Kafka refused for good.
-func (p *Producer) Err() <-chan error { return p.errCh }
+// Err delivers the first record Kafka refused for good since Renew.
+func (p *Producer) Err() <-chan error { return p.sess.Load().ch }
 
 // Topic describes the topic: partition count and whether it holds any
 // record. It creates the topic when missing and allowed
 // (cleanup.policy=compact,delete, replicated as Require asks, as far as the
-// cluster's brokers allow), and checks an existing topic's configuration
+// cluster's brokers allow, min.compaction.lag.ms = Require.Retention), and checks an existing topic's configuration
 // (CheckTopic).
 func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, err error) {
 	adm := kadm.NewClient(p.client)
@@ -215,8 +311,9 @@ func (p *Producer) Topic(ctx context.Context) (partitions int, hasHistory bool, 
 		}
 		rf := max(1, min(req.ReplicationFactor, len(brokers)))
 		policy, insync := "compact,delete", strconv.Itoa(min(req.MinInsync, rf))
+		lag := strconv.FormatInt(req.Retention.Milliseconds(), 10)
 		resp, err := adm.CreateTopic(ctx, int32(p.cfg.Partitions), int16(rf),
-			map[string]*string{"cleanup.policy": &policy, "min.insync.replicas": &insync}, p.cfg.Topic)
+			map[string]*string{"cleanup.policy": &policy, "min.insync.replicas": &insync, "min.compaction.lag.ms": &lag}, p.cfg.Topic)
 		if err == nil {
 			err = resp.Err
 		}
@@ -280,6 +377,8 @@ func (p *Producer) ProduceTraced(ctx context.Context, tr *Tracker, x *Txn, key s
 func (p *Producer) produce(tr *Tracker, x *Txn, r *kgo.Record, commitTime time.Time, span trace.Span) {
 	tr.Add(x)
 	p.m.inflightN.Add(1)
+	s := p.sess.Load()
+	key, partition := string(r.Key), r.Partition
 	p.client.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 		p.m.inflightN.Add(-1)
 		if span != nil {
@@ -293,9 +392,22 @@ func (p *Producer) produce(tr *Tracker, x *Txn, r *kgo.Record, commitTime time.T
 		}
 		if err != nil {
 			// Not acked: the tracker keeps x pending, so its LSN is never
-			// confirmed; capture stops on the error.
+			// confirmed; capture stops (or, for the two below, ends the
+			// session) on the error.
 			p.m.errors.Inc()
-			p.fail(fmt.Errorf("%w: %v", ErrProduce, err))
+			switch {
+			case errors.Is(err, kerr.OutOfOrderSequenceNumber) || errors.Is(err, kerr.UnknownProducerID):
+				p.lost.Store(true)
+				p.m.dataLoss.Inc()
+				p.fail(s, fmt.Errorf("%w: partition %d: %v", ErrDataLoss, partition, err))
+			case p.lost.Load():
+				// Failed because the client stopped at the loss.
+				p.fail(s, fmt.Errorf("%w: %v", ErrDataLoss, err))
+			case p.viewShort.Load() && schema.IsMarkerKey(key):
+				p.fail(s, fmt.Errorf("%w: partition %d: %v", ErrTopicView, partition, err))
+			default:
+				p.fail(s, fmt.Errorf("%w: %v", ErrProduce, err))
+			}
 			return
 		}
 		p.m.produced.Inc()
@@ -310,10 +422,10 @@ func (p *Producer) produce(tr *Tracker, x *Txn, r *kgo.Record, commitTime time.T
 	})
 }
 
-func (p *Producer) fail(err error) {
-	p.errOnce.Do(func() {
+func (p *Producer) fail(s *session, err error) {
+	s.once.Do(func() {
 		p.log.Error("kafka refused a record; stopping without confirming it", "err", err)
-		p.errCh <- err
+		s.ch <- err
 	})
 }
 
@@ -331,6 +443,7 @@ func (p *Producer) Close() { p.client.Close() }
 type metrics struct {
 	produced  prometheus.Counter
 	errors    prometheus.Counter
+	dataLoss  prometheus.Counter
 	inflight  prometheus.GaugeFunc
 	inflightN atomic.Int64 // an atomic add per record is cheaper than a float gauge's CAS loop
 	latency   prometheus.Histogram
@@ -341,6 +454,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		produced: in.Counter("tidemark_relay_records_produced_total", "Records Kafka acknowledged."),
 		errors:   in.Counter("tidemark_relay_produce_errors_total", "Produce errors: failed records and failed produce requests (retried)."),
+		dataLoss: in.Counter("tidemark_relay_data_loss_total", "Times Kafka reported records it had acknowledged as lost (out-of-order sequence or unknown producer ID); each is a gap."),
 	}
 	m.inflight = in.GaugeFunc("tidemark_relay_inflight_records", "Records handed to the producer and not yet acknowledged.",
 		func() float64 { return float64(m.inflightN.Load()) })

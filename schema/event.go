@@ -72,6 +72,12 @@ type Change struct {
 type Resolved struct {
 	ResolvedTime time.Time
 	LSN          LSN
+	// Partitions is the topic's partition count the marker was fanned out
+	// to (0: not said, from a capture before it was sent). Readers raise
+	// the watermark's partition count to it before this partition's
+	// watermark, so a partition the topic grew is part of W before any
+	// marker after the growth can vouch for it.
+	Partitions int32
 }
 
 // Reset reports a gap: changes may have been lost before ResetTime, so no
@@ -111,6 +117,11 @@ func (r *Resolved) AppendJSON(dst []byte) []byte {
 	dst = AppendTime(dst, r.ResolvedTime)
 	dst = append(dst, `","lsn":"`...)
 	dst = r.LSN.AppendText(dst)
+	if r.Partitions > 0 {
+		dst = append(dst, `","partitions":`...)
+		dst = strconv.AppendInt(dst, int64(r.Partitions), 10)
+		return append(dst, '}')
+	}
 	return append(dst, `"}`...)
 }
 
@@ -159,6 +170,7 @@ type wire struct {
 	ResolvedTime *string `json:"resolved_time"`
 	ResetTime    *string `json:"reset_time"`
 	Reason       *string `json:"reason"`
+	Partitions   *int32  `json:"partitions"`
 }
 
 // Decode parses an event value. Unknown fields are ignored (minor versions may
@@ -237,6 +249,12 @@ func decodeJSON(b []byte) (Event, error) {
 		}
 		if r.LSN, err = ParseLSN(*w.LSN); err != nil {
 			return nil, err
+		}
+		if w.Partitions != nil {
+			if *w.Partitions < 1 {
+				return nil, fmt.Errorf("%w: resolved partitions %d is not a partition count", ErrMalformed, *w.Partitions)
+			}
+			r.Partitions = *w.Partitions
 		}
 		ev = r
 	case TypeReset:

@@ -164,6 +164,10 @@ func WatermarkKey(ns string) string { return ns + ":v1:_tidemark" }
 const (
 	FieldResetAt    = "reset_at"
 	FieldPartitions = "partitions"
+	// FieldPartitionsGrownFrom and FieldPartitionsGrownAt (Redis time, unix
+	// ms) record the last growth of FieldPartitions.
+	FieldPartitionsGrownFrom = "partitions_grown_from"
+	FieldPartitionsGrownAt   = "partitions_grown_at"
 	// FieldFutureRefused counts resolved times the cache tier refused for
 	// being ahead of its clock; FieldFutureRefusedAt (Redis time, unix ms),
 	// FieldFutureRefusedField and FieldFutureRefusedValue describe the last.

@@ -26,8 +26,9 @@ var goldenEvents = map[string]Event{
 		LSN: 0x1A_FF000028, CommitTime: mustTime("2026-01-02T00:00:00Z"), Xid: 4294967295},
 	"change_truncate.json": &Change{Op: OpTruncate,
 		LSN: 0, CommitTime: mustTime("2026-11-30T03:16:19.000001Z"), Xid: 0},
-	"resolved.json": &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790},
-	"reset.json":    &Reset{ResetTime: mustTime("2026-11-30T03:17:00Z"), Reason: "slot_created"},
+	"resolved.json":            &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790},
+	"resolved_partitions.json": &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790, Partitions: 6},
+	"reset.json":               &Reset{ResetTime: mustTime("2026-11-30T03:17:00Z"), Reason: "slot_created"},
 }
 
 func TestGoldenEvents(t *testing.T) {

@@ -229,6 +229,9 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 				missing = append(missing, fmt.Sprint(p.Partition))
 			}
 		}
+		if rep.pending(cfg, wm) {
+			return
+		}
 		rep.Verdict = Breached
 		rep.Reason = "no freshness watermark"
 		if len(missing) > 0 {
@@ -237,6 +240,9 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 		if len(wm.Ahead) > 0 {
 			rep.Reason += fmt.Sprintf(" (partition(s) %s ahead of the cache tier's clock by more than %s: they vouch for nothing)",
 				joinInts(wm.Ahead), promise.ClockBound)
+		}
+		if g := grown(wm); g != "" {
+			rep.Reason += fmt.Sprintf(" (%s %s ago, longer than the SLO %s: is capture following the topic?)", g, round(wm.ServerNow.Sub(wm.GrownAt)), cfg.SLO)
 		}
 		rep.Reason += ": nothing bounds the age of pending events (is the applier running? is capture sending heartbeats?)"
 		return
@@ -253,6 +259,61 @@ func (rep *Report) verdict(cfg Config, wm cache.Watermark, now time.Time) {
 	default:
 		rep.Verdict, rep.Reason = Breached, fmt.Sprintf("watermark age %s > SLO %s", round(age), cfg.SLO)
 	}
+	// Partitions the topic has and the watermark does not count yet: the
+	// topic grew and no applier or marker has raised the count.
+	var beyond []string
+	for _, p := range rep.Partitions {
+		if int(p.Partition) >= wm.Partitions {
+			beyond = append(beyond, fmt.Sprint(p.Partition))
+		}
+	}
+	if len(beyond) > 0 {
+		if rep.Verdict == OK {
+			rep.Verdict = AtRisk
+		}
+		rep.Reason += fmt.Sprintf("; partition(s) %s are not in the watermark yet (the topic has %d, the watermark counts %d): pending",
+			strings.Join(beyond, ","), len(rep.Partitions), wm.Partitions)
+	}
+}
+
+// grown describes the topic's last growth ("" if it never grew).
+func grown(wm cache.Watermark) string {
+	if wm.GrownFrom <= 0 || wm.GrownAt.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("the topic grew from %d to %d partitions", wm.GrownFrom, wm.Partitions)
+}
+
+// pending judges a watermark unknown only because partitions the topic
+// grew by have no watermark yet: they are pending, not lost, for one SLO
+// after the growth (capture marks them within seconds, an applier is
+// assigned them within its topic interval). Entries meanwhile fall back
+// to their own observation, so the verdict is AT RISK with the age the
+// older partitions vouch for; past the SLO it is BREACHED.
+func (rep *Report) pending(cfg Config, wm cache.Watermark) bool {
+	if grown(wm) == "" || len(wm.Ahead) > 0 || wm.ServerNow.Sub(wm.GrownAt) > cfg.SLO {
+		return false
+	}
+	var old time.Time
+	var waiting []string
+	for p := 0; p < wm.Partitions; p++ {
+		ts, ok := wm.PerPartition[int32(p)]
+		switch {
+		case !ok && p < wm.GrownFrom:
+			return false // an old partition lost its watermark
+		case !ok:
+			waiting = append(waiting, fmt.Sprint(p))
+		case p < wm.GrownFrom && (old.IsZero() || ts.Before(old)):
+			old = ts
+		}
+	}
+	if len(waiting) == 0 || old.IsZero() {
+		return false
+	}
+	rep.Verdict = AtRisk
+	rep.Reason = fmt.Sprintf("%s %s ago: partition(s) %s wait for their first resolved marker (the older partitions' watermark is %s old); nothing is extended by the watermark until they have one",
+		grown(wm), round(wm.ServerNow.Sub(wm.GrownAt)), strings.Join(waiting, ","), round(wm.ServerNow.Sub(old)))
+	return true
 }
 
 // futureRefusals makes a recently refused resolved time part of the verdict:

@@ -39,6 +39,7 @@ type captureCmd struct {
 	RetryMin        time.Duration `field:"capture.RetryMin" name:"retry-min" env:"TIDEMARK_RETRY_MIN" default:"${capture_RetryMin}" help:"First retry delay while the slot is active elsewhere or Postgres is down."`
 	RetryMax        time.Duration `field:"capture.RetryMax" name:"retry-max" env:"TIDEMARK_RETRY_MAX" default:"${capture_RetryMax}" help:"Longest retry delay."`
 	Linger          time.Duration `field:"capture.Relay.Linger" name:"linger" env:"TIDEMARK_LINGER" default:"${capture_Relay_Linger}" help:"How long the producer waits to fill a batch."`
+	TopicRefresh    time.Duration `field:"capture.Relay.TopicRefresh" name:"topic-refresh" env:"TIDEMARK_TOPIC_REFRESH" default:"${capture_Relay_TopicRefresh}" help:"How old the producer's view of the topic may get: partitions added to the topic are routed to and marked within about this."`
 	TopicReplicas   int           `field:"capture.Relay.Require.ReplicationFactor" name:"topic-replication-factor" env:"TIDEMARK_TOPIC_REPLICATION_FACTOR" default:"${require_ReplicationFactor}" help:"Replication factor the data topic must have (a smaller cluster is held to its broker count)."`
 	TopicMinInsync  int           `field:"capture.Relay.Require.MinInsync" name:"topic-min-insync" env:"TIDEMARK_TOPIC_MIN_INSYNC" default:"${require_MinInsync}" help:"min.insync.replicas the data topic must have."`
 	TopicRetention  time.Duration `field:"capture.Relay.Require.Retention" name:"topic-min-retention" env:"TIDEMARK_TOPIC_MIN_RETENTION" default:"${require_Retention}" help:"Shortest retention.ms the data topic may have when it deletes old segments."`
@@ -61,6 +62,7 @@ func (c *captureCmd) config() capture.Config {
 	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
 	cfg.SlotPoll, cfg.ShutdownTimeout = c.SlotPoll, c.ShutdownTimeout
 	cfg.StatusInterval, cfg.RetryMin, cfg.RetryMax, cfg.Relay.Linger = c.StatusInterval, c.RetryMin, c.RetryMax, c.Linger
+	cfg.Relay.TopicRefresh = c.TopicRefresh
 	cfg.Relay.Require = relay.TopicRequirements{ReplicationFactor: c.TopicReplicas, MinInsync: c.TopicMinInsync, Retention: c.TopicRetention}
 	return cfg
 }

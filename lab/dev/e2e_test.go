@@ -147,7 +147,7 @@ func newE2E(t *testing.T, opts ...func(*e2e)) *e2e {
 
 func (e *e2e) status(warn, slo time.Duration) (status.Report, error) {
 	cfg := status.DefaultConfig()
-	cfg.Brokers, cfg.Redis, cfg.Topic, cfg.Group, cfg.Warn, cfg.SLO = []string{e.brokers}, e.redisURL, e.topic, e.group, warn, slo
+	cfg.Brokers, cfg.Redis, cfg.Topic, cfg.Group, cfg.Warn, cfg.SLO = strings.Split(e.brokers, ","), e.redisURL, e.topic, e.group, warn, slo
 	return status.Check(context.Background(), cfg)
 }
 
@@ -306,47 +306,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("%d reads returned a version older than an applied invalidation, e.g. %v", n, olderDetail.Load())
 	}
 
-	// Every item's floor in Redis equals its Postgres version.
-	testenv.Eventually(t, 2*time.Minute, "every floor equals the Postgres version", func() error {
-		rows, err := e.pool.Query(context.Background(), `SELECT tenant_id, item_id, version FROM catalog.items`)
-		if err != nil {
-			return err
-		}
-		type kv struct {
-			key string
-			v   int64
-		}
-		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv, error) {
-			var t, i string
-			var v int64
-			err := r.Scan(&t, &i, &v)
-			return kv{schema.RedisKey("catalog", t, i), v}, err
-		})
-		if err != nil {
-			return err
-		}
-		cmds := make([]*redis.StringCmd, len(all))
-		e.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-			for i, x := range all {
-				cmds[i] = p.HGet(context.Background(), x.key, schema.FieldFloor)
-			}
-			return nil
-		})
-		bad := 0
-		var example string
-		for i, x := range all {
-			// Items never updated (version 1) have no event and need no floor.
-			f, _ := cmds[i].Int64()
-			if x.v > 1 && f != x.v {
-				bad++
-				example = fmt.Sprintf("%s floor %d, postgres %d", x.key, f, x.v)
-			}
-		}
-		if bad > 0 {
-			return fmt.Errorf("%d keys differ, e.g. %s", bad, example)
-		}
-		return nil
-	})
+	e.floorsMatchSource(2 * time.Minute)
 
 	// The inspector finds nothing served past the SLO, nothing ahead of the
 	// source, and every entry behind the source already invalidated.
@@ -402,4 +362,50 @@ func TestEndToEnd(t *testing.T) {
 	if code, out := exitOf("status", "--kafka", e.brokers, "--redis", "redis://127.0.0.1:1/0", "--topic", e.topic, "--timeout", "2s"); code != 2 {
 		t.Fatalf("status with an unreachable Redis: exit %d, want 2:\n%s", code, out)
 	}
+}
+
+// floorsMatchSource waits until every item's floor in Redis equals its
+// Postgres version: every change was applied.
+func (e *e2e) floorsMatchSource(within time.Duration) {
+	e.t.Helper()
+	testenv.Eventually(e.t, within, "every floor equals the Postgres version", func() error {
+		rows, err := e.pool.Query(context.Background(), `SELECT tenant_id, item_id, version FROM catalog.items`)
+		if err != nil {
+			return err
+		}
+		type kv struct {
+			key string
+			v   int64
+		}
+		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv, error) {
+			var t, i string
+			var v int64
+			err := r.Scan(&t, &i, &v)
+			return kv{schema.RedisKey("catalog", t, i), v}, err
+		})
+		if err != nil {
+			return err
+		}
+		cmds := make([]*redis.StringCmd, len(all))
+		e.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			for i, x := range all {
+				cmds[i] = p.HGet(context.Background(), x.key, schema.FieldFloor)
+			}
+			return nil
+		})
+		bad := 0
+		var example string
+		for i, x := range all {
+			// Items never updated (version 1) have no event and need no floor.
+			f, _ := cmds[i].Int64()
+			if x.v > 1 && f != x.v {
+				bad++
+				example = fmt.Sprintf("%s floor %d, postgres %d", x.key, f, x.v)
+			}
+		}
+		if bad > 0 {
+			return fmt.Errorf("%d keys differ, e.g. %s", bad, example)
+		}
+		return nil
+	})
 }

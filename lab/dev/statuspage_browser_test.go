@@ -154,7 +154,7 @@ func checkStatusJSON(t *testing.T, e *e2e) {
 	}
 	// The serve process knows Postgres, so its page adds slot health.
 	cfg := status.DefaultConfig()
-	cfg.Brokers, cfg.Redis, cfg.PG, cfg.Topic, cfg.Group, cfg.Slot = []string{e.brokers}, e.redisURL, e.dsn, e.topic, e.group, e.slot
+	cfg.Brokers, cfg.Redis, cfg.PG, cfg.Topic, cfg.Group, cfg.Slot = strings.Split(e.brokers, ","), e.redisURL, e.dsn, e.topic, e.group, e.slot
 	rep, err := status.Check(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
