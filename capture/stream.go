@@ -288,7 +288,7 @@ func (s *streamer) produceChange(ch *schema.Change) {
 		s.deletes.Inc()
 	case schema.OpTruncate:
 		s.truncates.Inc()
-		for p := range s.partitions {
+		for p := range s.fanout() {
 			s.c.relay.Produce(s.tr, s.txn, schema.MarkerKey(int32(p)), int32(p), v, ch.CommitTime)
 		}
 		return
