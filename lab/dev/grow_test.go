@@ -148,7 +148,7 @@ func TestGrowTopicWhileRunning(t *testing.T) {
 	}
 	t.Logf("change records on the new partitions: %v", items)
 	e.floorsMatchSource(time.Minute)
-	if e.capture.cmd == nil || e.capture.cmd.ProcessState != nil {
+	if e.capture.process().Exited() {
 		t.Fatalf("capture exited during the test:\n%s", e.capture.output())
 	}
 	t.Logf("%d updates, verdicts %v", updates.Load(), seen)
