@@ -229,11 +229,13 @@ func (b *binary) scrape() (string, error) {
 	return string(body), err
 }
 
-// metric is the value of an unlabelled metric (-1 if absent or unreadable).
+// metric is the value of a metric with one series (-1 if absent or unreadable).
 func (b *binary) metric(name string) float64 {
 	text, _ := b.scrape()
 	for _, line := range strings.Split(text, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+		// Every series carries the process's const labels (cache_namespace,
+		// topic), so an unlabelled metric is name{...} value.
+		if f := strings.Fields(line); len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) {
 			v, _ := strconv.ParseFloat(f[1], 64)
 			return v
 		}
@@ -320,13 +322,30 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 	// The metric names are part of the contract.
 	text := b.metrics(t)
 	for _, name := range []string{
-		`tidemark_capture_events_total{op="upsert"} 2000`, "tidemark_capture_transactions_total", "tidemark_relay_records_produced_total",
+		"tidemark_capture_transactions_total", "tidemark_relay_records_produced_total",
 		"tidemark_relay_produce_errors_total", "tidemark_relay_inflight_records", "tidemark_capture_confirmed_lsn",
-		"tidemark_capture_commit_to_produced_seconds_bucket", "tidemark_slot_lag_bytes", `tidemark_slot_wal_status{status="reserved"} 1`,
+		"tidemark_capture_commit_to_produced_seconds_bucket", "tidemark_slot_lag_bytes",
 		"tidemark_capture_resets_total", "tidemark_capture_heartbeats_total",
 	} {
 		if !strings.Contains(text, name) {
 			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	// Every series also carries the process's const labels (cache_namespace,
+	// topic), in sorted order among the series' own.
+	for _, want := range []struct{ name, label, value string }{
+		{"tidemark_capture_events_total", `op="upsert"`, "2000"},
+		{"tidemark_slot_wal_status", `status="reserved"`, "1"},
+	} {
+		found := false
+		for _, line := range strings.Split(text, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && strings.HasPrefix(f[0], want.name+"{") && strings.Contains(f[0], want.label) && f[1] == want.value {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("/metrics lacks %s{%s} %s", want.name, want.label, want.value)
 		}
 	}
 	if v := b.metric("tidemark_relay_records_produced_total"); v < 2000 {
