@@ -42,7 +42,9 @@ func TestKafkaRolesWorkWithExactlyTheirACLs(t *testing.T) {
 	topic := testenv.Unique(t, "roles")
 	group := "g-" + topic
 	compactDelete, compact := "compact,delete", "compact"
-	k.CreateTopic(t, topic, 3, map[string]*string{"cleanup.policy": &compactDelete})
+	// A compacted topic keeps markers past the relay's retention requirement.
+	lag := strconv.FormatInt(relay.DefaultTopicRequirements().Retention.Milliseconds(), 10)
+	k.CreateTopic(t, topic, 3, map[string]*string{"cleanup.policy": &compactDelete, "min.compaction.lag.ms": &lag})
 	k.CreateTopic(t, topic+".dlq", 1, nil)
 	k.CreateTopic(t, relay.StateTopic(topic), 1, map[string]*string{"cleanup.policy": &compact})
 	rs := testenv.StartRedis(t)
