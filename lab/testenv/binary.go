@@ -31,7 +31,12 @@ func Binary(t testing.TB) string {
 // e.g. a deliberately broken component), once per test binary and tag set.
 func BinaryWithTags(t testing.TB, tags ...string) string {
 	t.Helper()
-	key := strings.Join(tags, ",")
+	return cachedBuild(t, strings.Join(tags, ","), func() (string, error) { return buildBinary(tags) })
+}
+
+// cachedBuild runs make once per test binary and key and returns its path.
+func cachedBuild(t testing.TB, key string, make func() (string, error)) string {
+	t.Helper()
 	builds.mu.Lock()
 	if builds.m == nil {
 		builds.m = map[string]*build{}
@@ -42,7 +47,7 @@ func BinaryWithTags(t testing.TB, tags ...string) string {
 		builds.m[key] = b
 	}
 	builds.mu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildBinary(tags) })
+	b.once.Do(func() { b.path, b.err = make() })
 	if b.err != nil {
 		t.Fatalf("testenv: %v", b.err)
 	}

@@ -15,22 +15,7 @@ import (
 // old build of a rolling-upgrade test until a release exists.
 func BinaryAtCommit(t testing.TB, commit string) string {
 	t.Helper()
-	key := "commit:" + commit
-	builds.mu.Lock()
-	if builds.m == nil {
-		builds.m = map[string]*build{}
-	}
-	b := builds.m[key]
-	if b == nil {
-		b = &build{}
-		builds.m[key] = b
-	}
-	builds.mu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildCommit(commit) })
-	if b.err != nil {
-		t.Fatalf("testenv: %v", b.err)
-	}
-	return b.path
+	return cachedBuild(t, "commit:"+commit, func() (string, error) { return buildCommit(commit) })
 }
 
 func buildCommit(commit string) (string, error) {
