@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -354,7 +355,8 @@ func TestRealMinInsyncHoldsConfirm(t *testing.T) {
 	cfg.Relay.Require = relay.DefaultTopicRequirements()
 	cfg.Relay.Require.ReplicationFactor = 2 // two replicas, both required in sync
 	createOnNodes(t, k, cfg.Relay.Topic, testPartitions, []int32{1, 2},
-		map[string]string{"min.insync.replicas": "2", "cleanup.policy": "compact,delete"})
+		map[string]string{"min.insync.replicas": "2", "cleanup.policy": "compact,delete",
+			"min.compaction.lag.ms": strconv.FormatInt(cfg.Relay.Require.Retention.Milliseconds(), 10)})
 	conn := connect(t, dsn)
 	r := start(t, cfg)
 	r.waitReady(t)
