@@ -28,7 +28,7 @@ func TestStatusShowsStalledPartition(t *testing.T) {
 	k := testenv.StartKafka(t, kfake.SeedTopics(1, topic))
 	rs := testenv.StartRedis(t)
 	rdb := rs.Client(t)
-	ctx := testenv.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 5*time.Minute)
 	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: testenv.Logger(t), Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestStatusShowsStalledPartition(t *testing.T) {
 	check := func(cond func(Report) error) Report {
 		t.Helper()
 		var rep Report
-		testenv.Eventually(t, 20*time.Second, "status report", func() error {
+		testenv.Eventually(t, time.Minute, "status report", func() error {
 			var err error
 			if rep, err = Check(ctx, scfg); err != nil {
 				return err
