@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"tidemark/internal/config"
-	"tidemark/lab/bench"
 	"tidemark/lab/bench/memorybench"
 )
 
@@ -33,10 +32,9 @@ func (c *benchMemoryCmd) Validate() error {
 
 func (c *benchMemoryCmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
-	res, err := memorybench.Run(ctx, cfg, e.log.With("component", "bench"))
+	res, err := memorybench.Run(ctx, cfg, memorybench.Deps{Log: e.log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	memorybench.Report(e.stdout, cfg, res)
-	return bench.WriteChart(c.SVG, memorybench.Chart(cfg, res), e.stdout)
+	return writeBench(e.stdout, res, c.SVG, memorybench.Chart(res))
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
 	"time"
 
@@ -43,10 +43,9 @@ func (c *benchScanCmd) Validate() error {
 }
 
 func (c *benchScanCmd) Run(ctx context.Context, e *env) error {
-	cfg := c.config()
-	res, err := scanbench.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
+	res, err := scanbench.Run(ctx, c.config(), scanbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
 	if len(res.Arms) > 0 {
-		fmt.Fprintln(e.stdout, res.Markdown(cfg))
+		err = errors.Join(err, res.WriteTable(e.stdout))
 	}
 	return err
 }

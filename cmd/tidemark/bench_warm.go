@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"time"
 
 	"tidemark/internal/config"
-	"tidemark/lab/bench"
 	"tidemark/lab/bench/warmbench"
 )
 
@@ -44,11 +42,9 @@ func (c *benchWarmCmd) Validate() error {
 }
 
 func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
-	cfg := c.config()
-	res, err := warmbench.Run(ctx, cfg, e.log.With("component", "bench"), e.stderr)
+	res, err := warmbench.Run(ctx, c.config(), warmbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
 	if len(res.Arms) > 0 {
-		fmt.Fprintln(e.stdout, res.Markdown(cfg))
-		err = errors.Join(err, bench.WriteChart(c.SVG, warmbench.Chart(cfg, res), e.stdout))
+		err = errors.Join(err, writeBench(e.stdout, res, c.SVG, warmbench.Chart(res)))
 	}
 	return err
 }

@@ -4,6 +4,13 @@
 // print. Each stage's harness lives in its own subpackage
 // (lab/bench/<stage>); the product packages hold no benchmark code.
 //
+// Every harness has one shape: a Config with DefaultConfig and Validate
+// (config.Problems, one error per field), Run(ctx, cfg, Deps) (Result,
+// error), Result.WriteTable(w) for the Markdown table with its goals judged,
+// and Chart(Result) for the SVG. The Result carries the Config it was run
+// with, so the table and the chart need nothing else; the goals live in the
+// harness, and `cmd/tidemark` only wires flags into the Config.
+//
 // Performance goals are ratios to a ceiling measured in the same run on the
 // same servers, so a busy or slow box moves both sides (BENCHMARKS.md).
 package bench

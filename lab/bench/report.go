@@ -42,3 +42,19 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 
 // Ms formats d as milliseconds with two decimals ("4.99 ms").
 func Ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// ErrWriter keeps the first error of W and writes nothing after it, so a
+// report written in many Fprintf calls returns one error at its end.
+type ErrWriter struct {
+	W   io.Writer
+	Err error
+}
+
+func (e *ErrWriter) Write(p []byte) (int, error) {
+	if e.Err != nil {
+		return 0, e.Err
+	}
+	n, err := e.W.Write(p)
+	e.Err = err
+	return n, err
+}

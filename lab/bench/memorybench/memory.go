@@ -118,6 +118,7 @@ func (r Row) Overhead() float64 { return r.Entry.Info/r.Set.Info - 1 }
 
 // Result is Run's figures.
 type Result struct {
+	Config   Config // what was run
 	Server   string
 	Version  string
 	Listpack int // the server's hash-max-listpack-value in the default arms
@@ -127,8 +128,13 @@ type Result struct {
 	Floor Usage
 }
 
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // progress, one line per payload size
+}
+
 // Run measures every arm and returns the figures.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -167,7 +173,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return Result{}, err
 	}
 	m := &meter{rdb: rdb, c: c, cfg: cfg, maxAge: ccfg.MaxAge}
-	res := Result{Server: bench.RedactURL(url)}
+	res := Result{Config: cfg, Server: bench.RedactURL(url)}
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("bench memory: %w", err)
@@ -177,7 +183,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return Result{}, err
 	}
 	for _, size := range cfg.Payloads {
-		log.Info("payload", "bytes", size, "entries", cfg.Entries)
+		deps.Log.Info("payload", "bytes", size, "entries", cfg.Entries)
 		row, err := m.row(ctx, size, res.Listpack)
 		if err != nil {
 			return Result{}, fmt.Errorf("bench memory: %d-byte payload: %w", size, err)
@@ -474,8 +480,9 @@ func (m *meter) replicate(ctx context.Context, keys []benchKey) ([]string, error
 	return copies, err
 }
 
-// Report writes the Markdown table, the separate rows and the goal line.
-func Report(w io.Writer, cfg Config, res Result) {
+// WriteTable writes the Markdown table, the separate rows and the goal line.
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg := &bench.ErrWriter{W: out}, res.Config
 	fmt.Fprintf(w, "server: %s (redis-server %s, hash-max-listpack-value %d); %d entries per arm; bytes per key: INFO memory used_memory delta / keys (MEMORY USAGE SAMPLES 0, mean of up to 1,000 keys)\n\n",
 		res.Server, res.Version, res.Listpack, cfg.Entries)
 	t := bench.Table{Header: []string{"payload", "plain SET", "SET PX (same TTL)", "tidemark entry", "over SET", "over SET PX", "encoding"}}
@@ -515,6 +522,7 @@ func Report(w io.Writer, cfg Config, res Result) {
 			fmt.Fprintf(w, "\nGoal: entry overhead over a plain SET <= %.0f %% at %s: %s (%s)\n", Goal*100, bytesOf(GoalPayload), pct(r.Overhead()), verdict)
 		}
 	}
+	return w.Err
 }
 
 func usage(u Usage) string { return fmt.Sprintf("%.0f (%.0f)", u.Info, u.Sampled) }
@@ -531,7 +539,8 @@ func bytesOf(n int) string {
 
 // Chart draws bytes per key of every arm, a group per payload size, noted
 // with the entry's overhead over a plain SET.
-func Chart(cfg Config, res Result) svgchart.BarChart {
+func Chart(res Result) svgchart.BarChart {
+	cfg := res.Config
 	series := []string{"plain SET", "SET PX (same TTL)", "tidemark entry"}
 	if cfg.ListpackValue > 0 {
 		series = append(series, fmt.Sprintf("entry, hash-max-listpack-value %d", cfg.ListpackValue))

@@ -22,7 +22,7 @@ func TestMemoryBenchSmoke(t *testing.T) {
 	cfg := memorybench.DefaultConfig()
 	cfg.RedisURL, cfg.Entries, cfg.HotKeys, cfg.Payloads, cfg.Workers = r.URL(), 2000, 100, []int{256, 1536}, 4
 	cfg.SVG = filepath.Join(t.TempDir(), "memory.svg")
-	res, err := memorybench.Run(testenv.Context(t, 90*time.Second), cfg, slog.New(slog.DiscardHandler))
+	res, err := memorybench.Run(testenv.Context(t, 90*time.Second), cfg, memorybench.Deps{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +53,10 @@ func TestMemoryBenchSmoke(t *testing.T) {
 		t.Errorf("floor-only key: %.0f bytes, want a small hash", res.Floor.Info)
 	}
 	var out strings.Builder
-	memorybench.Report(&out, cfg, res)
-	if err := bench.WriteChart(cfg.SVG, memorybench.Chart(cfg, res), &out); err != nil {
+	if err := res.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WriteChart(cfg.SVG, memorybench.Chart(res), &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| 1,536 B |", "hot key: 3 copies", "floor-only key", "Goal: entry overhead over a plain SET <= 30 % at 1,536 B", "chart: " + cfg.SVG} {

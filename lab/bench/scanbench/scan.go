@@ -142,8 +142,9 @@ func (a Arm) Rate() float64 {
 
 // Result of a run.
 type Result struct {
-	Arms  []Arm
-	Setup string
+	Config Config // what was run
+	Arms   []Arm
+	Setup  string
 }
 
 const (
@@ -151,12 +152,26 @@ const (
 	scanTenant = "scanner"
 )
 
-// Run runs every arm against private servers.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) (Result, error) {
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log      *slog.Logger // nil: discarded
+	Progress io.Writer    // a line per step while it runs; nil: none
+}
+
+// Run runs every arm against private servers. A failed run returns the arms
+// it finished.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	var res Result
+	log, progress := deps.Log, deps.Progress
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	res := Result{Config: cfg}
 	fmt.Fprintln(progress, "starting private Postgres and redis-server ...")
 	srv, err := bench.StartStack(ctx, "scan", log)
 	if err != nil {
@@ -420,9 +435,11 @@ func infoInt(ctx context.Context, rdb *redis.Client, section, field string) (int
 	return 0, fmt.Errorf("bench scan: no %s in INFO %s", field, section)
 }
 
-// Markdown is the report.
-func (r Result) Markdown(cfg Config) string {
+// WriteTable writes the report: a row per arm and the goal judged for each
+// admission arm.
+func (r Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
+	cfg := r.Config
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
 	fmt.Fprintln(&b, "| fill rate /s per process | ids scanned (given up; 503s retried) | scan time | A's rate /s | B hit ratio before | during | after | drop during, points | B errors | A's ids cached | evicted keys | source reads | fills skipped by admission (A and B) |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -444,7 +461,8 @@ func (r Result) Markdown(cfg Config) string {
 		fmt.Fprintf(&b, "Goal (B's hit ratio drops at most %.0f points during the scan) with fill rate %s: %s (%.1f points).\n",
 			cfg.GoalDrop, fillRate(a.FillRate), verdict, a.Drop())
 	}
-	return b.String()
+	_, err := io.WriteString(w, b.String()+"\n")
+	return err
 }
 
 func fillRate(f float64) string {

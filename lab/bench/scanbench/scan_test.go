@@ -38,13 +38,16 @@ func TestValidateNamesFields(t *testing.T) {
 // The report's goal line judges each admission arm by the drop during the
 // scan and leaves the admission-off arm out.
 func TestReportJudgesAdmissionArms(t *testing.T) {
-	cfg := DefaultConfig()
-	r := Result{Arms: []Arm{
+	r := Result{Config: DefaultConfig(), Arms: []Arm{
 		{FillRate: 20, Before: Phase{Hits: 100, Reads: 100}, During: Phase{Hits: 97, Reads: 100}},
 		{FillRate: 2000, Before: Phase{Hits: 100, Reads: 100}, During: Phase{Hits: 80, Reads: 100}},
 		{FillRate: 0, Before: Phase{Hits: 100, Reads: 100}, During: Phase{Hits: 30, Reads: 100}},
 	}}
-	md := r.Markdown(cfg)
+	var b strings.Builder
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
 	for _, want := range []string{"with fill rate 20: met (3.0 points)", "with fill rate 2000: NOT met (20.0 points)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

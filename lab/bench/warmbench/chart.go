@@ -10,7 +10,8 @@ import (
 // Chart is the recovery chart of a run: each arm's hit ratio per window
 // against the time since redis-server was killed, with the 90 % of its
 // pre-kill hit ratio that TimeTo90 waits for. A window without GETs is a gap.
-func Chart(cfg Config, res Result) svgchart.Chart {
+func Chart(res Result) svgchart.Chart {
+	cfg := res.Config
 	var series []svgchart.Series
 	var rules []svgchart.Rule
 	for _, a := range res.Arms {

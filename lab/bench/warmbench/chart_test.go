@@ -14,11 +14,11 @@ func TestChartHitRatioAfterKill(t *testing.T) {
 	win := func(s int, hits, total int64) Window {
 		return Window{At: time.Duration(s) * time.Second, Hits: hits, Total: total}
 	}
-	res := Result{Arms: []Arm{
+	res := Result{Config: DefaultConfig(), Arms: []Arm{
 		{Warmer: false, HitBefore: 0.95, Windows: []Window{win(1, 0, 900), win(2, 300, 1000), win(3, 0, 0), win(4, 700, 1000), win(5, 880, 1000)}},
 		{Warmer: true, HitBefore: 0.95, Windows: []Window{win(1, 200, 900), win(2, 850, 1000), win(3, 900, 1000)}},
 	}}
-	d := svgcharttest.Parse(t, Chart(DefaultConfig(), res).String())
+	d := svgcharttest.Parse(t, Chart(res).String())
 	for _, w := range []struct {
 		series           string
 		points, polyline int

@@ -113,20 +113,32 @@ type Window struct {
 
 // Result of a run.
 type Result struct {
+	Config Config // what was run
 	Arms   []Arm
 	Budget float64 // foreground + background reads/s
 	Setup  string
 }
 
-// Run runs both arms against private servers.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) (Result, error) {
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log      *slog.Logger // nil: discarded
+	Progress io.Writer    // a line per step while it runs; nil: none
+}
+
+// Run runs both arms against private servers. A failed run returns the arms
+// it finished.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	log, progress := deps.Log, deps.Progress
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	res := Result{Budget: cfg.ForegroundRate + cfg.BackgroundRate}
+	if progress == nil {
+		progress = io.Discard
+	}
+	res := Result{Config: cfg, Budget: cfg.ForegroundRate + cfg.BackgroundRate}
 	fmt.Fprintln(progress, "starting private Postgres and redis-server (no persistence) ...")
 	srv, err := bench.StartStack(ctx, "warm", log)
 	if err != nil {
@@ -384,9 +396,11 @@ func prime(ctx context.Context, cfg Config, client *http.Client, srv *bench.Stac
 	return nil
 }
 
-// Markdown is the report.
-func (r Result) Markdown(cfg Config) string {
+// WriteTable writes the report: the arms side by side and the hit ratio per
+// window after the kill.
+func (r Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
+	cfg := r.Config
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
 	fmt.Fprintln(&b, "| warmer | hit ratio before kill | time to 90 % of it | source reads/s after the kill: peak (mean) vs budget | GETs/s | 503s before the kill | until 90 % | after 90 % | second half of the observation | keys warmed | back-offs |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|")
@@ -408,7 +422,8 @@ func (r Result) Markdown(cfg Config) string {
 			fmt.Fprintf(&b, "| %s | %.1f %% | %.1f %% | %.0f | %.0f |\n", n.At.Round(100*time.Millisecond), ratio(o.Hits, o.Total), ratio(n.Hits, n.Total), o.SourcePerSec, n.SourcePerSec)
 		}
 	}
-	return b.String()
+	_, err := io.WriteString(w, b.String()+"\n")
+	return err
 }
 
 func ratio(a, b int64) float64 {
