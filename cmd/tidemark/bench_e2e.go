@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"tidemark/internal/config"
-	"tidemark/lab/bench"
 	"tidemark/lab/bench/e2ebench"
 )
 
@@ -53,10 +52,9 @@ func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg.Binary = bin
-	res, err := e2ebench.Run(ctx, cfg, e.log.With("component", "bench"))
+	res, err := e2ebench.Run(ctx, cfg, e2ebench.Deps{Log: e.log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	e2ebench.Report(e.stdout, cfg, res)
-	return bench.WriteChart(c.SVG, e2ebench.Chart(cfg, res), e.stdout)
+	return writeBench(e.stdout, res, c.SVG, e2ebench.Chart(res))
 }

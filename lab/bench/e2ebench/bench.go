@@ -94,15 +94,22 @@ func (p Phase) CPUPer1k(name string) (float64, bool) {
 
 // Result is a whole run.
 type Result struct {
-	Ceiling             Dist // pg_recvlogical commit → received
+	Config              Config // what was run
+	Ceiling             Dist   // pg_recvlogical commit → received
 	CeilingLoad         loadResult
 	CeilingWalsenderCPU time.Duration
 	Phases              []Phase
 }
 
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // progress and the stages' setup
+}
+
 // Run measures the ceiling, starts the stage processes and runs the phases.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	var res Result
+	log := deps.Log
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
@@ -113,6 +120,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		}
 		cfg.Recvlogical = p
 	}
+	res.Config = cfg
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "tidemark-bench-e2e-")

@@ -11,7 +11,8 @@ import (
 // commit → produced (p99) of every phase against the changes/s the phase
 // offered, pg_recvlogical's p99 (the ceiling) at its single-row rate, and
 // the goals' p99 lines.
-func Chart(cfg Config, res Result) svgchart.Chart {
+func Chart(res Result) svgchart.Chart {
+	cfg := res.Config
 	appliedP50 := svgchart.Series{Name: "applied p50", Markers: true}
 	appliedP99 := svgchart.Series{Name: "applied p99", Markers: true}
 	producedP99 := svgchart.Series{Name: "produced p99", Markers: true}

@@ -13,15 +13,15 @@ import (
 // point at the single-row rate; both goals are lines.
 func TestChartLatencyAgainstOfferedRate(t *testing.T) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	cfg := DefaultConfig()
 	res := Result{
+		Config:  DefaultConfig(),
 		Ceiling: Dist{N: 120_000, P50: ms(1.1), P99: ms(4.2)},
 		Phases: []Phase{
 			{Name: "2000 tx/s", TxRate: 2000, RowsPerTx: 1, Produced: Dist{N: 120_000, P50: ms(2), P99: ms(7)}, Applied: Dist{N: 120_000, P50: ms(3), P99: ms(11)}},
 			{Name: "20000 changes/s", TxRate: 1000, RowsPerTx: 20, Produced: Dist{N: 1_200_000, P50: ms(20), P99: ms(90)}, Applied: Dist{N: 1_200_000, P50: ms(35), P99: ms(180)}},
 		},
 	}
-	d := svgcharttest.Parse(t, Chart(cfg, res).String())
+	d := svgcharttest.Parse(t, Chart(res).String())
 	for _, w := range []struct {
 		series string
 		n      int

@@ -32,7 +32,8 @@ func verdict(ok bool) string {
 }
 
 // Report writes the run as Markdown tables and the goals' verdicts.
-func Report(w io.Writer, cfg Config, res Result) {
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg := &bench.ErrWriter{W: out}, res.Config
 	broker := "`tidemark kafka` (page cache)"
 	switch {
 	case len(cfg.Brokers) > 0:
@@ -100,7 +101,7 @@ func Report(w io.Writer, cfg Config, res Result) {
 			res.CeilingWalsenderCPU.Seconds()*1000/float64(res.CeilingLoad.Commits))
 	}
 	if len(res.Phases) != 2 {
-		return
+		return w.Err
 	}
 	tx, ch := res.Phases[0], res.Phases[1]
 	fmt.Fprintln(w, "\ngoals:")
@@ -113,4 +114,5 @@ func Report(w io.Writer, cfg Config, res Result) {
 		wal, _ := p.CPUPer1k(ProcWalsender)
 		fmt.Fprintf(w, "- %s: capture CPU per change %.3f <= walsender's %.3f (s / 1,000): %s\n", p.Name, capt, wal, verdict(capt <= wal))
 	}
+	return w.Err
 }
