@@ -67,7 +67,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"dev", &devCmd{}, []validated{{"dev", dev.DefaultConfig(), nil}}},
 		{"chaos", &chaosCmd{}, []validated{{"chaos", chaos.DefaultConfig(), []string{"Tenants"}}}},
 		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultBenchConfig(), nil}}},
-		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultBenchConfig(), nil}}},
+		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultConfig(), nil}}},
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2ebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},

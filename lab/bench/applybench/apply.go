@@ -1,4 +1,4 @@
-// Package apply is `tidemark bench apply`: replay throughput of the applier
+// Package applybench is `tidemark bench apply`: replay throughput of the applier
 // into Redis against the pipelined EVALSHA ceiling redis-benchmark measures
 // on the same server, and commit-to-apply latency at a steady rate.
 package applybench
@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -23,13 +25,14 @@ import (
 	"tidemark/cache"
 	"tidemark/internal/config"
 	"tidemark/lab/bench"
+	"tidemark/lab/localserver"
 	"tidemark/schema"
 )
 
-// BenchConfig configures `tidemark bench apply`.
-type BenchConfig struct {
+// Config configures Run (`tidemark bench apply`).
+type Config struct {
 	Brokers    []string      // --kafka; empty starts an in-process kfake
-	RedisAddr  string        // host:port of a standalone Redis for the EVALSHA ceiling (redis-benchmark)
+	RedisURL   string        // --redis: a standalone Redis, also the EVALSHA ceiling's (redis-benchmark); "" starts a private redis-server
 	Events     int           // --events replayed
 	Keys       int           // --keys the events spread over
 	Partitions int           // --partitions of the bench topics
@@ -37,15 +40,20 @@ type BenchConfig struct {
 	Duration   time.Duration // --duration of the steady latency phase
 }
 
-// DefaultBenchConfig is the benchmark BENCHMARKS.md reports: a million
+// DefaultConfig is the benchmark BENCHMARKS.md reports: a million
 // events over 100,000 keys, then 2,000 events/s for 15 s.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Events: 1_000_000, Keys: 100_000, Partitions: 12, Rate: 2000, Duration: 15 * time.Second}
+func DefaultConfig() Config {
+	return Config{Events: 1_000_000, Keys: 100_000, Partitions: 12, Rate: 2000, Duration: 15 * time.Second}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
-func (c BenchConfig) Validate() error {
+func (c Config) Validate() error {
 	var p config.Problems
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			p.Add("RedisURL", "must be a standalone Redis URL (redis://host:port/db): %v", err)
+		}
+	}
 	if c.Events < 1 {
 		p.Add("Events", "must be positive (got %d)", c.Events)
 	}
@@ -64,8 +72,9 @@ func (c BenchConfig) Validate() error {
 	return p.Err()
 }
 
-// BenchResult is what the benchmark measured.
-type BenchResult struct {
+// Result is what the benchmark measured.
+type Result struct {
+	Config         Config // what was run
 	Events         int64
 	ReplayElapsed  time.Duration
 	ReplayRate     float64 // events/s
@@ -79,25 +88,58 @@ type BenchResult struct {
 	P50, P99, Max  time.Duration // commit-to-apply at the steady rate
 }
 
-// Bench runs the applier benchmarks against a cache tier.
-type Bench struct {
-	cfg   BenchConfig
-	cache applier.Cache
-	log   *slog.Logger
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // progress and the applier's own log
 }
 
-// NewBench checks cfg.
-func NewBench(cfg BenchConfig, c applier.Cache, log *slog.Logger) (*Bench, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &Bench{cfg: cfg, cache: c, log: log.With("component", "bench")}, nil
+// runner runs the applier benchmarks against a cache tier.
+type runner struct {
+	cfg       Config
+	redisAddr string // host:port of the server, for redis-benchmark
+	cache     applier.Cache
+	log       *slog.Logger
 }
 
 // Run measures replay throughput, the EVALSHA ceiling, and steady-state
-// commit-to-apply latency.
-func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
-	var res BenchResult
+// commit-to-apply latency on cfg.RedisURL or a private redis-server.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
+		if err != nil {
+			return Result{}, fmt.Errorf("bench apply: %w", err)
+		}
+		pr, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
+		if err != nil {
+			os.RemoveAll(dir)
+			return Result{}, fmt.Errorf("bench apply: start redis-server: %w", err)
+		}
+		defer pr.Remove()
+		redisURL = pr.URL()
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench apply: %w", err)
+	}
+	opt.PoolSize, opt.ContextTimeoutEnabled = 64, true
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb, Log: deps.Log, Registerer: nil})
+	if err != nil {
+		return Result{}, err
+	}
+	b := &runner{cfg: cfg, redisAddr: opt.Addr, cache: cc, log: deps.Log.With("component", "bench")}
+	res, err := b.run(ctx)
+	res.Config = cfg
+	return res, err
+}
+
+func (b *runner) run(ctx context.Context) (Result, error) {
+	var res Result
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	replayTopic, steadyTopic := "bench.replay."+suffix, "bench.steady."+suffix
 
@@ -148,25 +190,23 @@ func (b *Bench) Run(ctx context.Context) (BenchResult, error) {
 	res.ReplayRate = float64(sum.Records) / sum.Elapsed.Seconds()
 
 	// Phase 3: the ceiling, measured now, on the same server.
-	if b.cfg.RedisAddr != "" {
-		b.log.Info("measuring the pipelined EVALSHA ceiling with redis-benchmark")
-		if res.CeilingTrivial, err = evalshaCeiling(ctx, b.cfg.RedisAddr, "return 1", 0, 0); err != nil {
-			return res, err
-		}
-		if res.CeilingKeyed, err = evalshaCeiling(ctx, b.cfg.RedisAddr, "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])", 1, b.cfg.Keys); err != nil {
-			return res, err
-		}
-		res.Ratio = res.ReplayRate / res.CeilingTrivial
-		if res.PingP99, err = pingP99(ctx, b.cfg.RedisAddr); err != nil {
-			return res, err
-		}
+	b.log.Info("measuring the pipelined EVALSHA ceiling with redis-benchmark")
+	if res.CeilingTrivial, err = evalshaCeiling(ctx, b.redisAddr, "return 1", 0, 0); err != nil {
+		return res, err
+	}
+	if res.CeilingKeyed, err = evalshaCeiling(ctx, b.redisAddr, "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])", 1, b.cfg.Keys); err != nil {
+		return res, err
+	}
+	res.Ratio = res.ReplayRate / res.CeilingTrivial
+	if res.PingP99, err = pingP99(ctx, b.redisAddr); err != nil {
+		return res, err
 	}
 	return res, nil
 }
 
 // kafka returns the configured brokers, or starts an in-process kfake with
 // topic (closed by the returned func).
-func (b *Bench) kafka(topic string) ([]string, func(), error) {
+func (b *runner) kafka(topic string) ([]string, func(), error) {
 	if len(b.cfg.Brokers) > 0 {
 		return b.cfg.Brokers, func() {}, nil
 	}
@@ -178,7 +218,7 @@ func (b *Bench) kafka(topic string) ([]string, func(), error) {
 	return kc.ListenAddrs(), kc.Close, nil
 }
 
-func (b *Bench) produceHistory(ctx context.Context, prod *kgo.Client, topic string) error {
+func (b *runner) produceHistory(ctx context.Context, prod *kgo.Client, topic string) error {
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -240,7 +280,7 @@ func (l *latencyCache) InvalidateBatch(ctx context.Context, batch []cache.Invali
 	return out, nil
 }
 
-func (b *Bench) steady(ctx context.Context, brokers []string, topic string, res *BenchResult) error {
+func (b *runner) steady(ctx context.Context, brokers []string, topic string, res *Result) error {
 	// Its own producer without linger: the latency measured is the
 	// applier's (fetch, batch, apply), not a producer's batching delay.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
@@ -366,4 +406,19 @@ func pingP99(ctx context.Context, addr string) (time.Duration, error) {
 		return 0, err
 	}
 	return r.P99, nil
+}
+
+// WriteTable writes the Markdown table with the goals.
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg := &bench.ErrWriter{W: out}, res.Config
+	fmt.Fprintf(w, "| measure | value | goal |\n|---|---|---|\n")
+	fmt.Fprintf(w, "| replay: %d events over %d keys, %d partitions | %s, **%.0f events/s** (applied %d, duplicate %d, older %d) | >= 100,000/s |\n",
+		res.Events, cfg.Keys, cfg.Partitions, res.ReplayElapsed.Round(time.Millisecond), res.ReplayRate, res.Replay.Applied, res.Replay.Duplicate, res.Replay.Older)
+	fmt.Fprintf(w, "| ceiling: redis-benchmark -P 100 -c 50 EVALSHA `return 1` | %.0f req/s | |\n", res.CeilingTrivial)
+	fmt.Fprintf(w, "| ceiling: the same, one HSET on a random key | %.0f req/s | |\n", res.CeilingKeyed)
+	fmt.Fprintf(w, "| replay / trivial EVALSHA ceiling | **%.2f** | |\n", res.Ratio)
+	fmt.Fprintf(w, "| noise floor: redis-benchmark -c 1 PING p99, same run | %s | |\n", bench.Ms(res.PingP99))
+	fmt.Fprintf(w, "| commit-to-apply at %.0f events/s (%d samples) | p50 %s, **p99 %s**, max %s | p99 < 20 ms |\n",
+		res.SteadyRate, res.SteadyEvents, bench.Ms(res.P50), bench.Ms(res.P99), bench.Ms(res.Max))
+	return w.Err
 }

@@ -9,7 +9,8 @@ import (
 
 // Chart is the throughput chart of a run: the replay rate beside each
 // redis-benchmark ceiling of the same run, noted with their ratio.
-func Chart(cfg BenchConfig, res BenchResult) svgchart.BarChart {
+func Chart(res Result) svgchart.BarChart {
+	cfg := res.Config
 	group := func(label string, ceiling float64) svgchart.BarGroup {
 		return svgchart.BarGroup{Label: label, Values: []float64{res.ReplayRate, ceiling}, Note: bench.RatioNote(res.ReplayRate, ceiling)}
 	}

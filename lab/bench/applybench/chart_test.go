@@ -11,9 +11,8 @@ import (
 // The chart puts the replay rate beside each of the two ceilings, noted
 // with the ratio.
 func TestChartThroughputAgainstCeiling(t *testing.T) {
-	cfg := applybench.DefaultBenchConfig()
-	res := applybench.BenchResult{Events: 1_000_000, ReplayRate: 307_956, CeilingTrivial: 931_966, CeilingKeyed: 392_927}
-	c := applybench.Chart(cfg, res)
+	res := applybench.Result{Config: applybench.DefaultConfig(), Events: 1_000_000, ReplayRate: 307_956, CeilingTrivial: 931_966, CeilingKeyed: 392_927}
+	c := applybench.Chart(res)
 	d := svgcharttest.Parse(t, c.String())
 	for _, s := range c.Series {
 		if got := d.Count("bar", s); got != 2 {
