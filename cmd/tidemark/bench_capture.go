@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"runtime"
-	"strings"
 	"time"
 
 	"tidemark/internal/config"
-	"tidemark/lab/bench"
 	"tidemark/lab/bench/capturebench"
 )
 
-// benchCaptureCmd wires flags into capturebench.BenchConfig (lab/bench/capturebench), provides Postgres
-// (a private server unless --pg) and prints the table.
+// benchCaptureCmd wires flags into capturebench.Config
+// (lab/bench/capturebench) and prints the table.
 type benchCaptureCmd struct {
 	PG          string        `field:"benchcapture.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres to benchmark (it is migrated and written to); empty starts a private server."`
 	Rows        int           `field:"benchcapture.Rows" name:"rows" default:"${benchcapture_Rows}" help:"Row changes in the fixed WAL workload."`
@@ -26,8 +23,8 @@ type benchCaptureCmd struct {
 	SVG         string        `name:"svg" default:"capture.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchCaptureCmd) config() capturebench.BenchConfig {
-	cfg := capturebench.DefaultBenchConfig()
+func (c *benchCaptureCmd) config() capturebench.Config {
+	cfg := capturebench.DefaultConfig()
 	cfg.PG, cfg.Rows, cfg.Rate, cfg.Duration, cfg.Partitions, cfg.Recvlogical = c.PG, c.Rows, c.Rate, c.Duration, c.Partitions, c.Recvlogical
 	cfg.Rounds = c.Rounds
 	return cfg
@@ -46,32 +43,9 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	cfg := c.config()
-	if cfg.PG == "" {
-		dsn, stop, err := capturebench.StartPostgres()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		cfg.PG = dsn
-	}
-	res, err := capturebench.Bench(ctx, cfg, e.log.With("component", "bench"))
+	res, err := capturebench.Run(ctx, c.config(), capturebench.Deps{Log: e.log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	w := e.stdout
-	rounds := func(ds []time.Duration) string {
-		var s []string
-		for _, d := range ds {
-			s = append(s, d.Round(time.Millisecond).String())
-		}
-		return strings.Join(s, ", ")
-	}
-	fmt.Fprintf(w, "| drain of %d row changes (pgoutput, same publication) | rounds | median | changes/s |\n|---|---|---|---|\n", res.Rows)
-	fmt.Fprintf(w, "| pg_recvlogical (ceiling) | %s | %s | %.0f |\n", rounds(res.RecvlogicalRounds), res.RecvlogicalElapsed.Round(time.Millisecond), res.RecvlogicalRate())
-	fmt.Fprintf(w, "| tidemark capture -> kfake (acked) | %s | %s | %.0f |\n", rounds(res.CaptureRounds), res.CaptureElapsed.Round(time.Millisecond), res.CaptureRate())
-	fmt.Fprintf(w, "\nGOMAXPROCS %d; ratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", runtime.GOMAXPROCS(0), res.CaptureRate()/res.RecvlogicalRate())
-	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
-		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
-	return bench.WriteChart(c.SVG, capturebench.Chart(res), w)
+	return writeBench(e.stdout, res, c.SVG, capturebench.Chart(res))
 }

@@ -136,7 +136,7 @@ func defaultConfigs() map[string]any {
 		"benchwarm":    warmbench.DefaultConfig(),
 		"benchhotkey":  hotkeybench.DefaultBenchConfig(),
 		"benchscan":    scanbench.DefaultConfig(),
-		"benchcapture": capturebench.DefaultBenchConfig(),
+		"benchcapture": capturebench.DefaultConfig(),
 		"benchmemory":  memorybench.DefaultConfig(),
 		"trace":        telemetry.DefaultTraceConfig(),
 	}

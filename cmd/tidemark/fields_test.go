@@ -73,7 +73,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), []string{"Binary"}}}},
 		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},
-		{"bench capture", &benchCaptureCmd{}, []validated{{"benchcapture", capturebench.DefaultBenchConfig(), nil}}},
+		{"bench capture", &benchCaptureCmd{}, []validated{{"benchcapture", capturebench.DefaultConfig(), nil}}},
 		{"bench memory", &benchMemoryCmd{}, []validated{{"benchmemory", memorybench.DefaultConfig(), nil}}},
 	}
 	for _, c := range commands {

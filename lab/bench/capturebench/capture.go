@@ -7,15 +7,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,12 +27,13 @@ import (
 	"tidemark/internal/config"
 	"tidemark/lab/bench"
 	"tidemark/lab/localserver"
+	"tidemark/lab/seed"
 	"tidemark/migrations"
 )
 
-// BenchConfig drives Bench.
-type BenchConfig struct {
-	PG          string        // a database tidemark may migrate and write to
+// Config configures Run (`tidemark bench capture`).
+type Config struct {
+	PG          string        // a database tidemark may migrate and write to; "" starts a private Postgres
 	Rows        int           // row changes in the fixed WAL workload
 	Recvlogical string        // pg_recvlogical path ("" = find it)
 	Rate        int           // changes/s of the steady latency phase
@@ -40,14 +42,14 @@ type BenchConfig struct {
 	Rounds      int // drains of each kind, alternating; the median is reported
 }
 
-// DefaultBenchConfig is `tidemark bench capture` with no flags.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12, Rounds: 3}
+// DefaultConfig is `tidemark bench capture` with no flags.
+func DefaultConfig() Config {
+	return Config{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12, Rounds: 3}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
-// PG may be empty: the command then starts a private Postgres.
-func (c BenchConfig) Validate() error {
+// PG may be empty: Run then starts a private Postgres.
+func (c Config) Validate() error {
 	var p config.Problems
 	if c.Rows < 1000 {
 		p.Add("Rows", "must be at least 1000 (got %d)", c.Rows)
@@ -67,8 +69,10 @@ func (c BenchConfig) Validate() error {
 	return p.Err()
 }
 
-// BenchResult is what Bench measured.
-type BenchResult struct {
+// Result is what Run measured.
+type Result struct {
+	Config             Config // what was run
+	GOMAXPROCS         int    // of the process that ran it
 	Rows               int
 	RecvlogicalElapsed time.Duration // median over the rounds
 	CaptureElapsed     time.Duration // median over the rounds
@@ -79,16 +83,16 @@ type BenchResult struct {
 }
 
 // RecvlogicalRate is pg_recvlogical's decode rate (row changes/s).
-func (r BenchResult) RecvlogicalRate() float64 {
+func (r Result) RecvlogicalRate() float64 {
 	return float64(r.Rows) / r.RecvlogicalElapsed.Seconds()
 }
 
 // CaptureRate is capture-to-Kafka's rate (row changes acked/s).
-func (r BenchResult) CaptureRate() float64 { return float64(r.Rows) / r.CaptureElapsed.Seconds() }
+func (r Result) CaptureRate() float64 { return float64(r.Rows) / r.CaptureElapsed.Seconds() }
 
-// FindRecvlogical finds pg_recvlogical beside the newest installed server
+// findRecvlogical finds pg_recvlogical beside the newest installed server
 // (lab/localserver's rule), or on PATH.
-func FindRecvlogical() (string, error) {
+func findRecvlogical() (string, error) {
 	if dir, err := localserver.PostgresBinDir(); err == nil {
 		if p := filepath.Join(dir, "pg_recvlogical"); fileExists(p) {
 			return p, nil
@@ -105,9 +109,9 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// StartPostgres starts a throwaway private server for a run without --pg
+// startPostgres starts a throwaway private server for a run without PG
 // (fsync off, room for the benchmark's slots and WAL); stop removes it.
-func StartPostgres() (dsn string, stop func(), err error) {
+func startPostgres() (dsn string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "tidemark-bench-pg-")
 	if err != nil {
 		return "", nil, err
@@ -122,14 +126,31 @@ func StartPostgres() (dsn string, stop func(), err error) {
 	return pg.DSN("postgres"), pg.Remove, nil
 }
 
-// Bench writes a fixed WAL workload once, drains it with pg_recvlogical
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // progress and capture's own log
+}
+
+// Run writes a fixed WAL workload once, drains it with pg_recvlogical
 // (pgoutput, same publication) and with capture into an in-process kfake
 // from two slots created before the workload (so both read the same WAL),
 // then measures commit-to-produced latency at a steady rate.
-func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult, error) {
-	res := BenchResult{Rows: cfg.Rows}
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	if cfg.PG == "" {
+		dsn, stop, err := startPostgres()
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		cfg.PG = dsn
+	}
+	log := deps.Log
+	res := Result{Config: cfg, GOMAXPROCS: runtime.GOMAXPROCS(0), Rows: cfg.Rows}
 	if cfg.Recvlogical == "" {
-		p, err := FindRecvlogical()
+		p, err := findRecvlogical()
 		if err != nil {
 			return res, err
 		}
@@ -285,4 +306,23 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		log.Warn("bench capture: cleanup", "err", err)
 	}
 	return res, nil
+}
+
+// WriteTable writes the drain table and the goals.
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg := &bench.ErrWriter{W: out}, res.Config
+	rounds := func(ds []time.Duration) string {
+		var s []string
+		for _, d := range ds {
+			s = append(s, d.Round(time.Millisecond).String())
+		}
+		return strings.Join(s, ", ")
+	}
+	fmt.Fprintf(w, "| drain of %d row changes (pgoutput, same publication) | rounds | median | changes/s |\n|---|---|---|---|\n", res.Rows)
+	fmt.Fprintf(w, "| pg_recvlogical (ceiling) | %s | %s | %.0f |\n", rounds(res.RecvlogicalRounds), res.RecvlogicalElapsed.Round(time.Millisecond), res.RecvlogicalRate())
+	fmt.Fprintf(w, "| tidemark capture -> kfake (acked) | %s | %s | %.0f |\n", rounds(res.CaptureRounds), res.CaptureElapsed.Round(time.Millisecond), res.CaptureRate())
+	fmt.Fprintf(w, "\nGOMAXPROCS %d; ratio capture / pg_recvlogical: %.2fx (goal >= 0.80x)\n", res.GOMAXPROCS, res.CaptureRate()/res.RecvlogicalRate())
+	fmt.Fprintf(w, "commit-to-produced at %d changes/s for %s (%d samples): p50 %s, p99 %s, max %s (goal p99 < 20ms)\n",
+		cfg.Rate, cfg.Duration, res.LatencySamples, res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Max.Round(10*time.Microsecond))
+	return w.Err
 }

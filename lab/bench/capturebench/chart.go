@@ -10,7 +10,7 @@ import (
 // Chart is the throughput chart of a run: each round's drain rate of
 // capture beside pg_recvlogical's (the ceiling) on the same WAL, then the
 // medians the table reports, each group noted with its ratio.
-func Chart(res BenchResult) svgchart.BarChart {
+func Chart(res Result) svgchart.BarChart {
 	rate := func(elapsed float64) float64 { return float64(res.Rows) / elapsed }
 	group := func(label string, capture, recv float64) svgchart.BarGroup {
 		return svgchart.BarGroup{Label: label, Values: []float64{capture, recv}, Note: bench.RatioNote(capture, recv)}

@@ -12,7 +12,7 @@ import (
 // The chart has a capture bar and a pg_recvlogical bar per round plus the
 // medians, noted with the medians' ratio as the table prints it.
 func TestChartThroughputAgainstCeiling(t *testing.T) {
-	res := capturebench.BenchResult{
+	res := capturebench.Result{
 		Rows:               500_000,
 		RecvlogicalRounds:  []time.Duration{7930 * time.Millisecond, 8561 * time.Millisecond, 5636 * time.Millisecond},
 		CaptureRounds:      []time.Duration{14159 * time.Millisecond, 8685 * time.Millisecond, 6504 * time.Millisecond},
