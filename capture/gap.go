@@ -24,13 +24,20 @@ const (
 	ReasonTimelineChanged = "timeline_changed"
 	ReasonTopicRecreated  = "topic_recreated"
 	ReasonKafkaDataLoss   = "kafka_data_loss" // the producer saw acknowledged records lost
+	// ReasonColdStart: no earlier run is known (no state, no record on the
+	// topic). Changes committed before the slot existed were never read,
+	// while the cache tier may hold values filled from the source before
+	// then: without a reset the first watermark would extend them.
+	ReasonColdStart = "cold_start"
 )
 
 // checkGap finds every way changes may have been lost since the last run
 // and, if any, sends a reset marker to every partition before streaming.
 // The reasons are first saved as pending in the state topic, so a crash
 // between creating the slot and Kafka acking the marker still resets on
-// the next start. A clean restart with the slot present sends nothing.
+// the next start. A clean restart with the slot present sends nothing; a
+// first start (no earlier run known) sends a cold_start reset, since the
+// cache tier may hold values read before the slot existed.
 func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ident pglogrepl.IdentifySystemResult, history bool, partitions int) (slotInfo, error) {
 	st, found, err := c.relay.LoadState(ctx, c.cfg.Slot)
 	if err != nil {
@@ -53,6 +60,12 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	// and the state topic may survive it.
 	if !si.exists && (history || found) {
 		add(ReasonSlotMissing)
+	}
+	if !history && !found {
+		// A first start, whether capture creates the slot or an operator
+		// made it beforehand: the reset time is read after the slot exists,
+		// so it is never before the slot's start.
+		add(ReasonColdStart)
 	}
 	if found && !history {
 		// The state topic records an earlier run but the topic holds no
@@ -97,6 +110,9 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		// The reset's time is the Postgres server's clock, the clock commit
 		// timestamps and heartbeats use (capture runs no clock guard of its
 		// own); the applier adds promise.ResetMargin when it sets reset_at.
+		if err := c.awaitCommittedVisible(ctx, conn); err != nil {
+			return si, err
+		}
 		var at time.Time
 		if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
 			return si, fmt.Errorf("capture: read the server clock for the reset marker: %w", err)
@@ -165,4 +181,43 @@ func (c *Capture) reset(ctx context.Context, at time.Time, partitions int, reaso
 	c.log.Warn("gap detected: sent a reset marker to every partition; cached entries observed before it will not be extended",
 		"reason", reason, "partitions", partitions)
 	return nil
+}
+
+// committedRunningSQL lists the transactions that are committed (in the
+// commit log) but still in the running set: a commit waiting for a
+// synchronous standby, invisible to new snapshots.
+const committedRunningSQL = `SELECT coalesce(array_agg(x::text::bigint), '{}')
+	FROM pg_snapshot_xip(pg_current_snapshot()) x WHERE pg_xact_status(x) = 'committed'`
+
+// awaitCommittedVisible waits until every transaction that is committed but
+// not yet visible is visible. Such a commit may lie before the slot's start
+// (it is never streamed), and a reader after the reset would still read the
+// row it replaced and have it extended by the watermark; the reset's time
+// is read only once it shows. A transaction still in progress commits after
+// the slot's start, so it is streamed (and held until visible) as usual.
+func (c *Capture) awaitCommittedVisible(ctx context.Context, conn *pgx.Conn) error {
+	var xids []int64
+	if err := conn.QueryRow(ctx, committedRunningSQL).Scan(&xids); err != nil {
+		return fmt.Errorf("capture: list committed transactions not yet visible: %w", err)
+	}
+	if len(xids) == 0 {
+		return nil
+	}
+	c.log.Warn("committed transactions are not yet visible (waiting for a synchronous standby?): the reset marker waits for them", "xids", xids)
+	backoff := 5 * time.Millisecond
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) x WHERE x::text::bigint = ANY($1)`, xids).Scan(&n); err != nil {
+			return fmt.Errorf("capture: wait for committed transactions to be visible: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+	}
 }

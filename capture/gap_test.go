@@ -11,10 +11,16 @@ import (
 	"tidemark/schema"
 )
 
+// resets lists each partition's reset markers but the first start's
+// cold_start one (TestGapResets checks that).
 func resets(recs []record) map[int32][]*schema.Reset {
+	return resetsWith(recs, func(r *schema.Reset) bool { return r.Reason != capture.ReasonColdStart })
+}
+
+func resetsWith(recs []record, keep func(*schema.Reset) bool) map[int32][]*schema.Reset {
 	m := map[int32][]*schema.Reset{}
 	for _, r := range recs {
-		if ev, ok := r.ev.(*schema.Reset); ok {
+		if ev, ok := r.ev.(*schema.Reset); ok && keep(ev) {
 			if p, ok := schema.ParseMarkerKey(r.key); !ok || p != r.partition {
 				panic("reset marker with a wrong key")
 			}
@@ -34,19 +40,41 @@ func waitItem(t *testing.T, k *testenv.Kafka, topic, tenant, item string, versio
 	return recs
 }
 
-// A clean restart with the slot present sends no reset; a dropped slot
-// while the topic has history, or a different Postgres (system
-// identifier), sends a reset marker to every partition.
+// A first start sends a cold_start reset, timed after the slot exists (a
+// value read from the source before then may predate a commit the slot
+// never carries); a clean restart with the slot present sends no reset; a
+// dropped slot while the topic has history, or a different Postgres
+// (system identifier), sends a reset marker to every partition.
 func TestGapResets(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn, k, cfg := newRig(t, pg)
 	conn := connect(t, dsn)
 
+	// Committed before the slot exists: no change record will carry it.
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'early', 1)")
+	var committed time.Time
+	if err := conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
 	r := start(t, cfg)
 	r.waitReady(t)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'a', 1)")
-	waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
+	recs := waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
+	var created time.Time
+	if err := conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	cold := resetsWith(recs, func(*schema.Reset) bool { return true })
+	for p := range int32(testPartitions) {
+		if len(cold[p]) != 1 || cold[p][0].Reason != capture.ReasonColdStart || !cold[p][0].ResetTime.After(committed) || cold[p][0].ResetTime.After(created) {
+			t.Fatalf("partition %d: resets %+v, want one %s reset after the commit made before the slot existed (%s) and before %s",
+				p, cold[p], capture.ReasonColdStart, committed.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano))
+		}
+	}
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonColdStart); got != 1 {
+		t.Fatalf("resets_total{reason=cold_start} = %v, want 1", got)
+	}
 	if err := r.wait(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -55,7 +83,7 @@ func TestGapResets(t *testing.T) {
 	r = start(t, cfg)
 	r.waitReady(t)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'b', 1)")
-	recs := waitItem(t, k, cfg.Relay.Topic, "t", "b", 1)
+	recs = waitItem(t, k, cfg.Relay.Topic, "t", "b", 1)
 	if n := len(resets(recs)); n != 0 || testenv.Metric(t, r.reg, "tidemark_capture_resets_total") != 0 {
 		t.Fatalf("clean restart sent resets on %d partitions", n)
 	}

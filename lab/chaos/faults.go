@@ -80,6 +80,8 @@ func targetsOf(kind string) []string {
 		return []string{"capture", "postgres", "syncrep"}
 	case FaultTruncateFastClock:
 		return []string{"catalog"} // and "serve" while the clock is fast (it takes that itself)
+	case FaultColdStart:
+		return []string{"apply", "capture", "catalog"}
 	}
 	return []string{targetOf(kind)}
 }
@@ -212,6 +214,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.syncStandbyStall(ctx, f.Hold)
 	case FaultPromotion:
 		rec.Target, err = in.promotion(ctx)
+	case FaultColdStart:
+		rec.Target, err = in.coldStart(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
@@ -305,6 +309,22 @@ func (in *injector) slotDrop(ctx context.Context, hold time.Duration) error {
 	for _, p := range s.captures {
 		p.Kill()
 	}
+	err := in.dropSlot(ctx)
+	sleep(ctx, hold)
+	for i, p := range s.captures {
+		if serr := p.Start(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if i == 0 {
+			time.Sleep(500 * time.Millisecond) // the first one recreates the slot
+		}
+	}
+	return err
+}
+
+// dropSlot drops the replication slot, ending the walsender that holds it.
+func (in *injector) dropSlot(ctx context.Context) error {
+	s := in.sys
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var err error
@@ -315,15 +335,6 @@ func (in *injector) slotDrop(ctx context.Context, hold time.Duration) error {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	sleep(ctx, hold)
-	for i, p := range s.captures {
-		if serr := p.Start(); serr != nil {
-			err = errors.Join(err, serr)
-		}
-		if i == 0 {
-			time.Sleep(500 * time.Millisecond) // the first one recreates the slot
-		}
 	}
 	return err
 }

@@ -47,6 +47,8 @@ var holdRange = map[string][2]time.Duration{
 	// Past FloorTTL: a floor raised before the commit was visible is gone.
 	FaultSyncStandbyStall: {ChaosFloorTTL + 3*time.Second, ChaosFloorTTL + 6*time.Second},
 	FaultPromotion:        {0, 0},
+	// How long the changed items are read after the change: past the bound.
+	FaultColdStart: {32 * time.Second, 35 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and

@@ -1,0 +1,105 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tidemark/lab/proc"
+)
+
+// FaultColdStart: capture's first start against a cache tier that already
+// holds values. Items of the fault's own (no writer touches them) are read
+// into the cache; both captures and appliers go down, the slot is dropped,
+// the items change while no slot exists, and the pipeline comes back on a
+// new topic and consumer group: no record on the topic, no saved state,
+// which is what a first deployment of capture looks like. The items are
+// read until past the bound after the change: a watermark extending the
+// values read before the slot existed would serve them.
+const FaultColdStart = "cold-start"
+
+// coldStarts numbers the fault's topics and groups within a run.
+var coldStarts atomic.Int64
+
+// coldStartItems per tenant.
+const coldStartItems = 10
+
+// coldStart runs the fault; hold is how long after the change the items
+// are read (past the bound).
+func (in *injector) coldStart(ctx context.Context, hold time.Duration) (string, error) {
+	s := in.sys
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold+3*time.Minute)
+	defer cancel()
+	n := coldStarts.Add(1)
+	conn, err := in.pgConn(cctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var items []itemKey
+	for _, t := range s.tenants {
+		for i := range coldStartItems {
+			items = append(items, itemKey{t, fmt.Sprintf("cold-%d-%d", n, i)})
+		}
+	}
+	for _, k := range items {
+		if _, err := conn.Exec(cctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
+			VALUES ($1, $2, 1, jsonb_build_object('tenant', $1::text, 'item', $2::text, 'v', 1))`, k.tenant, k.item); err != nil {
+			return "", fmt.Errorf("insert the fault's items: %w", err)
+		}
+	}
+	readAll := func() {
+		var wg sync.WaitGroup
+		for i, k := range items {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in.load.getOn(cctx, i%len(s.serves), k.tenant, k.item, 0, false)
+			}()
+		}
+		wg.Wait()
+	}
+	// The inserts' invalidations arrive; then the items are cached.
+	time.Sleep(2 * time.Second)
+	readAll()
+	readAll()
+
+	for _, p := range append(append([]*proc.Process(nil), s.captures...), s.appliers...) {
+		p.Kill()
+	}
+	err = in.dropSlot(cctx)
+	// Changed while no slot exists: no change record will ever carry it.
+	if _, uerr := conn.Exec(cctx, `UPDATE catalog.items SET version = version + 1, updated_at = now(),
+		display = jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', version + 1)
+		WHERE item_id LIKE $1`, fmt.Sprintf("cold-%d-%%", n)); uerr != nil {
+		err = errors.Join(err, fmt.Errorf("change the fault's items: %w", uerr))
+	}
+	changed := time.Now()
+	topic, group := fmt.Sprintf("%s.cold%d", s.topic, n), fmt.Sprintf("%s-cold%d", s.group, n)
+	for _, p := range s.captures {
+		p.SetArgs(setArg(slices.Clone(p.Config().Args), "--topic", topic)...)
+	}
+	for _, p := range s.appliers {
+		p.SetArgs(setArg(setArg(slices.Clone(p.Config().Args), "--topic", topic), "--group", group)...)
+	}
+	for i, p := range s.captures {
+		err = errors.Join(err, p.Start())
+		if i == 0 {
+			time.Sleep(500 * time.Millisecond) // the first one creates the topic and the slot
+		}
+	}
+	for _, p := range s.appliers {
+		err = errors.Join(err, p.Start())
+	}
+	// Read until past the bound after the change, as visitors would.
+	for time.Since(changed) < hold && ctx.Err() == nil {
+		readAll()
+		sleep(ctx, 500*time.Millisecond)
+	}
+	return fmt.Sprintf("%d items read, changed with no slot, pipeline on topic %s (group %s), read %s after", len(items), topic, group,
+		hold.Round(time.Second)), err
+}
