@@ -41,6 +41,11 @@ type streamer struct {
 
 	lastSkipLog time.Time // last warning about a skipped heartbeat
 
+	// ctx is run's: fanout waits in it for records to be placed; unsure is
+	// set when it ended first (nothing more is confirmed).
+	ctx    context.Context
+	unsure bool
+
 	upserts, deletes, truncates prometheus.Counter
 }
 
@@ -55,6 +60,7 @@ func newStreamer(c *Capture, conn *pgconn.PgConn, partitions int, start schema.L
 
 // run reads until ctx ends or the connection fails.
 func (s *streamer) run(ctx context.Context) error {
+	s.ctx = ctx
 	max := int64(s.c.cfg.Relay.MaxInflight)
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
 	// Reads use a socket deadline at the next status time instead of a
@@ -316,7 +322,15 @@ func (s *streamer) produceChange(ch *schema.Change) {
 // partition below it, so the marker covers them all; it carries the count,
 // and the applier raises the watermark's partition count to it first.
 func (s *streamer) fanout() int {
-	n := max(s.partitions, s.c.relay.Routed())
+	routed, err := s.c.relay.Placed(s.ctx)
+	if err != nil && !s.unsure {
+		// The session ends with records whose partition is not known yet:
+		// this marker may not cover them, so nothing more is confirmed
+		// (status) and the next session sends them again.
+		s.unsure = true
+		s.c.log.Warn("session ending before every record was placed on a partition: confirming nothing more", "err", err)
+	}
+	n := max(s.partitions, routed)
 	if n > s.grown {
 		if s.grown > 0 && n > s.partitions {
 			s.c.log.Info("the topic grew: markers go to every partition", "partitions", n)
@@ -341,6 +355,9 @@ func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
 // (write = flush = apply).
 func (s *streamer) status() error {
 	lsn := s.tr.Confirmable()
+	if s.unsure {
+		lsn = s.sent
+	}
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
 	// The gauge moves before the send: once Postgres shows the position,
 	// a scrape must not still show an older one.

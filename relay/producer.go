@@ -155,6 +155,26 @@ type Producer struct {
 	// partitioner has placed a record with: every record sent so far went
 	// to a partition below it.
 	routed atomic.Int32
+	// unplaced counts records Produce handed to kgo that its partitioner
+	// has not placed yet: kgo buffers the records of a topic whose
+	// partitions it has not loaded (a new client's first ones) and places
+	// them once they load, with the count loaded then, which may exceed
+	// the count Topic read if the topic grew in between.
+	unplaced atomic.Int64
+}
+
+// placedKey holds, in a record's context, whether the partitioner has
+// placed it (or its promise ran first).
+type placedKey struct{}
+
+// placed marks r placed, once; false if it was already.
+func (p *Producer) placed(r *kgo.Record) {
+	if r.Context == nil {
+		return
+	}
+	if f, ok := r.Context.Value(placedKey{}).(*atomic.Bool); ok && f.CompareAndSwap(false, true) {
+		p.unplaced.Add(-1)
+	}
 }
 
 // New builds the client; it connects lazily.
@@ -192,6 +212,7 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 			}
 			for cur := p.routed.Load(); int32(n) > cur && !p.routed.CompareAndSwap(cur, int32(n)); cur = p.routed.Load() {
 			}
+			p.placed(r) // after routed: Placed then covers its partition
 		})),
 		// Records Kafka acknowledged and then lost must not be followed by
 		// acknowledged ones: kgo's default bumps the producer epoch and
@@ -274,6 +295,22 @@ func partitioner(observe func(topic string, r *kgo.Record, n int)) kgo.Partition
 // below max(Routed, the count Topic read) cover every record sent before
 // them, also while the topic grows.
 func (p *Producer) Routed() int { return int(p.routed.Load()) }
+
+// Placed waits until every record produced so far has been placed, then
+// returns Routed. Right after Produce a record may not be placed yet (kgo
+// waits for the topic's partitions on a client's first records); a marker
+// fanned out to fewer partitions than such a record lands on would vouch
+// for a partition it did not reach.
+func (p *Producer) Placed(ctx context.Context) (int, error) {
+	for d := 100 * time.Microsecond; p.unplaced.Load() > 0; d = min(2*d, 20*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return p.Routed(), fmt.Errorf("relay: records not yet placed on a partition: %w", ctx.Err())
+		case <-time.After(d):
+		}
+	}
+	return p.Routed(), nil
+}
 
 // Client is the underlying franz-go client (for admin requests).
 func (p *Producer) Client() *kgo.Client { return p.client }
@@ -379,7 +416,13 @@ func (p *Producer) produce(tr *Tracker, x *Txn, r *kgo.Record, commitTime time.T
 	p.m.inflightN.Add(1)
 	s := p.sess.Load()
 	key, partition := string(r.Key), r.Partition
+	if r.Context == nil {
+		r.Context = context.Background()
+	}
+	r.Context = context.WithValue(r.Context, placedKey{}, new(atomic.Bool))
+	p.unplaced.Add(1)
 	p.client.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+		p.placed(r) // a record that failed before it was placed
 		p.m.inflightN.Add(-1)
 		if span != nil {
 			if err != nil {
