@@ -9,7 +9,7 @@ PKGS      := ./...
 # rules and chromium for the status-page browser test.
 DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
+.PHONY: build run test test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -62,7 +62,14 @@ deps:
 # ./... below renders it with the helm this installs), then every package
 # with the race detector against real Postgres, Redis and kfake started by
 # the tests themselves, the Postgres 18 run, then the real-Kafka suite.
-test: deps lint test-rules test-helm schemathesis test-go test-pg18 test-kafka
+test: deps lint test-rules test-helm schemathesis test-go test-late
+
+# The Postgres 18 run and the real-Kafka suite side by side: they share no
+# server, and each spends much of its time waiting on its servers (JVMs
+# electing leaders, standbys catching up), so together they take about as
+# long as the longer one.
+test-late:
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-pg18 test-kafka
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
