@@ -3,16 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"time"
 
 	"tidemark/internal/config"
-	"tidemark/lab/bench"
 	"tidemark/lab/bench/servebench"
 )
 
-// benchServeCmd wires flags into servebench.BenchConfig (lab/bench/servebench) and prints the report.
+// benchServeCmd wires flags into servebench.Config (lab/bench/servebench) and prints the report.
 type benchServeCmd struct {
 	PG          string        `field:"benchserve.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres to use (empty: start a private one, with --redis empty too)."`
 	Redis       string        `field:"benchserve.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis to use (empty: start a private one)."`
@@ -28,8 +26,8 @@ type benchServeCmd struct {
 	SVG         string        `name:"svg" default:"serve.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchServeCmd) config() servebench.BenchConfig {
-	cfg := servebench.DefaultBenchConfig()
+func (c *benchServeCmd) config() servebench.Config {
+	cfg := servebench.DefaultConfig()
 	cfg.Binary, _ = os.Executable()
 	cfg.PG, cfg.Redis, cfg.ServeArgs, cfg.Items, cfg.ZipfS = c.PG, c.Redis, c.ServeArg, c.Items, c.ZipfS
 	cfg.Warmup, cfg.Duration, cfg.Concurrency, cfg.Workers, cfg.Steps, cfg.P99Goal = c.Warmup, c.Duration, c.Concurrency, c.Workers, c.Steps, c.P99Goal
@@ -43,10 +41,9 @@ func (c *benchServeCmd) Validate() error {
 }
 
 func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
-	rep, err := servebench.RunBench(ctx, c.config(), e.log.With("component", "bench"), e.stderr)
-	if len(rep.Rows) > 0 {
-		fmt.Fprint(e.stdout, rep.Markdown())
-		err = errors.Join(err, bench.WriteChart(c.SVG, servebench.Chart(rep), e.stdout))
+	res, err := servebench.Run(ctx, c.config(), servebench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
+	if len(res.Rows) > 0 {
+		err = errors.Join(err, writeBench(e.stdout, res, c.SVG, servebench.Chart(res)))
 	}
 	return err
 }

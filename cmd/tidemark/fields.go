@@ -134,7 +134,7 @@ func defaultConfigs() map[string]any {
 		"table":   catalog.DefaultTable(), "adopt": adopt.DefaultConfig(),
 		"page": status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultConfig(),
-		"benchserve": servebench.DefaultBenchConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
+		"benchserve": servebench.DefaultConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":    warmbench.DefaultConfig(),
 		"benchhotkey":  hotkeybench.DefaultBenchConfig(),
 		"benchscan":    scanbench.DefaultConfig(),

@@ -68,7 +68,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"chaos", &chaosCmd{}, []validated{{"chaos", chaos.DefaultConfig(), []string{"Tenants"}}}},
 		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultBenchConfig(), nil}}},
 		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultConfig(), nil}}},
-		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultBenchConfig(), []string{"Binary"}}}},
+		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2ebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), []string{"Binary"}}}},

@@ -15,12 +15,12 @@ import (
 // offered, and the p99 goal. The X axis runs from 0 to the closed-loop
 // (saturated) rate, which the title gives; closed-loop steps have no offered
 // rate and are not plotted.
-func Chart(rep BenchReport) svgchart.Chart {
+func Chart(rep Result) svgchart.Chart {
 	p50 := svgchart.Series{Name: "GET p50", Markers: true}
 	p99 := svgchart.Series{Name: "GET p99", Markers: true}
 	ceil := svgchart.Series{Name: "/healthz p99 (ceiling)", Markers: true}
 	rows := slices.Clone(rep.Rows)
-	slices.SortStableFunc(rows, func(a, b BenchRow) int { return cmp.Compare(math.Abs(a.Target), math.Abs(b.Target)) })
+	slices.SortStableFunc(rows, func(a, b Row) int { return cmp.Compare(math.Abs(a.Target), math.Abs(b.Target)) })
 	saturated := 0.0
 	for _, r := range rows {
 		switch {

@@ -14,7 +14,7 @@ import (
 // plotted (no offered rate) but the saturated rate is in the title.
 func TestChartLatencyAgainstOfferedRate(t *testing.T) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	rep := servebench.BenchReport{P99Goal: 10 * time.Millisecond, Rows: []servebench.BenchRow{
+	rep := servebench.Result{P99Goal: 10 * time.Millisecond, Rows: []servebench.Row{
 		{Step: "saturation", Rate: 15839, P50: ms(1.6), P99: ms(9.1)},
 		{Step: "open 10%", Target: 1584, Rate: 1583, P50: ms(0.4), P99: ms(1.2)},
 		{Step: "open 25%", Target: 3960, Rate: 3958, P50: ms(0.5), P99: ms(2.1)},

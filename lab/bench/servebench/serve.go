@@ -1,4 +1,4 @@
-// Package serve is `tidemark bench serve`: cache-hit GET throughput and
+// Package servebench is `tidemark bench serve`: cache-hit GET throughput and
 // latency of `tidemark serve` (run as a separate process, as in production)
 // over a zipf key set, a closed-loop saturation step and open-loop steps
 // below it, and the share of GETs that read the source.
@@ -31,9 +31,9 @@ import (
 	"tidemark/schema"
 )
 
-// BenchConfig drives `tidemark bench serve`: a Go load generator against a
+// Config drives `tidemark bench serve`: a Go load generator against a
 // `tidemark serve` process, cache-hit GETs over a zipf-distributed key set.
-type BenchConfig struct {
+type Config struct {
 	PG          string        // --pg; empty: start a private Postgres
 	Redis       string        // --redis; empty: start a private redis-server
 	Binary      string        // the tidemark executable that runs `serve`
@@ -48,15 +48,15 @@ type BenchConfig struct {
 	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
 }
 
-// DefaultBenchConfig is `tidemark bench serve` with no flags: 10,000 items,
+// DefaultConfig is `tidemark bench serve` with no flags: 10,000 items,
 // zipf 1.1, 10 s steps at 25-85% of the saturated rate, a 10 ms p99 goal.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
+func DefaultConfig() Config {
+	return Config{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
 		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
-func (c BenchConfig) Validate() error {
+func (c Config) Validate() error {
 	var p config.Problems
 	if c.Binary == "" {
 		p.Add("Binary", "the tidemark executable is unknown")
@@ -89,8 +89,8 @@ func (c BenchConfig) Validate() error {
 	return p.Err()
 }
 
-// BenchRow is one measured step.
-type BenchRow struct {
+// Row is one measured step.
+type Row struct {
 	Step        string
 	Target      float64 // requests/s offered (0: closed loop)
 	Rate        float64 // requests/s completed
@@ -102,16 +102,17 @@ type BenchRow struct {
 	L1Share     float64 // L1 hits / GETs
 }
 
-// BenchReport is the result of a run.
-type BenchReport struct {
-	Rows    []BenchRow
-	Best    *BenchRow // the highest-rate open-loop step within the p99 goal
+// Result is the result of a run.
+type Result struct {
+	Config  Config // what was run
+	Rows    []Row
+	Best    *Row // the highest-rate open-loop step within the p99 goal
 	P99Goal time.Duration
 	Setup   string
 }
 
-// Markdown renders the report as a table.
-func (r BenchReport) Markdown() string {
+// WriteTable writes the report's table and the goal it checks.
+func (r Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
 	b.WriteString("| step | offered req/s | achieved req/s | requests | errors | p50 | p99 | max | source reads / GET | L1 hits / GET |\n")
@@ -130,43 +131,57 @@ func (r BenchReport) Markdown() string {
 	} else {
 		fmt.Fprintf(&b, "\nNo open-loop step met p99 < %s.\n", r.P99Goal)
 	}
-	return b.String()
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
 
-// RunBench starts what is missing (Postgres, Redis), seeds cfg.Items items,
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log      *slog.Logger // nil: discarded
+	Progress io.Writer    // a line per step while it runs; nil: none
+}
+
+// Run starts what is missing (Postgres, Redis), seeds cfg.Items items,
 // runs `tidemark serve` and measures it. A simulated healthy pipeline keeps
 // the freshness watermark current (as the applier would), so unchanged hot
 // items stay valid without re-reading the source: the steady state of
-// docs/design.md. Progress goes to progress.
-func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress io.Writer) (BenchReport, error) {
+// docs/design.md. A failed run returns the steps it finished.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
-		return BenchReport{}, err
+		return Result{}, err
+	}
+	log, progress := deps.Log, deps.Progress
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if progress == nil {
+		progress = io.Discard
 	}
 	if cfg.PG == "" {
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
 		srv, err := bench.StartStack(ctx, "serve", log)
 		if err != nil {
-			return BenchReport{}, fmt.Errorf("bench serve: %w", err)
+			return Result{}, fmt.Errorf("bench serve: %w", err)
 		}
 		defer srv.Stop()
 		cfg.PG, cfg.Redis = srv.DSN, srv.Redis.URL()
 	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: migrate: %w", err)
+		return Result{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
 	ns, tenant := bench.Namespace("bench"), "bench"
 	key, err := seedBench(ctx, cfg.PG, tenant, cfg.Items)
 	if err != nil {
-		return BenchReport{}, err
+		return Result{}, err
 	}
 
 	// A healthy pipeline: the watermark follows the clock (applier's part).
 	ropt, err := redis.ParseURL(cfg.Redis)
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: Redis URL: %w", err)
+		return Result{}, fmt.Errorf("bench serve: Redis URL: %w", err)
 	}
 	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
@@ -178,7 +193,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 
 	srv, err := bench.StartServe(ctx, cfg.Binary, cfg.PG, cfg.Redis, ns, cfg.ServeArgs...)
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("bench serve: %w", err)
+		return Result{}, fmt.Errorf("bench serve: %w", err)
 	}
 	defer srv.Stop()
 	base, metricsURL := srv.API, srv.Metrics+"/metrics"
@@ -188,7 +203,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, log *slog.Logger, progress i
 	for i := range cfg.Items {
 		g.urls = append(g.urls, base+"/v1/catalog/items/"+benchItem(i))
 	}
-	rep := BenchReport{P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
+	rep := Result{Config: cfg, P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
 		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
 		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
 	healthz := srv.Metrics + "/healthz"
@@ -392,10 +407,10 @@ func (g *generator) open(ctx context.Context, rate float64, workers int, d time.
 }
 
 // measure runs one step and reads serve's counters around it.
-func (g *generator) measure(ctx context.Context, name string, run func() (int64, []time.Duration), target float64) (BenchRow, error) {
+func (g *generator) measure(ctx context.Context, name string, run func() (int64, []time.Duration), target float64) (Row, error) {
 	before, err := g.scrape(ctx)
 	if err != nil {
-		return BenchRow{}, err
+		return Row{}, err
 	}
 	g.mu.Lock()
 	g.errors = 0
@@ -405,10 +420,10 @@ func (g *generator) measure(ctx context.Context, name string, run func() (int64,
 	elapsed := time.Since(t0)
 	after, err := g.scrape(ctx)
 	if err != nil {
-		return BenchRow{}, err
+		return Row{}, err
 	}
 	l := bench.Summarize(lat)
-	row := BenchRow{Step: name, Target: target, Requests: int64(len(lat)), Rate: float64(len(lat)) / elapsed.Seconds(),
+	row := Row{Step: name, Target: target, Requests: int64(len(lat)), Rate: float64(len(lat)) / elapsed.Seconds(),
 		P50: l.P50, P99: l.P99, Max: l.Max}
 	g.mu.Lock()
 	row.Errors = g.errors
