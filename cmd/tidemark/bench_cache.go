@@ -7,7 +7,7 @@ import (
 	"tidemark/lab/bench/cachebench"
 )
 
-// benchCacheCmd wires flags into cachebench.BenchConfig; the benchmark itself
+// benchCacheCmd wires flags into cachebench.Config; the benchmark itself
 // lives in lab/bench/cachebench.
 type benchCacheCmd struct {
 	Redis          string `field:"benchcache.RedisURL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis to benchmark (redis://host:port/db, or comma-separated Cluster seeds); empty starts a private redis-server from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
@@ -22,10 +22,10 @@ type benchCacheCmd struct {
 	SVG            string `name:"svg" default:"cache.svg" help:"Also write the throughput-against-ceiling chart here as SVG (the file named under the table); empty: no chart."`
 }
 
-func (c *benchCacheCmd) config() cachebench.BenchConfig {
-	return cachebench.BenchConfig{
+func (c *benchCacheCmd) config() cachebench.Config {
+	return cachebench.Config{
 		RedisURL: c.Redis, Keys: c.Keys, Batch: c.Batch, Workers: c.Workers, Lookups: c.Lookups,
-		Clients: c.Clients, Pipeline: c.Pipeline, BenchmarkPath: c.RedisBenchmark, Rounds: c.Rounds, SVG: c.SVG,
+		Clients: c.Clients, Pipeline: c.Pipeline, BenchmarkPath: c.RedisBenchmark, Rounds: c.Rounds,
 	}
 }
 
@@ -36,5 +36,9 @@ func (c *benchCacheCmd) Validate() error {
 }
 
 func (c *benchCacheCmd) Run(ctx context.Context, e *env) error {
-	return cachebench.RunBench(ctx, c.config(), e.stdout)
+	res, err := cachebench.Run(ctx, c.config(), cachebench.Deps{})
+	if err != nil {
+		return err
+	}
+	return writeBench(e.stdout, res, c.SVG, cachebench.Chart(res))
 }

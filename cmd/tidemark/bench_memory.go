@@ -21,7 +21,7 @@ type benchMemoryCmd struct {
 
 func (c *benchMemoryCmd) config() memorybench.Config {
 	return memorybench.Config{RedisURL: c.Redis, Entries: c.Entries, Payloads: c.Payloads, HotKeys: c.HotKeys,
-		Replicas: c.Replicas, Workers: c.Workers, ListpackValue: c.ListpackValue, SVG: c.SVG}
+		Replicas: c.Replicas, Workers: c.Workers, ListpackValue: c.ListpackValue}
 }
 
 func (c *benchMemoryCmd) Validate() error {

@@ -133,7 +133,7 @@ func defaultConfigs() map[string]any {
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
 		"table":   catalog.DefaultTable(), "adopt": adopt.DefaultConfig(),
 		"page": status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
-		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultBenchConfig(), "benchapply": applybench.DefaultConfig(),
+		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultConfig(), "benchapply": applybench.DefaultConfig(),
 		"benchserve": servebench.DefaultConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":    warmbench.DefaultConfig(),
 		"benchhotkey":  hotkeybench.DefaultBenchConfig(),

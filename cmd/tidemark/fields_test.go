@@ -66,7 +66,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"kafka", &kafkaCmd{}, []validated{{"broker", broker.DefaultConfig(), []string{"SealedSyncInterval", "SegmentBytes"}}}},
 		{"dev", &devCmd{}, []validated{{"dev", dev.DefaultConfig(), nil}}},
 		{"chaos", &chaosCmd{}, []validated{{"chaos", chaos.DefaultConfig(), []string{"Tenants"}}}},
-		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultBenchConfig(), nil}}},
+		{"bench cache", &benchCacheCmd{}, []validated{{"benchcache", cachebench.DefaultConfig(), nil}}},
 		{"bench apply", &benchApplyCmd{}, []validated{{"benchapply", applybench.DefaultConfig(), nil}}},
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2ebench.DefaultConfig(), []string{"Binary"}}}},

@@ -1,4 +1,4 @@
-// Package cache is `tidemark bench cache`: batched INVALIDATE throughput and
+// Package cachebench is `tidemark bench cache`: batched INVALIDATE throughput and
 // LOOKUP hit latency of the cache-tier client, each round measured beside
 // redis-benchmark ceilings on the same server.
 package cachebench
@@ -25,8 +25,8 @@ import (
 	"tidemark/lab/localserver"
 )
 
-// BenchConfig configures RunBench (`tidemark bench cache`).
-type BenchConfig struct {
+// Config configures Run (`tidemark bench cache`).
+type Config struct {
 	RedisURL      string // --redis; "" starts a private redis-server from PATH
 	Keys          int    // distinct keys invalidated per round
 	Batch         int    // invalidations per InvalidateBatch call
@@ -36,17 +36,16 @@ type BenchConfig struct {
 	Pipeline      int    // redis-benchmark -P
 	BenchmarkPath string // redis-benchmark binary
 	Rounds        int    // figures are medians over this many rounds
-	SVG           string // the throughput chart is written here; "" writes none
 }
 
-// DefaultBenchConfig is 200k keys in batches of 500.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Keys: 200_000, Batch: 500, Workers: 4, Lookups: 20_000, Clients: 50, Pipeline: 100,
+// DefaultConfig is 200k keys in batches of 500.
+func DefaultConfig() Config {
+	return Config{Keys: 200_000, Batch: 500, Workers: 4, Lookups: 20_000, Clients: 50, Pipeline: 100,
 		BenchmarkPath: "redis-benchmark", Rounds: 5}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
-func (c BenchConfig) Validate() error {
+func (c Config) Validate() error {
 	var p config.Problems
 	for _, f := range []struct {
 		field string
@@ -70,55 +69,78 @@ const benchNamespace = "tidemark-bench"
 // per key, the least an invalidation can do.
 const trivialLua = "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])"
 
-// RunBench measures batched InvalidateBatch throughput and single Lookup hit
-// latency, runs redis-benchmark against the same server for the ceilings,
-// and writes a Markdown table with the ratios to w and the throughput chart
-// to cfg.SVG.
-func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // the cache client's log; nil: discarded
+}
+
+// Result is what Run measured: every round's figures beside its ceilings.
+type Result struct {
+	Config   Config // what was run
+	Server   string // the server's URL, password redacted
+	Version  string // redis-server's
+	Commands []string
+	rounds   []benchRound
+}
+
+// Run measures batched InvalidateBatch throughput and single Lookup hit
+// latency and runs redis-benchmark against the same server for the
+// ceilings.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	res, err := run(ctx, cfg, deps.Log)
+	res.Config = cfg
+	return res, err
+}
+
+func run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+	var res Result
 	if err := cfg.Validate(); err != nil {
-		return err
+		return res, err
 	}
 	if _, err := exec.LookPath(cfg.BenchmarkPath); err != nil {
-		return fmt.Errorf("bench cache: %s not found (it is installed with redis-server): %w", cfg.BenchmarkPath, err)
+		return res, fmt.Errorf("bench cache: %s not found (it is installed with redis-server): %w", cfg.BenchmarkPath, err)
 	}
 	url := cfg.RedisURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
 		if err != nil {
-			return fmt.Errorf("bench cache: %w", err)
+			return res, fmt.Errorf("bench cache: %w", err)
 		}
 		srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
 		if err != nil {
 			os.RemoveAll(dir)
-			return fmt.Errorf("bench cache: start redis-server: %w", err)
+			return res, fmt.Errorf("bench cache: start redis-server: %w", err)
 		}
 		defer srv.Remove()
 		url = srv.URL()
 	}
 	rdb, err := cache.ParseRedisURL(url)
 	if err != nil {
-		return fmt.Errorf("bench cache: %w", err)
+		return res, fmt.Errorf("bench cache: %w", err)
 	}
 	defer rdb.Close()
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = benchNamespace
 	ccfg.SoftMin, ccfg.SoftMax = 25*time.Second, 25*time.Second // keep the timed lookups hits
-	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: slog.New(slog.DiscardHandler), Registerer: nil})
+	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: log, Registerer: nil})
 	if err != nil {
-		return err
+		return res, err
 	}
 	if err := c.LoadScripts(ctx); err != nil {
-		return err
+		return res, err
 	}
 	rb, err := newRedisBench(ctx, cfg, rdb)
 	if err != nil {
-		return err
+		return res, err
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 
 	trivialSHA, err := loadEverywhere(ctx, rdb, trivialLua)
 	if err != nil {
-		return err
+		return res, err
 	}
 	// The box may be shared: each round measures ours right beside its
 	// ceilings, and the report gives medians over rounds (figures and
@@ -126,11 +148,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
 	rounds := make([]benchRound, cfg.Rounds)
 	for i := range rounds {
 		if err := runRound(ctx, c, cfg, rb, trivialSHA, run+"-"+strconv.Itoa(i), &rounds[i]); err != nil {
-			return err
+			return res, err
 		}
 	}
-	writeReport(w, cfg, bench.RedactURL(url), rb, rounds)
-	return bench.WriteChart(cfg.SVG, chart(cfg, rounds), w)
+	res.Server, res.Version, res.Commands, res.rounds = bench.RedactURL(url), rb.version, rb.Commands, rounds
+	return res, nil
 }
 
 // benchRound is one round's figures: pipelined throughputs in ops/s,
@@ -146,7 +168,7 @@ type benchRound struct {
 	cpuTrivial, cpuInvN time.Duration
 }
 
-func runRound(ctx context.Context, c *cache.Client, cfg BenchConfig, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
+func runRound(ctx context.Context, c *cache.Client, cfg Config, rb *redisBench, trivialSHA, tag string, r *benchRound) error {
 	randKey := "{" + tag + "/__rand_int__}"
 	// Like the InvalidateBatch runs, the ceilings write (almost) only new
 	// keys: __rand_int__ drawn from a keyspace far larger than -n.
@@ -221,7 +243,7 @@ type throughput struct {
 }
 
 // throughputs are the report's throughput rows; the first is the goal's.
-func throughputs(cfg BenchConfig, rounds []benchRound) []throughput {
+func throughputs(cfg Config, rounds []benchRound) []throughput {
 	pipe := fmt.Sprintf("-P %d -c %d", cfg.Pipeline, cfg.Clients)
 	trivial := "pipelined EVALSHA, trivial HSET script, " + pipe
 	newKeys := fmt.Sprintf("InvalidateBatch, %d workers, new keys", cfg.Workers)
@@ -243,7 +265,8 @@ func throughputs(cfg BenchConfig, rounds []benchRound) []throughput {
 
 // chart is the throughput chart: each row of throughputs as a group of
 // medians, noted with the median per-round ratio (as the table).
-func chart(cfg BenchConfig, rounds []benchRound) svgchart.BarChart {
+func Chart(res Result) svgchart.BarChart {
+	cfg, rounds := res.Config, res.rounds
 	var groups []svgchart.BarGroup
 	for _, t := range throughputs(cfg, rounds) {
 		groups = append(groups, svgchart.BarGroup{Label: t.label, Values: []float64{bench.Median(t.ours), bench.Median(t.ceiling)},
@@ -261,9 +284,14 @@ func chart(cfg BenchConfig, rounds []benchRound) svgchart.BarChart {
 	}
 }
 
-func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, rounds []benchRound) {
+// WriteTable writes the Markdown table with the ratios and the goal.
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg, rounds := &bench.ErrWriter{W: out}, res.Config, res.rounds
+	if len(rounds) == 0 {
+		return nil
+	}
 	fmt.Fprintf(w, "server: %s (redis-server %s); %d keys per round in batches of %d; %d rounds, medians shown\n\n",
-		url, rb.version, cfg.Keys, cfg.Batch, cfg.Rounds)
+		res.Server, res.Version, cfg.Keys, cfg.Batch, cfg.Rounds)
 	fmt.Fprintln(w, "| measurement | tidemark | ceiling (redis-benchmark, same server, same round) | ratio |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	of := func(f func(r benchRound) (float64, float64)) pair { return collect(rounds, f) }
@@ -308,14 +336,15 @@ func writeReport(w io.Writer, cfg BenchConfig, url string, rb *redisBench, round
 	}
 	fmt.Fprintf(w, ").\nLookups: %d sequential per round over 1000 filled keys, %.1f%% hits.\n", cfg.Lookups, 100*hits/float64(len(rounds)))
 	fmt.Fprintln(w, "\nredis-benchmark commands (first round):")
-	for _, cmd := range rb.Commands[:min(len(rb.Commands), 5)] {
+	for _, cmd := range res.Commands[:min(len(res.Commands), 5)] {
 		fmt.Fprintf(w, "    %s\n", cmd)
 	}
+	return w.Err
 }
 
 // benchInvalidate invalidates cfg.Keys keys in batches of cfg.Batch from
 // workers goroutines and returns keys per second.
-func benchInvalidate(ctx context.Context, c *cache.Client, cfg BenchConfig, tenant string, workers int) (float64, error) {
+func benchInvalidate(ctx context.Context, c *cache.Client, cfg Config, tenant string, workers int) (float64, error) {
 	version := time.Now().UnixNano() // newer than any earlier round
 	batches := make(chan []cache.Invalidation, workers)
 	go func() {
@@ -374,7 +403,7 @@ type lookupStats struct {
 }
 
 // benchLookup fills 1000 keys, then times cfg.Lookups sequential lookups.
-func benchLookup(ctx context.Context, c *cache.Client, cfg BenchConfig, tenant string) (lookupStats, error) {
+func benchLookup(ctx context.Context, c *cache.Client, cfg Config, tenant string) (lookupStats, error) {
 	const hot = 1000
 	for i := range hot {
 		item := "hot" + strconv.Itoa(i)
@@ -428,7 +457,7 @@ func forEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(conte
 // redisBench runs redis-benchmark against the server the client talks to.
 type redisBench struct {
 	*bench.RedisBenchmark
-	cfg     BenchConfig
+	cfg     Config
 	version string
 	// standalone is the server whose CPU is measured; nil for a Cluster.
 	standalone *redis.Client
@@ -459,7 +488,7 @@ func (rb *redisBench) serverCPU(ctx context.Context) time.Duration {
 	return total
 }
 
-func newRedisBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient) (*redisBench, error) {
+func newRedisBench(ctx context.Context, cfg Config, rdb redis.UniversalClient) (*redisBench, error) {
 	r, err := bench.RedisBenchmarkFor(cfg.BenchmarkPath, rdb)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidemark/internal/svgchart/svgcharttest"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/cachebench"
 	"tidemark/lab/testenv"
 )
@@ -17,11 +18,18 @@ import (
 // with every row and writes the throughput chart beside it.
 func TestRunBenchSmoke(t *testing.T) {
 	r := testenv.StartRedis(t)
-	cfg := cachebench.DefaultBenchConfig()
+	cfg := cachebench.DefaultConfig()
 	cfg.RedisURL, cfg.Keys, cfg.Batch, cfg.Lookups, cfg.Rounds, cfg.Clients, cfg.Pipeline = r.URL(), 2000, 100, 200, 1, 4, 10
-	cfg.SVG = filepath.Join(t.TempDir(), "charts", "cache.svg")
+	svgPath := filepath.Join(t.TempDir(), "charts", "cache.svg")
 	var out strings.Builder
-	if err := cachebench.RunBench(testenv.Context(t, 60*time.Second), cfg, &out); err != nil {
+	res, err := cachebench.Run(testenv.Context(t, 60*time.Second), cfg, cachebench.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WriteChart(svgPath, cachebench.Chart(res), &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"InvalidateBatch, 4 workers, new keys", "pipelined SET", "Lookup hit latency p99", "redis-server CPU", "Goal:", "100.0% hits"} {
@@ -41,15 +49,15 @@ func TestRunBenchSmoke(t *testing.T) {
 	if _, err := fmt.Sscanf(row[strings.LastIndex(row, ") |")+3:], " %f µs | trivial HSET script: %f µs", &ours, &trivial); err != nil || !(ours > 0) || !(trivial > 0) {
 		t.Errorf("redis-server CPU row: want both figures > 0 µs, got ours %v trivial %v (%v) in %q", ours, trivial, err, row)
 	}
-	svg, err := os.ReadFile(cfg.SVG)
+	svg, err := os.ReadFile(svgPath)
 	if err != nil {
 		t.Fatalf("chart not written: %v", err)
 	}
 	if d := svgcharttest.Parse(t, string(svg)); d.Count("bar", "tidemark InvalidateBatch") != 5 {
 		t.Errorf("chart has %d tidemark bars, want 5", d.Count("bar", "tidemark InvalidateBatch"))
 	}
-	if !strings.Contains(out.String(), "chart: "+cfg.SVG) {
-		t.Errorf("report does not name the chart %s:\n%s", cfg.SVG, out.String())
+	if !strings.Contains(out.String(), "chart: "+svgPath) {
+		t.Errorf("report does not name the chart %s:\n%s", svgPath, out.String())
 	}
 	cfg.Keys = 0
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Keys:") {

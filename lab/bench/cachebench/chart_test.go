@@ -12,13 +12,13 @@ import (
 // tidemark bar beside its ceiling's), valued and noted as the table's
 // medians.
 func TestChartThroughputAgainstCeiling(t *testing.T) {
-	cfg := DefaultBenchConfig()
+	cfg := DefaultConfig()
 	rounds := []benchRound{
 		{invN: 116_000, invAgain: 183_000, inv1: 60_000, trivial: bench.RedisResult{RPS: 295_000}, set: bench.RedisResult{RPS: 600_000}, script: bench.RedisResult{RPS: 150_000}},
 		{invN: 120_000, invAgain: 180_000, inv1: 61_000, trivial: bench.RedisResult{RPS: 300_000}, set: bench.RedisResult{RPS: 610_000}, script: bench.RedisResult{RPS: 155_000}},
 		{invN: 100_000, invAgain: 170_000, inv1: 58_000, trivial: bench.RedisResult{RPS: 290_000}, set: bench.RedisResult{RPS: 590_000}, script: bench.RedisResult{RPS: 140_000}},
 	}
-	c := chart(cfg, rounds)
+	c := Chart(Result{Config: cfg, rounds: rounds})
 	rows := len(throughputs(cfg, rounds))
 	if len(c.Groups) != rows || rows != 5 {
 		t.Fatalf("groups %d, throughput rows %d, want 5 each", len(c.Groups), rows)

@@ -43,7 +43,6 @@ type Config struct {
 	// hash-max-listpack-value raised to it (restored afterwards): the
 	// encoding that stores a small hash as one allocation.
 	ListpackValue int
-	SVG           string // --svg: chart path; "" writes none
 }
 
 // DefaultConfig is 100k entries at the seed's payload (1,536 bytes) and one

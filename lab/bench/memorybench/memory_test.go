@@ -21,7 +21,7 @@ func TestMemoryBenchSmoke(t *testing.T) {
 	r := testenv.StartRedis(t)
 	cfg := memorybench.DefaultConfig()
 	cfg.RedisURL, cfg.Entries, cfg.HotKeys, cfg.Payloads, cfg.Workers = r.URL(), 2000, 100, []int{256, 1536}, 4
-	cfg.SVG = filepath.Join(t.TempDir(), "memory.svg")
+	svgPath := filepath.Join(t.TempDir(), "memory.svg")
 	res, err := memorybench.Run(testenv.Context(t, 90*time.Second), cfg, memorybench.Deps{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -56,15 +56,15 @@ func TestMemoryBenchSmoke(t *testing.T) {
 	if err := res.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
-	if err := bench.WriteChart(cfg.SVG, memorybench.Chart(res), &out); err != nil {
+	if err := bench.WriteChart(svgPath, memorybench.Chart(res), &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 1,536 B |", "hot key: 3 copies", "floor-only key", "Goal: entry overhead over a plain SET <= 30 % at 1,536 B", "chart: " + cfg.SVG} {
+	for _, want := range []string{"| 1,536 B |", "hot key: 3 copies", "floor-only key", "Goal: entry overhead over a plain SET <= 30 % at 1,536 B", "chart: " + svgPath} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
-	svg, err := os.ReadFile(cfg.SVG)
+	svg, err := os.ReadFile(svgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
