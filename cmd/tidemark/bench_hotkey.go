@@ -9,7 +9,7 @@ import (
 	"tidemark/lab/bench/hotkeybench"
 )
 
-// benchHotkeyCmd wires flags into hotkeybench.BenchConfig.
+// benchHotkeyCmd wires flags into hotkeybench.Config.
 type benchHotkeyCmd struct {
 	Redis     string        `field:"benchhotkey.RedisURL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis Cluster to benchmark (comma-separated seeds); empty starts a private cluster of --masters redis-servers from PATH. Keys go to the tidemark-bench namespace and expire by themselves."`
 	Masters   int           `field:"benchhotkey.Masters" name:"masters" default:"${benchhotkey_Masters}" help:"Masters of the private cluster."`
@@ -26,10 +26,10 @@ type benchHotkeyCmd struct {
 	ColdFactor    float64 `field:"benchhotkey.ColdFactor" name:"cold-factor" default:"${benchhotkey_ColdFactor}" help:"Offered rate of the from-cold phase as a multiple of --cold-threshold."`
 }
 
-func (c *benchHotkeyCmd) config() hotkeybench.BenchConfig {
+func (c *benchHotkeyCmd) config() hotkeybench.Config {
 	bin, _ := os.Executable()
-	return hotkeybench.BenchConfig{RedisURL: c.Redis, Masters: c.Masters, Replicas: c.Replicas, Workers: c.Workers,
-		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds, SVG: c.SVG,
+	return hotkeybench.Config{RedisURL: c.Redis, Masters: c.Masters, Replicas: c.Replicas, Workers: c.Workers,
+		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds,
 		ColdRounds: c.ColdRounds, ColdThreshold: c.ColdThreshold, ColdFactor: c.ColdFactor, Binary: bin}
 }
 
@@ -40,5 +40,9 @@ func (c *benchHotkeyCmd) Validate() error {
 }
 
 func (c *benchHotkeyCmd) Run(ctx context.Context, e *env) error {
-	return hotkeybench.RunBench(ctx, c.config(), e.stdout)
+	res, err := hotkeybench.Run(ctx, c.config(), hotkeybench.Deps{})
+	if err != nil {
+		return err
+	}
+	return writeBench(e.stdout, res, c.SVG, hotkeybench.Chart(res))
 }

@@ -136,7 +136,7 @@ func defaultConfigs() map[string]any {
 		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultConfig(), "benchapply": applybench.DefaultConfig(),
 		"benchserve": servebench.DefaultConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
 		"benchwarm":    warmbench.DefaultConfig(),
-		"benchhotkey":  hotkeybench.DefaultBenchConfig(),
+		"benchhotkey":  hotkeybench.DefaultConfig(),
 		"benchscan":    scanbench.DefaultConfig(),
 		"benchcapture": capturebench.DefaultConfig(),
 		"benchmemory":  memorybench.DefaultConfig(),

@@ -71,7 +71,7 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		{"bench serve", &benchServeCmd{}, []validated{{"benchserve", servebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench e2e", &benchE2ECmd{}, []validated{{"e2e", e2ebench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench warm", &benchWarmCmd{}, []validated{{"benchwarm", warmbench.DefaultConfig(), []string{"Binary"}}}},
-		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultBenchConfig(), []string{"Binary"}}}},
+		{"bench hotkey", &benchHotkeyCmd{}, []validated{{"benchhotkey", hotkeybench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench scan", &benchScanCmd{}, []validated{{"benchscan", scanbench.DefaultConfig(), []string{"Binary"}}}},
 		{"bench capture", &benchCaptureCmd{}, []validated{{"benchcapture", capturebench.DefaultConfig(), nil}}},
 		{"bench memory", &benchMemoryCmd{}, []validated{{"benchmemory", memorybench.DefaultConfig(), nil}}},

@@ -20,6 +20,7 @@ import (
 	"tidemark/cache"
 	"tidemark/lab/bench"
 	"tidemark/lab/localserver"
+	"tidemark/lab/seed"
 	"tidemark/migrations"
 	"tidemark/schema"
 )
@@ -46,7 +47,7 @@ const coldLimit = 30 * time.Second
 // copies serving it.
 const ColdGoal = 5 * time.Second
 
-func runCold(ctx context.Context, cfg BenchConfig, url string, rdb *redis.ClusterClient) ([]coldRound, error) {
+func runCold(ctx context.Context, cfg Config, url string, rdb *redis.ClusterClient) ([]coldRound, error) {
 	dir, err := os.MkdirTemp("", "tidemark-bench-hotkey-pg-")
 	if err != nil {
 		return nil, err
@@ -96,16 +97,16 @@ func seedCold(ctx context.Context, dsn, tenant string, n int) (string, error) {
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT $1, 'flash-sale-' || g, 1, jsonb_build_object('name', 'Flash sale ' || g) FROM generate_series(0, $2 - 1) g`, tenant, n); err != nil {
-		return "", fmt.Errorf("seed items: %w", err)
+	if err := (seed.Items{Tenant: tenant, Prefix: "flash-sale-", Count: n,
+		Display: "jsonb_build_object('name', 'Flash sale ' || n)"}).Insert(ctx, conn); err != nil {
+		return "", err
 	}
 	return api.CreateAPIKey(ctx, conn, tenant)
 }
 
 // coldOnce reads one cold item at ColdFactor x the threshold, spread over
 // the serve processes, until a copy has served it (or coldLimit).
-func coldOnce(ctx context.Context, cfg BenchConfig, client *http.Client, apiKey string, procs []*bench.Serve,
+func coldOnce(ctx context.Context, cfg Config, client *http.Client, apiKey string, procs []*bench.Serve,
 	rdb *redis.ClusterClient, redisKey, tenant, item string) (coldRound, error) {
 	r := coldRound{offered: cfg.ColdFactor * cfg.ColdThreshold, published: -1, served: -1}
 	copiesBefore, err := copyReads(procs)
@@ -204,7 +205,7 @@ func copyReads(procs []*bench.Serve) (float64, error) {
 	return sum, nil
 }
 
-func reportCold(w io.Writer, cfg BenchConfig, rounds []coldRound) {
+func reportCold(w io.Writer, cfg Config, rounds []coldRound) {
 	fmt.Fprintf(w, "\n### From cold through serve\n\n%d `tidemark serve` processes, product defaults with `--l1-ttl 0 --hot-threshold %g --hot-replicas %d`; each round reads an item nobody has read at %gx the threshold (%d readers) and times, from its first read, the replica manifest's publication and serve's first read from a copy.\n\n",
 		cfg.Processes, cfg.ColdThreshold, cfg.Replicas, cfg.ColdFactor, cfg.Workers)
 	t := bench.Table{Header: []string{"round", "offered reads/s", "achieved", "manifest published", "first read from a copy"}}

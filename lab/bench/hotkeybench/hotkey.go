@@ -31,8 +31,8 @@ import (
 	"tidemark/replica"
 )
 
-// BenchConfig configures RunBench.
-type BenchConfig struct {
+// Config configures Run (`tidemark bench hotkey`).
+type Config struct {
 	RedisURL  string        // --redis: Cluster seeds; "" starts a private cluster of Masters masters
 	Masters   int           // --masters: size of the private cluster
 	Replicas  int           // --replicas: copies of the key with replicas on
@@ -41,7 +41,6 @@ type BenchConfig struct {
 	Duration  time.Duration // --duration: measured time of one mode in one round
 	Load      float64       // --load: offered rate as a share of the round's closed-loop ceiling
 	Rounds    int           // --rounds: off/on pairs; the table shows medians
-	SVG       string        // --svg: chart path; "" writes none
 	// The from-cold phase (cold.go): rounds (0: none), the serve
 	// processes' --hot-threshold and the offered rate as a multiple of it;
 	// Binary is the tidemark executable that runs serve.
@@ -51,16 +50,16 @@ type BenchConfig struct {
 	Binary        string
 }
 
-// DefaultBenchConfig is 3 masters, N = 3, 32 readers over 4 processes, three
+// DefaultConfig is 3 masters, N = 3, 32 readers over 4 processes, three
 // rounds of 4 s per mode; then three items from cold at 10x a threshold of
 // 200 reads/s.
-func DefaultBenchConfig() BenchConfig {
-	return BenchConfig{Masters: 3, Replicas: 3, Workers: 32, Processes: 4, Duration: 4 * time.Second, Load: 0.9, Rounds: 3,
+func DefaultConfig() Config {
+	return Config{Masters: 3, Replicas: 3, Workers: 32, Processes: 4, Duration: 4 * time.Second, Load: 0.9, Rounds: 3,
 		ColdRounds: 3, ColdThreshold: 200, ColdFactor: 10}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
-func (c BenchConfig) Validate() error {
+func (c Config) Validate() error {
 	var p config.Problems
 	for _, f := range []struct {
 		field string
@@ -121,75 +120,96 @@ func (m mode) spread() float64 {
 	return hi / (sum / float64(len(m.perMaster)))
 }
 
-// RunBench starts (or connects to) the cluster, runs the rounds and writes
-// the Markdown report to w.
-func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) error {
+// Deps is what Run is given besides its Config.
+type Deps struct {
+	Log *slog.Logger // the cache client's log; nil: discarded
+}
+
+// Result is what Run measured: the rounds of each mode, and the from-cold
+// rounds when ColdRounds > 0.
+type Result struct {
+	Config        Config // what was run
+	Server        string // the cluster's URL, password redacted
+	ceil, off, on []mode
+	cold          []coldRound
+}
+
+// Run starts (or connects to) the cluster and runs the rounds.
+func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	res, err := run(ctx, cfg, deps.Log)
+	res.Config = cfg
+	return res, err
+}
+
+func run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+	var res Result
 	if err := cfg.Validate(); err != nil {
-		return err
+		return res, err
 	}
 	url := cfg.RedisURL
 	if url == "" {
 		stop, u, err := startCluster(ctx, cfg.Masters)
 		if err != nil {
-			return fmt.Errorf("bench hotkey: %w", err)
+			return res, fmt.Errorf("bench hotkey: %w", err)
 		}
 		defer stop()
 		url = u
 	}
 	rdb, err := cache.ParseRedisURL(url)
 	if err != nil {
-		return fmt.Errorf("bench hotkey: %w", err)
+		return res, fmt.Errorf("bench hotkey: %w", err)
 	}
 	defer rdb.Close()
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
-		return errors.New("bench hotkey: needs a Redis Cluster (comma-separated seeds): the point is the spread over masters")
+		return res, errors.New("bench hotkey: needs a Redis Cluster (comma-separated seeds): the point is the spread over masters")
 	}
 	ccfg := cache.DefaultConfig()
 	ccfg.Namespace = benchNamespace
 	// A soft deadline far enough that the key stays a hit within a mode;
 	// copies are renewed by the builder as in production.
 	ccfg.SoftMin, ccfg.SoftMax = 20*time.Second, 20*time.Second
-	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: slog.New(slog.DiscardHandler), Registerer: nil})
+	c, err := cache.New(ccfg, cache.Deps{Redis: rdb, Log: log, Registerer: nil})
 	if err != nil {
-		return err
+		return res, err
 	}
 	if err := c.LoadScripts(ctx); err != nil {
-		return err
+		return res, err
 	}
 	rcfg := replica.DefaultConfig()
 	rcfg.Namespace, rcfg.Threshold, rcfg.Replicas = benchNamespace, 1, cfg.Replicas
 	b, err := replica.New(rcfg, replica.Deps{Cache: c, Hot: func(context.Context, int) ([]replica.HotKey, error) { return nil, nil }})
 	if err != nil {
-		return err
+		return res, err
 	}
 	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ceil, off, on := make([]mode, cfg.Rounds), make([]mode, cfg.Rounds), make([]mode, cfg.Rounds)
 	for i := range cfg.Rounds {
 		item := "hot-" + strconv.Itoa(i)
 		if err := fill(ctx, c, tenant, item); err != nil {
-			return err
+			return res, err
 		}
 		if ceil[i], err = measure(ctx, cc, c, nil, cfg, tenant, item, 0); err != nil {
-			return err
+			return res, err
 		}
 		rate := cfg.Load * ceil[i].rate(cfg.Duration)
 		if off[i], err = measure(ctx, cc, c, nil, cfg, tenant, item, rate); err != nil {
-			return err
+			return res, err
 		}
 		if on[i], err = measure(ctx, cc, c, b, cfg, tenant, item, rate); err != nil {
-			return err
+			return res, err
 		}
 	}
-	report(w, cfg, bench.RedactURL(url), ceil, off, on)
+	res.Server, res.ceil, res.off, res.on = bench.RedactURL(url), ceil, off, on
 	if cfg.ColdRounds > 0 {
-		cold, err := runCold(ctx, cfg, url, cc)
-		if err != nil {
-			return fmt.Errorf("bench hotkey: from cold: %w", err)
+		if res.cold, err = runCold(ctx, cfg, url, cc); err != nil {
+			return res, fmt.Errorf("bench hotkey: from cold: %w", err)
 		}
-		reportCold(w, cfg, cold)
 	}
-	return bench.WriteChart(cfg.SVG, chart(cfg, off, on), w)
+	return res, nil
 }
 
 // fill installs the key through a lease, as a reader that missed would.
@@ -210,7 +230,7 @@ func fill(ctx context.Context, c *cache.Client, tenant, item string) error {
 // every read is a LOOKUP of the primary (replicas off); otherwise b keeps a
 // set of cfg.Replicas copies published and each read goes through the
 // reader of its process, as the API's GET does with L1 off.
-func measure(ctx context.Context, cc *redis.ClusterClient, c *cache.Client, b *replica.Builder, cfg BenchConfig,
+func measure(ctx context.Context, cc *redis.ClusterClient, c *cache.Client, b *replica.Builder, cfg Config,
 	tenant, item string, rate float64) (mode, error) {
 	readers := make([]*replica.Reader, cfg.Processes)
 	for i := range readers {
@@ -406,7 +426,12 @@ func medianOf(ms []mode, f func(mode) float64) float64 {
 	return bench.Median(xs)
 }
 
-func report(w io.Writer, cfg BenchConfig, url string, ceil, off, on []mode) {
+// WriteTable writes the modes' table, the from-cold rounds and the goals.
+func (res Result) WriteTable(out io.Writer) error {
+	w, cfg, url, ceil, off, on := &bench.ErrWriter{W: out}, res.Config, res.Server, res.ceil, res.off, res.on
+	if len(on) == 0 {
+		return nil
+	}
 	d := cfg.Duration
 	p99 := func(m mode) float64 { return float64(m.lat.P99) }
 	t := bench.Table{Header: []string{"mode", "reads/s", "p50", "p99", "per-master commands/s (median round)", "max/avg", "from copies"}}
@@ -435,6 +460,10 @@ func report(w io.Writer, cfg BenchConfig, url string, ceil, off, on []mode) {
 	}
 	fmt.Fprintf(w, "\nGoal: load within 1.3x of even across masters with replicas: max/avg %.2f (%s); p99 no worse: on/off %.2f (%s).\n",
 		spreadOn, verdict(spreadOn <= 1.3), p99Ratio, verdict(p99Ratio <= 1.0))
+	if cfg.ColdRounds > 0 {
+		reportCold(w, cfg, res.cold)
+	}
+	return w.Err
 }
 
 // medianMode is the round whose max/avg is the median, for the
@@ -458,7 +487,9 @@ func perMaster(m mode) string {
 	return strings.Join(parts, " / ")
 }
 
-func chart(cfg BenchConfig, off, on []mode) svgchart.BarChart {
+// Chart draws each mode's per-master command rate.
+func Chart(res Result) svgchart.BarChart {
+	cfg, off, on := res.Config, res.off, res.on
 	mo, mn := medianMode(off), medianMode(on)
 	addrs := make([]string, 0, len(mo.perMaster))
 	for a := range mo.perMaster {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tidemark/internal/svgchart/svgcharttest"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/hotkeybench"
 	"tidemark/lab/testenv"
 )
@@ -23,12 +24,19 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // (within the round's 30 s: the 10-minute hot set would take a minute).
 func TestRunBenchSmoke(t *testing.T) {
 	rc := testenv.StartRedisCluster(t, 3)
-	cfg := hotkeybench.DefaultBenchConfig()
+	cfg := hotkeybench.DefaultConfig()
 	cfg.RedisURL, cfg.Workers, cfg.Processes, cfg.Duration, cfg.Rounds = rc.URL(), 6, 2, time.Second, 1
 	cfg.ColdRounds, cfg.ColdThreshold, cfg.Binary = 1, 50, testenv.Binary(t)
-	cfg.SVG = filepath.Join(t.TempDir(), "hotkey.svg")
+	svgPath := filepath.Join(t.TempDir(), "hotkey.svg")
 	var out strings.Builder
-	if err := hotkeybench.RunBench(testenv.Context(t, 90*time.Second), cfg, &out); err != nil {
+	res, err := hotkeybench.Run(testenv.Context(t, 90*time.Second), cfg, hotkeybench.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WriteChart(svgPath, hotkeybench.Chart(res), &out); err != nil {
 		t.Fatal(err)
 	}
 	report := out.String()
@@ -48,7 +56,7 @@ func TestRunBenchSmoke(t *testing.T) {
 		t.Fatalf("from-cold round: want the manifest published and a read from a copy, timed, got:\n%s", report)
 	}
 	t.Logf("from cold: manifest after %s s, first copy read after %s s", cold[1], cold[2])
-	svg, err := os.ReadFile(cfg.SVG)
+	svg, err := os.ReadFile(svgPath)
 	if err != nil {
 		t.Fatalf("chart not written: %v", err)
 	}
