@@ -3,17 +3,12 @@ package api
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
-
-	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
 
@@ -38,7 +33,7 @@ func TestOversizedValueServedNotCached(t *testing.T) {
 				i, rdb.HGetAll(context.Background(), schema.RedisKey("catalog", "acme", "big")).Val())
 		}
 	}
-	if got := skipped(t, in, skipTooLarge); got != 2 {
+	if got := skipped(t, in, "too_large"); got != 2 {
 		t.Fatalf("fills skipped too_large = %v, want 2", got)
 	}
 	if r := e.do("GET", in.item("small"), key, ""); r.cacheStatus() != "tidemark; fwd=miss; stored" {
@@ -179,7 +174,7 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		wg.Wait()
 	})
 	run.scanned = scanned.Load()
-	run.skipped = skipped(t, in, skipAdmission)
+	run.skipped = skipped(t, in, "admission")
 	evicted := 0
 	for _, l := range strings.Split(rdb.Info(ctx, "stats").Val(), "\r\n") {
 		if v, ok := strings.CutPrefix(l, "evicted_keys:"); ok {
@@ -195,140 +190,5 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 // (its series exist from the start, at 0).
 func skipped(t *testing.T, in *instance, reason string) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := in.srv.m.fillsSkipped.WithLabelValues(reason).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// Above its share a tenant's first miss of a key is not cached and its
-// second within the window is; the doorkeeper forgets after two windows; a
-// tenant within its share is not held back by another's scan.
-func TestSecondHitAdmission(t *testing.T) {
-	a := newAdmission(2)
-	now := time.Unix(1000, 0)
-	if !a.admit("scan", "c0", now) || !a.admit("scan", "c1", now) {
-		t.Fatal("a new tenant's first second of its share is not admitted")
-	}
-	if a.admit("scan", "c2", now) {
-		t.Fatal("first miss above the share admitted")
-	}
-	if !a.admit("scan", "c2", now.Add(time.Millisecond)) {
-		t.Fatal("second miss within the window not admitted")
-	}
-	if a.admit("scan", "c3", now.Add(2*time.Millisecond)) {
-		t.Fatal("another first miss above the share admitted")
-	}
-	if !a.admit("calm", "h1", now.Add(3*time.Millisecond)) {
-		t.Fatal("a tenant within its share held back by another's scan")
-	}
-	later := now.Add(2*admissionWindow + time.Second)
-	if !a.admit("scan", "x", later) || !a.admit("scan", "y", later) { // the refilled share
-		t.Fatal("the share is not refilled")
-	}
-	if a.admit("scan", "c3", later) {
-		t.Fatal("a miss from two windows ago still admitted")
-	}
-}
-
-// A tenant scanning 100,000 cold ids at 700 misses/s, far over its share,
-// gets almost none of them cached: no unconditional share while it is over,
-// and a doorkeeper that never fills up answers few false second hits. A key
-// it does miss twice is still admitted.
-func TestScanLeaksFewFalseSecondHits(t *testing.T) {
-	a := newAdmission(20)
-	now := time.Unix(1000, 0)
-	admitted := 0
-	for i := range 100_000 {
-		at := now.Add(time.Duration(i) * time.Second / 700)
-		if a.admit("scan", "cold-"+strconv.Itoa(i), at) {
-			admitted++
-		}
-		if i%1000 == 999 {
-			// The calm tenant keeps within its share all along.
-			if !a.admit("calm", "hot-"+strconv.Itoa(i), at) {
-				t.Fatalf("calm tenant's miss %d not admitted", i)
-			}
-		}
-	}
-	// The first second of its share (10 fills) goes in before it is over.
-	if limit := 10 + 100_000/500; admitted > limit {
-		t.Fatalf("%d of 100,000 scanned ids admitted, want at most %d (0.2 %% false second hits)", admitted, limit)
-	}
-	end := now.Add(100_000 * time.Second / 700)
-	a.admit("scan", "again", end)
-	if !a.admit("scan", "again", end.Add(time.Second)) {
-		t.Fatal("a second miss of a key within the window is not admitted")
-	}
-	t.Logf("%d of 100,000 scanned ids admitted", admitted)
-}
-
-// With the product defaults (2,000 fills/s, a 2-minute turnover), a small
-// cache sizes the fill rate down: 2,000 entries fit in its maxmemory, so one
-// process may fill about 17/s, and a scan of cold ids in one instant caches
-// about that many of them, not 2,000.
-func TestAdmissionSizedFromTheCache(t *testing.T) {
-	e := newEnv(t)
-	in := e.instance(instOpts{})
-	ctx := testenv.Context(t, 30*time.Second)
-	rdb := e.redis.Client(t)
-	pipe := rdb.Pipeline()
-	for i := range 1000 {
-		pipe.Set(ctx, fmt.Sprintf("other:%d", i), strings.Repeat("x", 1024), 0)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	used := usedMemory(t, ctx, rdb)
-	keys := rdb.DBSize(ctx).Val()
-	// Room for as many keys again as the server holds now, of their mean size.
-	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(2*used, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
-	in.srv.sizeAdmission(ctx)
-	want := float64(2*keys) / DefaultConfig().FillTurnover.Seconds() / float64(in.srv.procs.count())
-	got := in.srv.admit.effective()
-	if got < 0.8*want || got > 1.2*want {
-		t.Fatalf("fill rate sized to a cache of about %d entries: %.1f/s, want about %.1f/s (entries / 2 min / processes)", 2*keys, got, want)
-	}
-	var m dto.Metric
-	if err := in.srv.m.fillRate.Write(&m); err != nil || m.GetGauge().GetValue() != got {
-		t.Errorf("tidemark_api_fill_rate = %v (%v), want %v", m.GetGauge().GetValue(), err, got)
-	}
-	now := time.Unix(1000, 0)
-	admitted := 0
-	for i := range 500 {
-		if in.srv.admit.admit("scanner", fmt.Sprintf("cold-%d", i), now) {
-			admitted++
-		}
-	}
-	if admitted > int(got)+1 {
-		t.Errorf("a scan of 500 cold ids in one instant cached %d, want at most the sized share's burst (%.0f)", admitted, got)
-	}
-	// maxmemory off: FillRate alone again.
-	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	in.srv.sizeAdmission(ctx)
-	if got := in.srv.admit.effective(); got != DefaultConfig().FillRate {
-		t.Errorf("without maxmemory: fill rate %.1f/s, want --fill-rate %.0f", got, DefaultConfig().FillRate)
-	}
-}
-
-func usedMemory(t *testing.T, ctx context.Context, rdb *redis.Client) int64 {
-	t.Helper()
-	info := rdb.Info(ctx, "memory").Val()
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("INFO memory has no used_memory: %s", info)
-	return 0
+	return in.metric(t, "tidemark_api_fills_skipped_total", reason)
 }

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"tidemark/lab/testenv"
+	"tidemark/reader"
 )
 
 // AcquireBackground waits while the background class is spent: n reads at
@@ -20,13 +19,7 @@ func TestAcquireBackgroundWaitsForTheBudget(t *testing.T) {
 	e := newEnv(t)
 	const rate, burst, n = 20.0, 50 * time.Millisecond, 20
 	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = rate, burst }})
-	refusals := func() float64 {
-		var m dto.Metric
-		if err := in.srv.m.budgetRejections.WithLabelValues(classBackground).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	refusals := func() float64 { return in.metric(t, "tidemark_api_budget_rejections_total", reader.ClassBackground) }
 	before := refusals()
 	start := time.Now()
 	if err := in.srv.AcquireBackground(testenv.Context(t, 30*time.Second), n); err != nil {
@@ -124,13 +117,13 @@ func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
 		return total
 	}
 	const n = 100
-	most := (n+in.srv.budget.maxCost(classBackground)-1)/in.srv.budget.maxCost(classBackground) + 5 // + other loops' scripts meanwhile
+	most := (n+in.srv.rd.MaxCost(reader.ClassBackground)-1)/in.srv.rd.MaxCost(reader.ClassBackground) + 5 // + other loops' scripts meanwhile
 	before := scripts()
 	if err := in.srv.AcquireBackground(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	if got := scripts() - before; got > int64(most) {
 		t.Errorf("AcquireBackground(%d) ran %d scripts on the budget's Redis, want at most %d (one admission per %d reads)",
-			n, got, most, in.srv.budget.maxCost(classBackground))
+			n, got, most, in.srv.rd.MaxCost(reader.ClassBackground))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"tidemark/catalog"
+	"tidemark/reader"
 	"time"
 )
 
@@ -169,7 +171,7 @@ func TestBudgetLostWithRedisRestartsEmpty(t *testing.T) {
 	s := sp.end()
 	stop.Store(true)
 	wg.Wait()
-	excess, what := worstWindow(s, rate, classForeground)
+	excess, what := worstWindow(s, rate, reader.ClassForeground)
 	limit := rate*burst.Seconds() + 3
 	t.Logf("flood: %d served, %d refused; worst window: %s, %.0f over the rate (%.0f/s), allowed one burst (%.0f)", served.Load(), refused.Load(), what, excess, rate, limit)
 	if excess > limit {
@@ -188,14 +190,15 @@ func TestBudgetLostWithRedisRestartsEmpty(t *testing.T) {
 func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes []string, dur time.Duration) []sourceCount {
 	t.Helper()
 	for _, in := range ins[:counted] {
-		if err := in.srv.procs.beat(context.Background()); err != nil || in.srv.procs.count() != int64(counted) {
-			t.Fatalf("live serve processes: %d (%v), want %d", in.srv.procs.count(), err, counted)
+		err := in.srv.rd.Join(context.Background())
+		if n, _ := in.srv.rd.Share(time.Now()); err != nil || n != int64(counted) {
+			t.Fatalf("live serve processes: %d (%v), want %d", n, err, counted)
 		}
 	}
 	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
 		SELECT 'acme', 'r' || g, 1, '{}' FROM generate_series(1, 1000) g`)
 	for _, in := range ins[:counted] { // each has counted the others for long enough to take its share
-		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
+		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.rd.Share(time.Now()); return ok })
 	}
 	e.redis.Kill()
 	sp := e.sample()
@@ -210,7 +213,7 @@ func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes 
 					defer wg.Done()
 					for time.Since(start) < dur {
 						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						if _, _, err := in.srv.sourceRead(ctx, class, "acme", fmt.Sprintf("r%d", next.Add(1)%1000)); err != nil {
+						if err := budgetedRead(ctx, e, in, class, "acme", fmt.Sprintf("r%d", next.Add(1)%1000)); err != nil {
 							time.Sleep(time.Millisecond) // refused: ask again at once, as a crowd would
 						}
 						cancel()
@@ -221,6 +224,18 @@ func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes 
 	}
 	wg.Wait()
 	return sp.end()
+}
+
+// budgetedRead is one source read of class as a serve process makes it:
+// admitted by its budget, then read in the class's own statement.
+func budgetedRead(ctx context.Context, e *tenv, in *instance, class, tenant, id string) error {
+	release, err := in.srv.rd.Acquire(ctx, class, tenant)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = reader.NewTableSource(e.pool, catalog.DefaultTable(), time.Second).Read(reader.WithClass(ctx, class), tenant, id)
+	return err
 }
 
 func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
@@ -249,7 +264,7 @@ func TestFallbackClassesShareTheTotal(t *testing.T) {
 			c.LookupTimeout, c.RequestTimeout, c.L1Size = 50*time.Millisecond, 5*time.Second, 0
 		}}))
 	}
-	s := fallbackFlood(t, e, ins, n, []string{classForeground, classReadYourWrites, classBackground}, 4*time.Second)
+	s := fallbackFlood(t, e, ins, n, []string{reader.ClassForeground, reader.ClassReadYourWrites, reader.ClassBackground}, 4*time.Second)
 	last := s[len(s)-1].byClass
 	for c, v := range s[0].byClass {
 		last[c] -= v
@@ -261,11 +276,11 @@ func TestFallbackClassesShareTheTotal(t *testing.T) {
 		t.Fatalf("with Redis down the source served %s: %.0f reads over the total of %.0f/s (foreground %.0f + background %.0f; read-your-writes %.0f inside it), more than one burst (%.0f)",
 			what, excess, fg+bg, fg, bg, ryw, limit)
 	}
-	if last[classForeground] == 0 || last[classReadYourWrites] == 0 {
+	if last[reader.ClassForeground] == 0 || last[reader.ClassReadYourWrites] == 0 {
 		t.Fatalf("reads by class %v: the request path was not served at all", last)
 	}
-	if last[classBackground] > last[classForeground]/4 {
-		t.Errorf("background read %d against foreground's %d while both were busy: background work must back off first", last[classBackground], last[classForeground])
+	if last[reader.ClassBackground] > last[reader.ClassForeground]/4 {
+		t.Errorf("background read %d against foreground's %d while both were busy: background work must back off first", last[reader.ClassBackground], last[reader.ClassForeground])
 	}
 }
 
@@ -281,8 +296,8 @@ func TestFallbackHoldsUntilCounted(t *testing.T) {
 		c.ForegroundRate, c.BudgetBurst, c.LookupTimeout, c.RequestTimeout, c.L1Size = fg, burst, 50*time.Millisecond, 5*time.Second, 0
 	}
 	ins := []*instance{e.instance(instOpts{cfg: cfg}), e.instance(instOpts{cfg: cfg}), e.instance(instOpts{cfg: cfg, uncounted: true})}
-	s := fallbackFlood(t, e, ins, 2, []string{classForeground}, 4*time.Second)
-	excess, what := worstWindow(s, fg, classForeground)
+	s := fallbackFlood(t, e, ins, 2, []string{reader.ClassForeground}, 4*time.Second)
+	excess, what := worstWindow(s, fg, reader.ClassForeground)
 	limit := fg*burst.Seconds() + 3
 	t.Logf("Redis down, 2 counted processes and 1 never counted: worst window %s, %.0f over the foreground rate of %.0f/s (allowed one burst: %.0f)", what, excess, fg, limit)
 	if excess > limit {

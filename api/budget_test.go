@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"tidemark/reader"
 	"time"
 )
 
@@ -115,8 +116,9 @@ func TestFallbackBudgetSharedAcrossProcesses(t *testing.T) {
 		}}))
 	}
 	for _, in := range ins { // every process has seen all n
-		if err := in.srv.procs.beat(context.Background()); err != nil || in.srv.procs.count() != n {
-			t.Fatalf("live serve processes: %d (%v), want %d", in.srv.procs.count(), err, n)
+		err := in.srv.rd.Join(context.Background())
+		if got, _ := in.srv.rd.Share(time.Now()); err != nil || got != n {
+			t.Fatalf("live serve processes: %d (%v), want %d", got, err, n)
 		}
 	}
 	key := e.apiKey("acme")
@@ -126,7 +128,7 @@ func TestFallbackBudgetSharedAcrossProcesses(t *testing.T) {
 		e.do("GET", in.item("warm"), key, "")
 	}
 	for _, in := range ins {
-		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
+		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.rd.Share(time.Now()); return ok })
 	}
 	e.redis.Kill()
 	before := e.sourceReads()
@@ -162,48 +164,6 @@ func TestFallbackBudgetSharedAcrossProcesses(t *testing.T) {
 	}
 }
 
-// The local fallback (Redis unreachable): it starts empty, not with a fresh
-// burst; every class spends the total, so the classes' shares never add up
-// above it; and background reads leave the last half of the total's burst
-// to the request path.
-func TestLocalFallbackBuckets(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ForegroundRate, cfg.BackgroundRate, cfg.ReadYourWritesRate, cfg.BudgetBurst = 100, 50, 100, 100*time.Millisecond
-	b := newBudget(cfg, nil, newPresence("t", "t", nil), nil, nil)
-	const n = 2 // live serve processes: this one's share is half
-	now := time.Now()
-	admitted := func(class string, at time.Time, tries int) int {
-		k := 0
-		for range tries {
-			if ok, _ := b.local(at, b.classes[class], n, 1); ok {
-				k++
-			}
-		}
-		return k
-	}
-	if got := admitted(classForeground, now, 100); got != 1 {
-		t.Fatalf("fallback admitted %d foreground reads at once when it began, want 1 (it starts empty)", got)
-	}
-	// Over 10 s, every class asking 1,000 times every 10 ms: the total's
-	// share is 150/2 = 75/s, whatever the classes' own rates add up to.
-	total, byClass := 0, map[string]int{}
-	for i := range 1000 {
-		at := now.Add(time.Duration(i+1) * 10 * time.Millisecond)
-		for _, c := range []string{classForeground, classReadYourWrites, classBackground} {
-			k := admitted(c, at, 3)
-			total += k
-			byClass[c] += k
-		}
-	}
-	if limit := 75*10 + 75/10 + 1; total > limit {
-		t.Fatalf("fallback admitted %d reads in 10 s across classes %v, want at most %d (the total's share, 75/s, and its burst)", total, byClass, limit)
-	}
-	if byClass[classBackground] > byClass[classForeground]/4 {
-		t.Errorf("background got %d reads against foreground's %d while both were busy: it should back off first", byClass[classBackground], byClass[classForeground])
-	}
-	t.Logf("fallback over 10 s: %d reads (%v)", total, byClass)
-}
-
 // A tenant alone spends the read-your-writes class to its end; a second
 // tenant then arrives asking within its share: its first read and every one
 // after it are admitted, while the first tenant keeps asking as fast as it is
@@ -215,13 +175,13 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 	in := e.instance(instOpts{cfg: func(c *Config) {
 		c.ReadYourWritesRate, c.BudgetBurst, c.LookupTimeout = rate, time.Second, 5*time.Second
 	}})
-	b := in.srv.budget
+	b := in.srv.rd
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The lone tenant: 12 admissions (more than the class's burst of 10,
 	// which starts empty), so the class is spent to its end.
 	for i := range 12 {
-		release, err := b.acquireWait(ctx, classReadYourWrites, "flood", 1)
+		release, err := b.AcquireWait(ctx, reader.ClassReadYourWrites, "flood", 1)
 		if err != nil {
 			t.Fatalf("flood admission %d: %v", i, err)
 		}
@@ -232,7 +192,7 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 	go func() { // and it keeps asking
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if release, err := b.acquireWait(ctx, classReadYourWrites, "flood", 1); err == nil {
+			if release, err := b.AcquireWait(ctx, reader.ClassReadYourWrites, "flood", 1); err == nil {
 				release()
 			}
 		}
@@ -242,7 +202,7 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 	// leave), then one per 250 ms (under its share of 5/s).
 	refused := 0
 	for i := range 8 {
-		release, err := b.acquire(ctx, classReadYourWrites, "calm")
+		release, err := b.Acquire(ctx, reader.ClassReadYourWrites, "calm")
 		if err != nil {
 			refused++
 			t.Logf("newcomer read %d: %v", i, err)

@@ -2,11 +2,12 @@ package api
 
 import (
 	"strings"
-	"tidemark/catalog"
 	"time"
 
+	"tidemark/catalog"
 	"tidemark/internal/config"
 	"tidemark/promise"
+	"tidemark/reader"
 	"tidemark/rollout"
 )
 
@@ -17,51 +18,16 @@ type Config struct {
 	Namespace string        // Redis namespace, also of the shared source budget unless SourcePool names it
 	Table     catalog.Table // the catalog table and how its columns map
 
-	RequestTimeout time.Duration // a GET's deadline (Wait polling ends here with 503)
-	SourceTimeout  time.Duration // statement timeout of one source read
-	WriteTimeout   time.Duration // deadline of one write transaction
-	LookupTimeout  time.Duration // bound of one cache Lookup, so a dead Redis is noticed within the request deadline
+	// The read path (package reader): deadlines, the source budget, L1,
+	// replicas, min_version bounds, fill admission. Its SourcePool names
+	// the source budget and the rollout store, shared by every namespace of
+	// one deployment so that a namespace upgrade runs on one budget (empty:
+	// Namespace).
+	reader.Config
 
-	// Source budget shared by every serve process (GCRA in Redis), per class.
-	ForegroundRate float64       // reads/s for request-path misses
-	BackgroundRate float64       // reads/s for stale refreshes
-	BudgetBurst    time.Duration // burst tolerance as a time window of the rate
-	// ReadYourWritesRate: reads/s for min_version reads
-	ReadYourWritesRate float64
-	MaxInFlight        int           // per-process concurrent source reads
-	InFlightWait       time.Duration // longest wait for a free in-flight slot
-
-	L1TTL  time.Duration // in-process hot-key cache lifetime (at most 500ms)
-	L1Size int           // entries in the L1 (0 disables it)
-	// ReplicaManifestTTL: how long a hot key's replica
-	// manifest learnt from a lookup is used (at most 500ms, the L1 bound; 0:
-	// never, every read goes to the primary)
-	ReplicaManifestTTL time.Duration
-
+	WriteTimeout         time.Duration // deadline of one write transaction
 	IdempotencyRetention time.Duration // how long an Idempotency-Key's answer is kept
-	MaxWaitersPerKey     int           // concurrent GETs of one key in this process; beyond it 503 at once
 
-	MinVersionSlack int64         // how far min_version may be above the key's known floor
-	MinVersionMemo  time.Duration // how long a source read below min_version answers repeats with 412 (0: off)
-
-	// MaxValueBytes: largest value cached; a larger one is
-	// answered from the source but not cached (0: no limit)
-	MaxValueBytes int64
-	// FillRate: fills/s of new keys per process, shared fairly
-	// by the tenants filling; a tenant above its share caches only keys it
-	// missed twice within the admission window (0: every miss is cached)
-	FillRate float64
-	// FillTurnover sizes the fill rate to the cache itself: all serve
-	// processes' fills together may refill the whole cache (maxmemory over
-	// the mean entry size) no faster than once per FillTurnover, so each
-	// process's rate is at most entries / FillTurnover / processes (0: off,
-	// FillRate alone; no effect without maxmemory)
-	FillTurnover time.Duration
-
-	// SourcePool names the source budget and the rollout store, shared by
-	// every namespace of one deployment so that a namespace upgrade runs on
-	// one budget (empty: Namespace)
-	SourcePool string
 	// RolloutDefault is the serving mode of tenants without a rollout
 	// setting: cache (100 %), shadow or source
 	RolloutDefault   string
@@ -76,35 +42,20 @@ type Config struct {
 	AuthStale    time.Duration // how long a known key keeps working while Postgres cannot be asked
 }
 
-// MaxMinVersionMemo bounds MinVersionMemo: a write through another serve
-// process is answered 412 to its own writer's min_version for at most this
-// long (read-your-writes, not freshness, is what the memo delays).
-const MaxMinVersionMemo = 5 * time.Second
+// MaxMinVersionMemo bounds MinVersionMemo (reader.MaxMinVersionMemo).
+const MaxMinVersionMemo = reader.MaxMinVersionMemo
 
-// DefaultConfig returns the production figures: 12,000 + 8,000 source
-// reads/s shared by every serve process, 1 s request deadline, 0.5 s L1.
+// DefaultConfig returns the production figures: the read path's
+// (reader.DefaultConfig: 12,000 + 8,000 source reads/s shared by every
+// serve process, 1 s request deadline, 0.5 s L1) and the API's own.
 func DefaultConfig() Config {
 	return Config{
 		Addr:                 "127.0.0.1:8080",
 		Namespace:            promise.Namespace,
 		Table:                catalog.DefaultTable(),
-		RequestTimeout:       time.Second,
-		SourceTimeout:        time.Second,
+		Config:               reader.DefaultConfig(),
 		WriteTimeout:         5 * time.Second,
-		LookupTimeout:        250 * time.Millisecond,
-		ForegroundRate:       12000,
-		BackgroundRate:       8000,
-		BudgetBurst:          100 * time.Millisecond,
-		ReadYourWritesRate:   3000,
-		MaxInFlight:          32,
-		InFlightWait:         100 * time.Millisecond,
-		L1TTL:                500 * time.Millisecond,
-		L1Size:               10000,
-		ReplicaManifestTTL:   500 * time.Millisecond,
 		IdempotencyRetention: 24 * time.Hour,
-		MaxWaitersPerKey:     256,
-		MinVersionSlack:      1000,
-		MinVersionMemo:       time.Second,
 		RolloutDefault:       "cache",
 		RolloutPoll:          time.Second,
 		ShadowSample:         0.05,
@@ -112,9 +63,6 @@ func DefaultConfig() Config {
 		HaltMismatchRate:     0.01,
 		HaltMinChecks:        100,
 		MaxBodyBytes:         64 << 10,
-		MaxValueBytes:        256 << 10,
-		FillRate:             2000,
-		FillTurnover:         2 * time.Minute,
 		AuthTTL:              30 * time.Second,
 		AuthStale:            10 * time.Minute,
 	}
@@ -124,61 +72,19 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var p config.Problems
 	p.Nested("Table", c.Table.Validate())
+	p.Also(c.readerConfig().Validate())
 	if strings.TrimSpace(c.Addr) == "" {
 		p.Add("Addr", "must not be empty")
 	}
 	if strings.TrimSpace(c.Namespace) == "" {
 		p.Add("Namespace", "must not be empty")
 	}
-	p.Positive("RequestTimeout", c.RequestTimeout)
-	p.Positive("SourceTimeout", c.SourceTimeout)
 	p.Positive("WriteTimeout", c.WriteTimeout)
-	p.Positive("LookupTimeout", c.LookupTimeout)
-	p.Positive("BudgetBurst", c.BudgetBurst)
-	p.Positive("InFlightWait", c.InFlightWait)
 	p.Positive("AuthTTL", c.AuthTTL)
 	if c.AuthStale < 0 {
 		p.Add("AuthStale", "must not be negative (got %s)", c.AuthStale)
 	}
-	rate := func(field string, r float64) {
-		if !(r > 0) {
-			p.Add(field, "must be a positive rate per second (got %v)", r)
-		}
-	}
-	rate("ForegroundRate", c.ForegroundRate)
-	rate("BackgroundRate", c.BackgroundRate)
-	rate("ReadYourWritesRate", c.ReadYourWritesRate)
-	if c.MaxInFlight <= 0 {
-		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)
-	}
-	if c.L1TTL < 0 || c.L1TTL > 500*time.Millisecond {
-		p.Add("L1TTL", "must be between 0 and 500ms (got %s)", c.L1TTL)
-	}
-	if c.ReplicaManifestTTL < 0 || c.ReplicaManifestTTL > 500*time.Millisecond {
-		p.Add("ReplicaManifestTTL", "must be between 0 and 500ms (got %s)", c.ReplicaManifestTTL)
-	}
-	if c.L1Size < 0 {
-		p.Add("L1Size", "must not be negative (got %d)", c.L1Size)
-	}
 	p.Positive("IdempotencyRetention", c.IdempotencyRetention)
-	if c.MaxWaitersPerKey < 1 {
-		p.Add("MaxWaitersPerKey", "must be at least 1 (got %d)", c.MaxWaitersPerKey)
-	}
-	if c.MinVersionSlack < 1 {
-		p.Add("MinVersionSlack", "must be at least 1 (got %d)", c.MinVersionSlack)
-	}
-	if c.MinVersionMemo < 0 || c.MinVersionMemo > MaxMinVersionMemo {
-		p.Add("MinVersionMemo", "must be between 0 and %s (got %s)", MaxMinVersionMemo, c.MinVersionMemo)
-	}
-	if c.MaxValueBytes < 0 {
-		p.Add("MaxValueBytes", "must not be negative (got %d)", c.MaxValueBytes)
-	}
-	if c.FillRate < 0 {
-		p.Add("FillRate", "must not be negative (got %v)", c.FillRate)
-	}
-	if c.FillTurnover != 0 && c.FillTurnover < time.Second {
-		p.Add("FillTurnover", "must be 0 (off) or at least 1s (got %s)", c.FillTurnover)
-	}
 	if c.RolloutDefault != "" {
 		if _, err := rollout.ParseMode(c.RolloutDefault); err != nil {
 			p.Add("RolloutDefault", "must be cache, shadow or source (got %q)", c.RolloutDefault)
@@ -199,6 +105,13 @@ func (c Config) Validate() error {
 		p.Add("MaxBodyBytes", "must be positive (got %d)", c.MaxBodyBytes)
 	}
 	return p.Err()
+}
+
+// readerConfig is the read path's configuration, its SourcePool filled in.
+func (c Config) readerConfig() reader.Config {
+	rc := c.Config
+	rc.SourcePool = c.sourcePool()
+	return rc
 }
 
 // sourcePool names the budget and the rollout store.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"tidemark/reader"
 )
 
 // The management list (GET /v1/catalog/items): a merchant's admin page pages
@@ -102,7 +104,7 @@ func (s *Server) listItems(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	release, err := s.budget.acquire(ctx, classReadYourWrites, tenant)
+	release, err := s.rd.Acquire(ctx, reader.ClassReadYourWrites, tenant)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "the catalog source is busy or unavailable; retry later")

@@ -246,7 +246,7 @@ func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, tenant, id, ke
 		return
 	}
 	// This process's readers see the write at once, not after a memo ends.
-	s.belowMin.forget(tenant + "\x00" + id)
+	s.rd.Forget(tenant, id)
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}

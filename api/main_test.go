@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -124,17 +125,16 @@ func (e *tenv) instance(o instOpts) *instance {
 	}
 	if !o.uncounted {
 		// Registered as a live serve process, as Serve does.
-		srv.procs.beat(context.Background())
+		srv.rd.Join(context.Background())
 		pctx, pcancel := context.WithCancel(context.Background())
 		pdone := make(chan struct{})
-		go func() { srv.procs.run(pctx); close(pdone) }()
+		go func() { srv.rd.Run(pctx); close(pdone) }()
 		e.t.Cleanup(func() { pcancel(); <-pdone })
 	}
 	hs := httptest.NewServer(srv.Handler())
 	e.t.Cleanup(func() {
 		hs.Close()
-		srv.cancel()
-		srv.bg.Wait()
+		srv.close()
 	})
 	return &instance{srv: srv, url: hs.URL}
 }
@@ -267,4 +267,32 @@ func (e *tenv) count(sql string, args ...any) int64 {
 		e.t.Fatal(err)
 	}
 	return n
+}
+
+// metric is the value of one counter series of the instance's metrics
+// (name and label values, in the order of its labels; 0 when absent).
+func (i *instance) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := i.srv.reg.(prometheus.Gatherer).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for j, l := range m.GetLabel() {
+				if l.GetValue() != labels[j] {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

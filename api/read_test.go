@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"tidemark/cache"
 	"tidemark/lab/testenv"
+	"tidemark/reader"
 )
 
 // A cold GET reads the source and fills; the next is a cache hit with an Age;
@@ -121,7 +120,7 @@ func TestStaleSetRace(t *testing.T) {
 		cfg:  func(c *Config) { c.RequestTimeout = 20 * time.Second },
 		ccfg: leaseLong, // the rejection must come from the invalidation, not from lease expiry
 		hooks: func(s *Server) {
-			s.afterSourceRead = func(tenant, item string, it sourceItem) {
+			s.afterSourceRead = func(tenant, item string, it reader.Item) {
 				if item == "race" && it.Version == 41 {
 					once.Do(func() { close(paused); <-resume })
 				}
@@ -355,7 +354,7 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	e.do("GET", in.item("r1"), key, "") // the key is known before Redis goes
 	// The process takes a share of the fallback only once the other serve
 	// processes have had time to count it.
-	waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.procs.share(time.Now()); return ok })
+	waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.rd.Share(time.Now()); return ok })
 	e.redis.Kill()
 	before := e.sourceReads()
 	start := time.Now()
@@ -416,9 +415,8 @@ func TestStaleServedAndRefreshedInBackground(t *testing.T) {
 		}
 		return nil
 	})
-	var m dto.Metric
-	if err := in.srv.m.sourceReads.WithLabelValues(classBackground, "found").Write(&m); err != nil || m.GetCounter().GetValue() < 1 {
-		t.Fatalf("background source reads = %v (%v)", m.GetCounter().GetValue(), err)
+	if got := in.metric(t, "tidemark_api_source_reads_total", reader.ClassBackground, "found"); got < 1 {
+		t.Fatalf("background source reads = %v", got)
 	}
 }
 

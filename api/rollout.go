@@ -16,6 +16,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/telemetry"
+	"tidemark/reader"
 	"tidemark/rollout"
 )
 
@@ -210,32 +211,12 @@ func (r *rollouts) logMismatch(msg string, args ...any) {
 // same budget as every miss (so a rollback of every tenant cannot send more
 // than the class budgets to the source: the rest get 503 with Retry-After),
 // nothing filled. A shadow read also compares a sample with the cache tier.
-func (s *Server) serveFromSource(w http.ResponseWriter, r *http.Request, tenant, id string, minVersion int64, shadow bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	key := tenant + "\x00" + id
-	if !s.waiters.enter(key) {
-		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=too-many-waiters", retryAfter: time.Second})
-		return
+func (s *Server) serveFromSource(r *http.Request, q reader.Query, shadow bool) reader.Result {
+	rr := s.rd.FromSource(r.Context(), q, "detail=rollout-source")
+	if !rr.Shared && shadow && (rr.Kind == reader.Found || rr.Kind == reader.NotFound) && rand.Float64() < s.cfg.ShadowSample {
+		s.shadowCompare(q.Tenant, q.Item, rr)
 	}
-	defer s.waiters.leave(key)
-	ch := s.reads.DoChan("source\x00"+key+"\x00"+strconv.FormatInt(minVersion, 10), func() (any, error) {
-		rctx, rcancel := context.WithTimeout(s.base, s.cfg.RequestTimeout)
-		defer rcancel()
-		return s.fetch(rctx, tenant, id, minVersion, cache.Token{}, "detail=rollout-source"), nil
-	})
-	select {
-	case res := <-ch:
-		rr := res.Val.(readResult)
-		if res.Shared {
-			rr.cacheStatus += "; collapsed"
-		} else if shadow && (rr.kind == readItem || rr.kind == readNotFound) && rand.Float64() < s.cfg.ShadowSample {
-			s.shadowCompare(tenant, id, rr)
-		}
-		s.respondRead(w, id, s.lastCheck(ctx, tenant, id, minVersion, rr))
-	case <-ctx.Done():
-		s.respondRead(w, id, readResult{kind: readUnavailable, cacheStatus: "tidemark; fwd=miss; detail=timeout", retryAfter: time.Second})
-	}
+	return rr
 }
 
 // shadowCompare looks the key up in the cache tier after the source
@@ -244,7 +225,7 @@ func (s *Server) serveFromSource(w http.ResponseWriter, r *http.Request, tenant,
 // if it is still served then is it older than allowed (the pipeline had its
 // time to deliver the invalidation). It runs in the background on a bounded
 // number of slots; a lease a lookup hands out is given back at once.
-func (s *Server) shadowCompare(tenant, id string, src readResult) {
+func (s *Server) shadowCompare(tenant, id string, src reader.Result) {
 	select {
 	case s.rollout.slots <- struct{}{}:
 	default:
@@ -280,14 +261,14 @@ func (s *Server) shadowCompare(tenant, id string, src readResult) {
 		s.rollout.record(tenant, outcome)
 		if rollout.Mismatch(outcome) {
 			s.rollout.logMismatch("shadow read: the cache disagrees with the source", "tenant", tenant, "item", id,
-				"outcome", outcome, "detail", detail, "source_version", src.version, "source_found", src.kind == readItem)
+				"outcome", outcome, "detail", detail, "source_version", src.Version, "source_found", src.Kind == reader.Found)
 		}
 	}()
 }
 
 // shadowJudge is one comparison; "" means "older but maybe still in
 // flight: judge again after the grace" (only when final is false).
-func (s *Server) shadowJudge(tenant, id string, src readResult, final bool) (outcome, detail string) {
+func (s *Server) shadowJudge(tenant, id string, src reader.Result, final bool) (outcome, detail string) {
 	ctx, cancel := context.WithTimeout(s.base, s.cfg.LookupTimeout)
 	defer cancel()
 	lr, err := s.cache.Lookup(ctx, tenant, id, 0)
@@ -309,11 +290,11 @@ func (s *Server) shadowJudge(tenant, id string, src readResult, final bool) (out
 	case cache.StatusMiss, cache.StatusWait:
 		return rollout.OutcomeMissing, ""
 	case cache.StatusNotFound:
-		if src.kind == readNotFound || !now.Before(e.Hard) {
+		if src.Kind == reader.NotFound || !now.Before(e.Hard) {
 			return rollout.OutcomeMatch, ""
 		}
 		if final {
-			return rollout.OutcomeOlder, "cached not-found, the source has version " + strconv.FormatInt(src.version, 10)
+			return rollout.OutcomeOlder, "cached not-found, the source has version " + strconv.FormatInt(src.Version, 10)
 		}
 		return "", ""
 	}
@@ -325,7 +306,7 @@ func (s *Server) shadowJudge(tenant, id string, src readResult, final bool) (out
 			e.EffObs.UTC().Format(time.RFC3339Nano), e.Hard.UTC().Format(time.RFC3339Nano))
 	}
 	switch {
-	case src.kind == readNotFound && src.version == 0:
+	case src.Kind == reader.NotFound && src.Version == 0:
 		// The source has no row (or a tombstone whose version the read did
 		// not report): a cached value is either newer or from elsewhere.
 		if !served {
@@ -335,9 +316,9 @@ func (s *Server) shadowJudge(tenant, id string, src readResult, final bool) (out
 			return rollout.OutcomeNewer, "cached version " + strconv.FormatInt(e.Version, 10) + ", no row at the source"
 		}
 		return "", ""
-	case e.Version == src.version:
+	case e.Version == src.Version:
 		return rollout.OutcomeMatch, ""
-	case e.Version > src.version:
+	case e.Version > src.Version:
 		return rollout.OutcomeNewer, "cached version " + strconv.FormatInt(e.Version, 10)
 	case !served:
 		return rollout.OutcomeMatch, "older version invalidated or expired"
@@ -355,27 +336,8 @@ func (s *Server) rolloutRamping(tenant string) bool {
 }
 
 // shadowFill reads the source under the background budget (a refusal only
-// means the lease expires unfilled) and fills the lease; a new key obeys
-// admission like any miss.
+// means the lease is given back unfilled) and fills the lease; a new key
+// obeys admission like any miss.
 func (s *Server) shadowFill(tenant, id string, tok cache.Token, newKey bool) {
-	if !newKey {
-		s.refreshInBackground(tenant, id, tok)
-		return
-	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		ctx, cancel := context.WithTimeout(s.base, s.cfg.SourceTimeout+time.Second)
-		defer cancel()
-		it, obs, err := s.sourceRead(ctx, classBackground, tenant, id)
-		if err != nil {
-			// Give the lease back: the key's readers must not wait for a
-			// fill that will not come.
-			if _, err := s.cache.Release(ctx, tenant, id, tok); err != nil {
-				s.log.Debug("shadow: lease release failed", "tenant", tenant, "item", id, "err", err)
-			}
-			return
-		}
-		s.fill(ctx, tenant, id, tok, it, obs, true)
-	}()
+	s.rd.FillInBackground(tenant, id, tok, newKey)
 }

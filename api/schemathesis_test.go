@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"tidemark/reader"
 )
 
 // schemathesisBin is the schemathesis CLI `make schemathesis` installs (a
@@ -164,10 +164,9 @@ func TestSchemathesisContract(t *testing.T) {
 		t.Errorf("want no 5xx, got (seed %s) %s", seed, s)
 	}
 	// Sized as above, the budget never refuses one sequential worker.
-	for _, class := range []string{classForeground, classBackground, classReadYourWrites} {
-		var m dto.Metric
-		if err := in.srv.m.budgetRejections.WithLabelValues(class).Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
-			t.Errorf("source budget refusals of class %s: want 0, got %v (%v)", class, m.GetCounter().GetValue(), err)
+	for _, class := range []string{reader.ClassForeground, reader.ClassBackground, reader.ClassReadYourWrites} {
+		if got := in.metric(t, "tidemark_api_budget_rejections_total", class); got != 0 {
+			t.Errorf("source budget refusals of class %s: want 0, got %v", class, got)
 		}
 	}
 	for _, s := range w.leaks {

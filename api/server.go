@@ -1,8 +1,9 @@
 // Package api is the reference catalog service (`tidemark serve`): GET,
-// POST, PATCH and DELETE of items on top of the cache tier, with min_version
-// reads, a source budget shared by every serve process, per-key singleflight
-// and a hot-key L1. docs/design.md, "Reference API" and "Failure model",
-// is the contract.
+// POST, PATCH and DELETE of items on top of the cache tier. Its reads go
+// through package reader (min_version reads, a source budget shared by
+// every serve process, per-key singleflight, a hot-key L1); the API adds
+// HTTP, API keys, writes, the management list and per-tenant rollout.
+// docs/design.md, "Reference API" and "Failure model", is the contract.
 package api
 
 import (
@@ -12,35 +13,23 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"tidemark/catalog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/singleflight"
 
-	"tidemark/cache"
+	"tidemark/catalog"
 	"tidemark/internal/clockguard"
 	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
-	"tidemark/replica"
+	"tidemark/reader"
 )
 
-// Cache is the part of the cache-tier client (*cache.Client) the API uses.
-// The API never writes item values itself: it only fills the leases the
-// cache hands out; invalidations come through the pipeline.
-type Cache interface {
-	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
-	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
-	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
-	Release(ctx context.Context, tenant, item string, tok cache.Token) (bool, error)
-	Config() cache.Config
-	Floor(ctx context.Context, tenant, item string) (int64, error)
-	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
-	Memory(ctx context.Context) (cache.Memory, error)
-}
+// Cache is the part of the cache-tier client (*cache.Client) the API uses
+// (reader.Cache).
+type Cache = reader.Cache
 
 // Deps are the connections the server uses; the caller owns them (and runs
 // the cache client's watermark poller, cache.Client.Run).
@@ -65,29 +54,20 @@ type Server struct {
 	pool         *pgxpool.Pool
 	rdb          redis.UniversalClient
 	cache        Cache
-	budget       *budget
-	procs        *presence
-	src          *source
+	rd           *reader.Reader // the read path
 	writes       catalog.WriteSQL
 	readOnly     error  // non-nil: the table cannot be written by this API (catalog.Table.Writable)
 	listSQL      string // catalog.Table.ListSQL
 	auth         *authenticator
-	l1           *l1
-	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
-	belowMin     *belowMinMemo
-	waiters      *keyWaiters
-	admit        *admission // which misses of new keys are cached (admission.go)
-	rollout      *rollouts  // tenants' serving modes (rollout.go)
+	rollout      *rollouts // tenants' serving modes (rollout.go)
 	m            *metrics
+	reg          prometheus.Registerer
 	log          *slog.Logger
 	tracer       trace.Tracer
 	clock        *clockguard.Guard
 	hardLifetime time.Duration // of values read from the source now
 
-	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
-	refreshes singleflight.Group // per key: one background refresh at a time
-
-	base   context.Context // parent of background refreshes; cancelled by Run's end
+	base   context.Context // parent of background work; cancelled by Run's end
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
@@ -95,7 +75,7 @@ type Server struct {
 
 	// afterSourceRead, when set (tests only), runs after a source read and
 	// before its fill, so a test can pause a reader between the two.
-	afterSourceRead func(tenant, item string, it sourceItem)
+	afterSourceRead func(tenant, item string, it reader.Item)
 }
 
 // New builds the server; it does not listen yet.
@@ -133,25 +113,30 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("api: metrics: %w", err)
 	}
 	clock := deps.Clock
-	procs := newPresence(cfg.sourcePool(), cfg.Namespace, deps.Redis) // the budget's fallback share counts every process of the pool
 	s := &Server{
 		cfg:          cfg,
 		pool:         deps.Pool,
 		rdb:          deps.Redis,
 		cache:        deps.Cache,
-		budget:       newBudget(cfg, deps.Redis, procs, m.budgetRejections, log),
-		tracer:       telemetry.Tracer(deps.Tracer, "api"),
-		procs:        procs,
-		src:          &source{db: deps.Pool, timeout: cfg.SourceTimeout, sql: readSQL(cfg.Table)},
 		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
-		l1:           newL1(cfg.L1TTL, cfg.L1Size),
-		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
-		waiters:      &keyWaiters{max: cfg.MaxWaitersPerKey, n: make(map[string]int)},
-		admit:        newAdmission(cfg.FillRate),
 		m:            m,
+		reg:          reg,
 		log:          log,
+		tracer:       telemetry.Tracer(deps.Tracer, "api"),
 		clock:        clock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
+	}
+	table := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
+	src := reader.SourceFunc(func(ctx context.Context, tenant, item string) (reader.Item, error) {
+		it, err := table.Read(ctx, tenant, item)
+		if err == nil && s.afterSourceRead != nil {
+			s.afterSourceRead(tenant, item, it)
+		}
+		return it, err
+	})
+	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,
+		Log: log, Registerer: reg, MetricsStage: "api", Tracer: deps.Tracer}); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
 	if s.readOnly = cfg.Table.Writable(); s.readOnly == nil {
 		s.writes = cfg.Table.Writes()
@@ -160,9 +145,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.listSQL = cfg.Table.ListSQL()
 	}
 	if s.rollout, err = newRollouts(cfg, deps.Redis, reg, log, clock.Wall); err != nil {
-		return nil, fmt.Errorf("api: %w", err)
-	}
-	if s.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -217,13 +199,9 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln until ctx ends, then shuts down within 5 s and waits for
 // background refreshes.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	defer func() {
-		s.cancel()
-		s.bg.Wait()
-	}()
-	s.bg.Add(4)
-	go func() { defer s.bg.Done(); s.procs.run(s.base) }()
-	go func() { defer s.bg.Done(); s.runAdmissionSizing(s.base) }()
+	defer s.close()
+	s.bg.Add(3)
+	go func() { defer s.bg.Done(); s.rd.Run(s.base) }()
 	go func() { defer s.bg.Done(); s.rollout.run(s.base) }()
 	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	// Slow clients cannot hold connections: headers within 5 s, the whole
@@ -236,6 +214,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	return nil
+}
+
+// close stops the server's background work and the read path's, and waits
+// for them.
+func (s *Server) close() {
+	s.cancel()
+	s.bg.Wait()
+	s.rd.Close()
 }
 
 // Ready reports whether this process can answer reads now (for /readyz):

@@ -10,26 +10,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"tidemark/internal/telemetry"
+	"tidemark/reader"
 )
 
 // Span and attribute names of a GET's trace. The item ID and the tenant
 // are attributes of sampled traces, never metric labels.
 const (
-	spanGet       = "GET /v1/catalog/items/{id}"
-	spanLookup    = "cache.lookup"
-	spanLeaseWait = "lease.wait"
-	spanSource    = "source.read"
-	spanFill      = "cache.fill"
+	spanGet = "GET /v1/catalog/items/{id}" // its path's spans are package reader's children of it
 
 	attrTenant      = "tidemark.tenant"
 	attrItem        = "tidemark.item_id"
 	attrMinVersion  = "tidemark.min_version"
 	attrCacheStatus = "tidemark.cache_status"
 	attrVersion     = "tidemark.version"
-	attrLookup      = "tidemark.lookup"
-	attrClass       = "tidemark.budget_class"
-	attrStored      = "tidemark.stored"
-	attrShared      = "tidemark.shared"
 )
 
 // startGet starts the span of one GET. A client's traceparent is linked,
@@ -51,50 +44,31 @@ func (s *Server) startGet(r *http.Request, tenant, id string, minVersion int64) 
 var getSpanOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
 
 // endGet records how the GET ended.
-func endGet(span trace.Span, rr readResult) {
+func endGet(span trace.Span, rr reader.Result) {
 	if !span.IsRecording() {
 		return
 	}
-	code := rr.httpStatus()
-	span.SetAttributes(attribute.String(attrCacheStatus, rr.cacheStatus), attribute.Int("http.response.status_code", code))
-	if rr.kind == readItem || rr.kind == readBelowMin {
-		span.SetAttributes(attribute.Int64(attrVersion, rr.version))
+	code := httpStatus(rr)
+	span.SetAttributes(attribute.String(attrCacheStatus, rr.CacheStatus), attribute.Int("http.response.status_code", code))
+	if rr.Kind == reader.Found || rr.Kind == reader.BelowMin {
+		span.SetAttributes(attribute.Int64(attrVersion, rr.Version))
 	}
 	if code >= 500 {
-		span.SetStatus(codes.Error, rr.cacheStatus)
+		span.SetStatus(codes.Error, rr.CacheStatus)
 	}
 }
 
 // httpStatus is the status code respondRead answers rr with.
-func (rr readResult) httpStatus() int {
-	switch rr.kind {
-	case readItem:
+func httpStatus(rr reader.Result) int {
+	switch rr.Kind {
+	case reader.Found:
 		return http.StatusOK
-	case readNotFound:
+	case reader.NotFound:
 		return http.StatusNotFound
-	case readBelowMin:
+	case reader.BelowMin:
 		return http.StatusPreconditionFailed
-	case readBadMinVersion:
+	case reader.BadMinVersion:
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable
-}
-
-// child starts a client span of a GET's path under ctx's span; none
-// (a no-op span) when the GET is not traced.
-func (s *Server) child(ctx context.Context, name string) trace.Span {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
-		return parent // non-recording: every call on it is a no-op
-	}
-	_, span := s.tracer.Start(ctx, name, childSpanOpts...)
-	return span
-}
-
-var childSpanOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
-
-// fail marks span failed with err.
-func fail(span trace.Span, err error) {
-	span.RecordError(err)
-	span.SetStatus(codes.Error, err.Error())
 }

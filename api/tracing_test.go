@@ -10,6 +10,7 @@ import (
 	"tidemark/cache"
 	"tidemark/internal/telemetry"
 	"tidemark/lab/testenv"
+	"tidemark/reader"
 )
 
 // A GET that finds another process's lease waits for its fill: its trace,
@@ -34,7 +35,7 @@ func TestGetTraceShowsLeaseWait(t *testing.T) {
 	long := func(c *Config) { c.RequestTimeout = 20 * time.Second }
 	leaseLong := func(c *cache.Config) { c.Lease = 10 * time.Second }
 	filler := e.instance(instOpts{cfg: long, ccfg: leaseLong, tracer: tracing.Provider(), hooks: func(s *Server) {
-		s.afterSourceRead = func(tenant, item string, it sourceItem) {
+		s.afterSourceRead = func(tenant, item string, it reader.Item) {
 			if item == "waited" {
 				once.Do(func() { close(paused); <-resume })
 			}
@@ -111,3 +112,14 @@ func TestGetTraceShowsLeaseWait(t *testing.T) {
 		}
 	}
 }
+
+// The names of the read path's spans and attributes (package reader's).
+const (
+	spanLookup    = "cache.lookup"
+	spanLeaseWait = "lease.wait"
+	spanSource    = "source.read"
+	spanFill      = "cache.fill"
+	attrLookup    = "tidemark.lookup"
+	attrClass     = "tidemark.budget_class"
+	attrStored    = "tidemark.stored"
+)

@@ -159,6 +159,10 @@ func defaultVars() kong.Vars {
 				}
 				key := prefix + "_" + sf.Name
 				f := v.Field(i)
+				if sf.Anonymous && f.Kind() == reflect.Struct { // an embedded config's fields are the outer one's
+					walk(prefix, f)
+					continue
+				}
 				switch x := f.Interface().(type) {
 				case time.Duration:
 					vars[key] = x.String()

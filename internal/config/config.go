@@ -46,6 +46,10 @@ func (p *Problems) Nested(prefix string, err error) {
 	}
 }
 
+// Also records the problems of a config embedded in this one, under their
+// own field names (the embedded fields are this config's).
+func (p *Problems) Also(err error) { p.errs = append(p.errs, flatten(err)...) }
+
 // Err is every problem joined, or nil.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
 

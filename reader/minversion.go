@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 // cannot turn them into a stream of source reads: they are metered in their
 // own budget class with a fair share per tenant; a min_version further above
 // the newest version the cache tier knows for the key (its floor, when one
-// is stored) than MinVersionSlack is refused with 400, since no write this
-// deployment has seen can have produced it; and a source read that found the item below
-// min_version is remembered for MinVersionMemo, so repeats are answered 412
-// without reading the source again. A write through this process forgets the
+// is stored) than MinVersionSlack is refused (BadMinVersion), since no write
+// this deployment has seen can have produced it; and a source read that
+// found the item below min_version is remembered for MinVersionMemo, so
+// repeats are answered BelowMin without reading the source again. A write through this process forgets the
 // key's memo at once; one through another process is seen when the memo ends.
 
 // belowMinMemo remembers, per key, the version a source read found when it
@@ -85,13 +85,13 @@ func (m *belowMinMemo) forget(key string) {
 // writer must still get its version; such reads go to the source in the
 // read-your-writes class, whose budget and the below-min memo bound them.
 // When the floor cannot be read, nothing is refused either.
-func (s *Server) beyondFloor(ctx context.Context, tenant, id string, minVersion, known int64) (int64, bool) {
-	if minVersion <= known+s.cfg.MinVersionSlack {
+func (rd *Reader) beyondFloor(ctx context.Context, tenant, id string, minVersion, known int64) (int64, bool) {
+	if minVersion <= known+rd.cfg.MinVersionSlack {
 		return 0, false
 	}
-	fctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
+	fctx, cancel := context.WithTimeout(ctx, rd.cfg.LookupTimeout)
 	defer cancel()
-	floor, err := s.cache.Floor(fctx, tenant, id)
+	floor, err := rd.cache.Floor(fctx, tenant, id)
 	if err != nil {
 		return 0, false
 	}
@@ -99,11 +99,11 @@ func (s *Server) beyondFloor(ctx context.Context, tenant, id string, minVersion,
 	if floor <= 0 {
 		return 0, false
 	}
-	return floor, minVersion > floor+s.cfg.MinVersionSlack
+	return floor, minVersion > floor+rd.cfg.MinVersionSlack
 }
 
-func (s *Server) minVersionTooHigh(floor int64) readResult {
-	return readResult{kind: readBadMinVersion, version: floor, cacheStatus: "tidemark; detail=min-version-beyond-floor",
-		message: "min_version is more than " + strconv.FormatInt(s.cfg.MinVersionSlack, 10) +
+func (rd *Reader) minVersionTooHigh(floor int64) Result {
+	return Result{Kind: BadMinVersion, Version: floor, CacheStatus: "tidemark; detail=min-version-beyond-floor",
+		Message: "min_version is more than " + strconv.FormatInt(rd.cfg.MinVersionSlack, 10) +
 			" versions above the newest version known for this item; use a version a write returned"}
 }

@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"context"
@@ -17,15 +17,15 @@ import (
 
 const admissionSizingEvery = 10 * time.Second
 
-func (s *Server) runAdmissionSizing(ctx context.Context) {
-	s.m.fillRate.Set(s.admit.effective())
-	if s.cfg.FillRate <= 0 || s.cfg.FillTurnover <= 0 {
+func (rd *Reader) runAdmissionSizing(ctx context.Context) {
+	rd.m.fillRate.Set(rd.admit.effective())
+	if rd.cfg.FillRate <= 0 || rd.cfg.FillTurnover <= 0 {
 		return
 	}
 	t := time.NewTicker(admissionSizingEvery)
 	defer t.Stop()
 	for {
-		s.sizeAdmission(ctx)
+		rd.sizeAdmission(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -35,18 +35,18 @@ func (s *Server) runAdmissionSizing(ctx context.Context) {
 }
 
 // sizeAdmission sets the admission's cap from the cache tier once.
-func (s *Server) sizeAdmission(ctx context.Context) {
+func (rd *Reader) sizeAdmission(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, admissionSizingEvery/2)
 	defer cancel()
-	m, err := s.cache.Memory(ctx)
+	m, err := rd.cache.Memory(ctx)
 	if err != nil {
-		s.log.Debug("fill rate not sized to the cache this time", "err", err)
+		rd.log.Debug("fill rate not sized to the cache this time", "err", err)
 		return
 	}
 	limit := 0.0
 	if n := m.Entries(); n > 0 {
-		limit = max(1, float64(n)/s.cfg.FillTurnover.Seconds()/float64(s.procs.count()))
+		limit = max(1, float64(n)/rd.cfg.FillTurnover.Seconds()/float64(rd.procs.count()))
 	}
-	s.admit.setLimit(limit)
-	s.m.fillRate.Set(s.admit.effective())
+	rd.admit.setLimit(limit)
+	rd.m.fillRate.Set(rd.admit.effective())
 }

@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"hash/maphash"
@@ -9,7 +9,7 @@ import (
 )
 
 // Reasons a source read under a lease is answered but not cached
-// (tidemark_api_fills_skipped_total{reason}).
+// (tidemark_<stage>_fills_skipped_total{reason}).
 const (
 	skipTooLarge  = "too_large" // the value is over MaxValueBytes
 	skipAdmission = "admission" // first miss of a tenant over its fill share

@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 // read-your-writes reads (min_version), metered apart so that one cannot
 // spend another's budget.
 const (
-	classForeground     = "foreground"
-	classBackground     = "background"
-	classReadYourWrites = "read_your_writes"
+	ClassForeground     = "foreground"
+	ClassBackground     = "background"
+	ClassReadYourWrites = "read_your_writes"
 )
 
 // tenantWindow is how recently a tenant must have asked for a class to count
@@ -31,21 +31,21 @@ const tenantWindow = time.Second
 //go:embed budget.lua
 var budgetLua string
 
-// errBudget is matched (errors.Is) by every refusal of the source budget.
-var errBudget = errors.New("api: source budget exhausted")
+// ErrBudget is matched (errors.Is) by every refusal of the source budget.
+var ErrBudget = errors.New("reader: source budget exhausted")
 
-// budgetError is a refused source read: the rate budget of its class is spent,
+// BudgetError is a refused source read: the rate budget of its class is spent,
 // or the process's in-flight cap is full. RetryAfter says when to come back.
-type budgetError struct {
+type BudgetError struct {
 	Class      string
 	Why        string // "rate" or "inflight"
 	RetryAfter time.Duration
 }
 
-func (e *budgetError) Error() string {
-	return fmt.Sprintf("api: source budget exhausted (%s, %s): retry after %s", e.Class, e.Why, e.RetryAfter)
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("reader: source budget exhausted (%s, %s): retry after %s", e.Class, e.Why, e.RetryAfter)
 }
-func (e *budgetError) Is(target error) bool { return target == errBudget }
+func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 
 // budget admits source reads: a per-process in-flight cap, then the
 // cluster-wide GCRA in Redis: the total (foreground + background, what the
@@ -68,7 +68,7 @@ type budget struct {
 	redisWait time.Duration
 	refused   *prometheus.CounterVec // by class: every refusal, wherever it is asked from
 	// fgRefused counts the foreground class's refusals for the warmer's
-	// back-off (Server.ForegroundRefusals), beside the metric.
+	// back-off (Reader.ForegroundRefusals), beside the metric.
 	fgRefused atomic.Int64
 
 	// The local fallback: one bucket per class and one for the total,
@@ -102,7 +102,7 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
 	shared := make(chan struct{}, cfg.MaxInFlight)
-	tag := "{" + cfg.sourcePool() + ":v1:_budget}" // one pool across the namespaces of an upgrade
+	tag := "{" + cfg.SourcePool + ":v1:_budget}" // one pool across the namespaces of an upgrade
 	mkRate := func(rate float64) bucketRate {
 		interval := int64(math.Max(1, 1e6/rate))
 		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds())))}
@@ -111,7 +111,7 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	mk := func(class string, rate float64, inflight chan struct{}) *classBudget {
 		return &classBudget{name: class, prefix: tag + ":" + class, rate: mkRate(rate), inflight: inflight}
 	}
-	bg := mk(classBackground, cfg.BackgroundRate, shared)
+	bg := mk(ClassBackground, cfg.BackgroundRate, shared)
 	// Background reads may not take the last half of the total's burst:
 	// when the request path needs the source, background work waits first.
 	bg.reserve = total.tolerance / 2
@@ -119,9 +119,9 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 		rdb:    rdb,
 		script: redis.NewScript(budgetLua),
 		classes: map[string]*classBudget{
-			classForeground:     mk(classForeground, cfg.ForegroundRate, shared),
-			classBackground:     bg,
-			classReadYourWrites: mk(classReadYourWrites, cfg.ReadYourWritesRate, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
+			ClassForeground:     mk(ClassForeground, cfg.ForegroundRate, shared),
+			ClassBackground:     bg,
+			ClassReadYourWrites: mk(ClassReadYourWrites, cfg.ReadYourWritesRate, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
 		},
 		total:     total,
 		totalKey:  tag + ":total",
@@ -142,7 +142,7 @@ func (b *budget) maxCost(class string) int {
 }
 
 // acquire admits one source read of class for tenant or returns a
-// *budgetError (counted). The caller must call release when the read is done.
+// *BudgetError (counted). The caller must call release when the read is done.
 func (b *budget) acquire(ctx context.Context, class, tenant string) (release func(), err error) {
 	return b.acquireN(ctx, class, tenant, 1)
 }
@@ -150,9 +150,9 @@ func (b *budget) acquire(ctx context.Context, class, tenant string) (release fun
 // acquireN admits cost reads at once (at most maxCost(class)).
 func (b *budget) acquireN(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
 	release, err = b.admit(ctx, class, tenant, cost)
-	if errors.Is(err, errBudget) {
+	if errors.Is(err, ErrBudget) {
 		b.refused.WithLabelValues(class).Inc()
-		if class == classForeground {
+		if class == ClassForeground {
 			b.fgRefused.Add(1)
 		}
 	}
@@ -166,7 +166,7 @@ func (b *budget) acquireN(ctx context.Context, class, tenant string, cost int) (
 func (b *budget) acquireWait(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
 	for {
 		release, err := b.acquireN(ctx, class, tenant, cost)
-		var be *budgetError
+		var be *BudgetError
 		if !errors.As(err, &be) {
 			return release, err
 		}
@@ -190,7 +190,7 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 		return nil, err
 	}
 	if !ok {
-		return nil, &budgetError{Class: class, Why: "rate", RetryAfter: retry}
+		return nil, &BudgetError{Class: class, Why: "rate", RetryAfter: retry}
 	}
 	select {
 	case cb.inflight <- struct{}{}:
@@ -200,9 +200,9 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 		select {
 		case cb.inflight <- struct{}{}:
 		case <-t.C:
-			return nil, &budgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
+			return nil, &BudgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
 		case <-ctx.Done():
-			return nil, &budgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
+			return nil, &BudgetError{Class: class, Why: "inflight", RetryAfter: time.Second}
 		}
 	}
 	return func() { <-cb.inflight }, nil
@@ -221,7 +221,7 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 		return res[0] == 1, time.Duration(res[1]) * time.Microsecond, nil
 	}
 	if ctx.Err() != nil {
-		return false, 0, fmt.Errorf("api: source budget: %w", ctx.Err())
+		return false, 0, fmt.Errorf("reader: source budget: %w", ctx.Err())
 	}
 	// Redis is unreachable or broken: bounded local admission instead, at
 	// this process's share of the rates.

@@ -1,0 +1,65 @@
+// Command readthrough is a service of its own that reads a shop's products
+// (shop.products, adopted with `tidemark adopt`, captured and applied by
+// tidemark) through the cache tier with package reader, which keeps the
+// freshness promise: GET /products/{shop}/{sku}. PG, REDIS and ADDR are
+// taken from the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tidemark/cache"
+	"tidemark/reader"
+)
+
+func main() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("PG"))
+	must(err)
+	rdb, err := cache.ParseRedisURL(os.Getenv("REDIS"))
+	must(err)
+	tier, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb})
+	must(err)
+	go tier.Run(ctx) // the watermarks the cache judges freshness by
+	products := reader.SourceFunc(func(ctx context.Context, shop, sku string) (it reader.Item, err error) {
+		err = pool.QueryRow(ctx, `SELECT rev, status = 'live', json_build_object('shop', shop_id, 'sku', sku, 'title', title)
+			FROM shop.products WHERE shop_id = $1 AND sku = $2`, shop, sku).Scan(&it.Version, &it.Found, &it.Payload)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return reader.Item{}, nil
+		}
+		return it, err
+	})
+	cfg := reader.DefaultConfig()
+	cfg.SourcePool = "products"
+	rd, err := reader.New(cfg, reader.Deps{Source: products, Cache: tier, Redis: rdb})
+	must(err)
+	go rd.Run(ctx) // the clock guard, and this process's share of the source budget
+	http.HandleFunc("GET /products/{shop}/{sku}", func(w http.ResponseWriter, r *http.Request) {
+		res := rd.Get(r.Context(), reader.Query{Tenant: r.PathValue("shop"), Item: r.PathValue("sku")})
+		w.Header().Set("Cache-Status", res.CacheStatus)
+		switch res.Kind {
+		case reader.Found:
+			fmt.Fprintf(w, `{"version":%d,"product":%s}`, res.Version, res.Payload)
+		case reader.NotFound:
+			http.NotFound(w, r)
+		default: // the source budget is spent or the source is down
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	})
+	log.Fatal(http.ListenAndServe(os.Getenv("ADDR"), nil))
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}

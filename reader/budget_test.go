@@ -1,0 +1,48 @@
+package reader
+
+import (
+	"testing"
+	"time"
+)
+
+// The local fallback (Redis unreachable): it starts empty, not with a fresh
+// burst; every class spends the total, so the classes' shares never add up
+// above it; and background reads leave the last half of the total's burst
+// to the request path.
+func TestLocalFallbackBuckets(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ForegroundRate, cfg.BackgroundRate, cfg.ReadYourWritesRate, cfg.BudgetBurst = 100, 50, 100, 100*time.Millisecond
+	b := newBudget(cfg, nil, newPresence("t", "t", nil), nil, nil)
+	const n = 2 // live serve processes: this one's share is half
+	now := time.Now()
+	admitted := func(class string, at time.Time, tries int) int {
+		k := 0
+		for range tries {
+			if ok, _ := b.local(at, b.classes[class], n, 1); ok {
+				k++
+			}
+		}
+		return k
+	}
+	if got := admitted(ClassForeground, now, 100); got != 1 {
+		t.Fatalf("fallback admitted %d foreground reads at once when it began, want 1 (it starts empty)", got)
+	}
+	// Over 10 s, every class asking 1,000 times every 10 ms: the total's
+	// share is 150/2 = 75/s, whatever the classes' own rates add up to.
+	total, byClass := 0, map[string]int{}
+	for i := range 1000 {
+		at := now.Add(time.Duration(i+1) * 10 * time.Millisecond)
+		for _, c := range []string{ClassForeground, ClassReadYourWrites, ClassBackground} {
+			k := admitted(c, at, 3)
+			total += k
+			byClass[c] += k
+		}
+	}
+	if limit := 75*10 + 75/10 + 1; total > limit {
+		t.Fatalf("fallback admitted %d reads in 10 s across classes %v, want at most %d (the total's share, 75/s, and its burst)", total, byClass, limit)
+	}
+	if byClass[ClassBackground] > byClass[ClassForeground]/4 {
+		t.Errorf("background got %d reads against foreground's %d while both were busy: it should back off first", byClass[ClassBackground], byClass[ClassForeground])
+	}
+	t.Logf("fallback over 10 s: %d reads (%v)", total, byClass)
+}

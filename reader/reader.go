@@ -1,0 +1,365 @@
+// Package reader is the read path that keeps the freshness promise: a read
+// of (tenant, item) answered from the cache tier when it can be, from the
+// source otherwise, never with a value older than the promise allows.
+//
+// A Reader carries the whole algorithm: the hot-key L1, hot-key replicas,
+// the cache tier's lease (one reader per key fills it), singleflight per key
+// in this process, the fill, the request and source deadlines, the last
+// check of the hard deadline right before an answer, the source budget
+// shared by every reader of one pool (foreground, background and
+// read-your-writes classes, a fair share per tenant), and the clock guard (a
+// host whose clock is out of bounds answers from the source only). The
+// caller supplies the source as a Source: one read of one item.
+// docs/design.md, "Read path", is the contract.
+package reader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
+
+	"tidemark/cache"
+	"tidemark/internal/clockguard"
+	"tidemark/internal/config"
+	"tidemark/internal/telemetry"
+	"tidemark/replica"
+)
+
+// Source is where the truth is: one read of one item, of the primary (a
+// replica's lag would break the promise). It is called only with the budget
+// admitted, and ctx ends SourceTimeout (and a margin) after the call;
+// ClassOf(ctx) tells which budget class the read is metered in, so a source
+// can tell the classes apart (TableSource runs a statement per class). An
+// error is never an answer about the item: the read is answered from a
+// cached fallback or with Unavailable.
+type Source interface {
+	Read(ctx context.Context, tenant, item string) (Item, error)
+}
+
+// SourceFunc is a function as a Source.
+type SourceFunc func(ctx context.Context, tenant, item string) (Item, error)
+
+// Read calls f.
+func (f SourceFunc) Read(ctx context.Context, tenant, item string) (Item, error) {
+	return f(ctx, tenant, item)
+}
+
+// Item is what a source read found.
+type Item struct {
+	// Found: a live item. False: absent, or deleted (a tombstone, whose
+	// Version then says which write deleted it).
+	Found   bool
+	Version int64  // increases with every write of the item
+	Payload []byte // the value answered (JSON for the reference API); nil when not Found
+}
+
+// exists reports whether the source has a row for the item (live or a
+// tombstone with its version).
+func (it Item) exists() bool { return it.Found || it.Version > 0 }
+
+// Cache is the part of the cache-tier client (*cache.Client) a Reader uses.
+// A Reader never writes item values itself: it only fills the leases the
+// cache hands out; invalidations come through the pipeline.
+type Cache interface {
+	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
+	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
+	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
+	Release(ctx context.Context, tenant, item string, tok cache.Token) (bool, error)
+	Config() cache.Config
+	Floor(ctx context.Context, tenant, item string) (int64, error)
+	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
+	Memory(ctx context.Context) (cache.Memory, error)
+}
+
+// Clock is the process's guarded clock (*clockguard.Guard): Now is the
+// Redis-synchronised time deadlines are judged by, Wall the host's own, and
+// Trusted whether the host is within the clock bound.
+type Clock interface {
+	Now() time.Time
+	Wall() time.Time
+	Trusted() bool
+}
+
+// Deps are the connections a Reader uses; the caller owns them (and runs
+// the cache client's watermark poller, cache.Client.Run).
+type Deps struct {
+	Source Source                // required
+	Cache  Cache                 // required: the cache tier
+	Redis  redis.UniversalClient // required: the shared source budget (and the clock guard, when Clock is nil)
+	// Clock: nil builds a guard against Redis that Run measures and keeps
+	// measuring; until its first good measurement every read goes to the
+	// source.
+	Clock      Clock
+	Log        *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are kept but not exposed
+	// MetricsStage names the metrics, tidemark_<stage>_<noun> (empty: reader),
+	// and the tracer.
+	MetricsStage string
+	// Tracer receives the children of the caller's span (ctx's) for a read's
+	// path: cache lookups, lease wait, source read, fill, and an l1 event;
+	// nil: no tracing.
+	Tracer trace.TracerProvider
+}
+
+// Reader answers reads. Build it with New and call Run.
+type Reader struct {
+	cfg          Config
+	cache        Cache
+	src          Source
+	budget       *budget
+	procs        *presence
+	l1           *l1
+	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
+	belowMin     *belowMinMemo
+	waiters      *keyWaiters
+	admit        *admission // which misses of new keys are cached (admission.go)
+	m            *metrics
+	log          *slog.Logger
+	tracer       trace.Tracer
+	clock        Clock
+	guard        *clockguard.Guard // the reader's own, when Deps.Clock was nil
+	hardLifetime time.Duration     // of values read from the source now
+
+	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
+	refreshes singleflight.Group // per key: one background refresh at a time
+
+	base   context.Context // parent of background work; cancelled by Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+}
+
+// New builds a Reader; Run counts it in its pool's budget share.
+func New(cfg Config, deps Deps) (*Reader, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("reader: %w", err)
+	}
+	var missing []string
+	if deps.Source == nil {
+		missing = append(missing, "Source")
+	}
+	if deps.Cache == nil {
+		missing = append(missing, "Cache")
+	}
+	if deps.Redis == nil {
+		missing = append(missing, "Redis")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("reader: missing dependencies: %v", missing)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := deps.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	stage := deps.MetricsStage
+	if stage == "" {
+		stage = "reader"
+	}
+	m, err := newMetrics(reg, stage)
+	if err != nil {
+		return nil, fmt.Errorf("reader: metrics: %w", err)
+	}
+	rd := &Reader{
+		cfg:          cfg,
+		cache:        deps.Cache,
+		src:          deps.Source,
+		l1:           newL1(cfg.L1TTL, cfg.L1Size),
+		belowMin:     newBelowMinMemo(cfg.MinVersionMemo),
+		waiters:      &keyWaiters{max: cfg.MaxWaitersPerKey, n: make(map[string]int)},
+		admit:        newAdmission(cfg.FillRate),
+		m:            m,
+		log:          log,
+		tracer:       telemetry.Tracer(deps.Tracer, stage),
+		clock:        deps.Clock,
+		hardLifetime: deps.Cache.Config().HardLifetime,
+	}
+	if rd.clock == nil {
+		if rd.guard, err = clockguard.New(clockguard.DefaultConfig(), clockguard.Deps{Redis: deps.Redis, Log: log, Registerer: reg}); err != nil {
+			return nil, fmt.Errorf("reader: %w", err)
+		}
+		rd.clock = rd.guard
+	}
+	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, deps.Redis) // the budget's fallback share counts every process of the pool
+	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
+	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
+		return nil, fmt.Errorf("reader: %w", err)
+	}
+	rd.base, rd.cancel = context.WithCancel(context.Background())
+	return rd, nil
+}
+
+// Run counts this process among its pool's readers every second (the
+// budget's share while Redis cannot be asked), sizes fill admission to the
+// cache every 10 s, and runs the reader's own clock guard when it has one,
+// until ctx ends; then it stops background work (Close) and returns nil.
+func (rd *Reader) Run(ctx context.Context) error {
+	defer rd.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); rd.runAdmissionSizing(ctx) }()
+	if rd.guard != nil {
+		rd.guard.Check(ctx)
+		wg.Add(1)
+		go func() { defer wg.Done(); rd.guard.Run(ctx) }()
+	}
+	rd.procs.run(ctx)
+	return nil
+}
+
+// Close stops background refreshes and fills and waits for them. Reads
+// after Close still answer, with no background work.
+func (rd *Reader) Close() {
+	rd.cancel()
+	rd.bg.Wait()
+}
+
+// Join counts this process among its pool's readers now, instead of at
+// Run's first beat.
+func (rd *Reader) Join(ctx context.Context) error { return rd.procs.beat(ctx) }
+
+// Share is the number of live readers of the pool this process divides the
+// budget's rates by while Redis cannot be asked, and whether it knows it
+// (it has been counted, and long enough for the others to count it).
+func (rd *Reader) Share(now time.Time) (int64, bool) { return rd.procs.share(now) }
+
+// Config is a Reader's configuration. Validate names the field of each
+// problem.
+type Config struct {
+	// SourcePool names the shared source budget: every reader of one pool
+	// (every serve process of a deployment) shares its rates.
+	SourcePool string
+
+	RequestTimeout time.Duration // a read's deadline (waiting for another reader's fill ends here with Unavailable)
+	SourceTimeout  time.Duration // statement timeout of one source read
+	LookupTimeout  time.Duration // bound of one cache Lookup, so a dead Redis is noticed within the request deadline
+
+	// Source budget shared by every reader of the pool (GCRA in Redis), per class.
+	ForegroundRate float64       // reads/s for request-path misses
+	BackgroundRate float64       // reads/s for stale refreshes
+	BudgetBurst    time.Duration // burst tolerance as a time window of the rate
+	// ReadYourWritesRate: reads/s for min_version reads
+	ReadYourWritesRate float64
+	MaxInFlight        int           // per-process concurrent source reads
+	InFlightWait       time.Duration // longest wait for a free in-flight slot
+
+	L1TTL  time.Duration // in-process hot-key cache lifetime (at most 500ms)
+	L1Size int           // entries in the L1 (0 disables it)
+	// ReplicaManifestTTL: how long a hot key's replica
+	// manifest learnt from a lookup is used (at most 500ms, the L1 bound; 0:
+	// never, every read goes to the primary)
+	ReplicaManifestTTL time.Duration
+
+	MaxWaitersPerKey int // concurrent reads of one key in this process; beyond it Unavailable at once
+
+	MinVersionSlack int64         // how far min_version may be above the key's known floor
+	MinVersionMemo  time.Duration // how long a source read below min_version answers repeats with BelowMin (0: off)
+
+	// MaxValueBytes: largest value cached; a larger one is
+	// answered from the source but not cached (0: no limit)
+	MaxValueBytes int64
+	// FillRate: fills/s of new keys per process, shared fairly
+	// by the tenants filling; a tenant above its share caches only keys it
+	// missed twice within the admission window (0: every miss is cached)
+	FillRate float64
+	// FillTurnover sizes the fill rate to the cache itself: all readers'
+	// fills together may refill the whole cache (maxmemory over the mean
+	// entry size) no faster than once per FillTurnover, so each process's
+	// rate is at most entries / FillTurnover / processes (0: off, FillRate
+	// alone; no effect without maxmemory)
+	FillTurnover time.Duration
+}
+
+// MaxMinVersionMemo bounds MinVersionMemo: a write through another process
+// is answered BelowMin to its own writer's min_version for at most this
+// long (read-your-writes, not freshness, is what the memo delays).
+const MaxMinVersionMemo = 5 * time.Second
+
+// DefaultConfig returns the production figures: 12,000 + 8,000 source
+// reads/s shared by every reader of the pool, 1 s request deadline, 0.5 s
+// L1. SourcePool is left to the caller.
+func DefaultConfig() Config {
+	return Config{
+		RequestTimeout:     time.Second,
+		SourceTimeout:      time.Second,
+		LookupTimeout:      250 * time.Millisecond,
+		ForegroundRate:     12000,
+		BackgroundRate:     8000,
+		BudgetBurst:        100 * time.Millisecond,
+		ReadYourWritesRate: 3000,
+		MaxInFlight:        32,
+		InFlightWait:       100 * time.Millisecond,
+		L1TTL:              500 * time.Millisecond,
+		L1Size:             10000,
+		ReplicaManifestTTL: 500 * time.Millisecond,
+		MaxWaitersPerKey:   256,
+		MinVersionSlack:    1000,
+		MinVersionMemo:     time.Second,
+		MaxValueBytes:      256 << 10,
+		FillRate:           2000,
+		FillTurnover:       2 * time.Minute,
+	}
+}
+
+// Validate reports every problem at once, one config.FieldError per field.
+func (c Config) Validate() error {
+	var p config.Problems
+	if strings.TrimSpace(c.SourcePool) == "" {
+		p.Add("SourcePool", "must not be empty")
+	}
+	p.Positive("RequestTimeout", c.RequestTimeout)
+	p.Positive("SourceTimeout", c.SourceTimeout)
+	p.Positive("LookupTimeout", c.LookupTimeout)
+	p.Positive("BudgetBurst", c.BudgetBurst)
+	p.Positive("InFlightWait", c.InFlightWait)
+	rate := func(field string, r float64) {
+		if !(r > 0) {
+			p.Add(field, "must be a positive rate per second (got %v)", r)
+		}
+	}
+	rate("ForegroundRate", c.ForegroundRate)
+	rate("BackgroundRate", c.BackgroundRate)
+	rate("ReadYourWritesRate", c.ReadYourWritesRate)
+	if c.MaxInFlight <= 0 {
+		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)
+	}
+	if c.L1TTL < 0 || c.L1TTL > 500*time.Millisecond {
+		p.Add("L1TTL", "must be between 0 and 500ms (got %s)", c.L1TTL)
+	}
+	if c.ReplicaManifestTTL < 0 || c.ReplicaManifestTTL > 500*time.Millisecond {
+		p.Add("ReplicaManifestTTL", "must be between 0 and 500ms (got %s)", c.ReplicaManifestTTL)
+	}
+	if c.L1Size < 0 {
+		p.Add("L1Size", "must not be negative (got %d)", c.L1Size)
+	}
+	if c.MaxWaitersPerKey < 1 {
+		p.Add("MaxWaitersPerKey", "must be at least 1 (got %d)", c.MaxWaitersPerKey)
+	}
+	if c.MinVersionSlack < 1 {
+		p.Add("MinVersionSlack", "must be at least 1 (got %d)", c.MinVersionSlack)
+	}
+	if c.MinVersionMemo < 0 || c.MinVersionMemo > MaxMinVersionMemo {
+		p.Add("MinVersionMemo", "must be between 0 and %s (got %s)", MaxMinVersionMemo, c.MinVersionMemo)
+	}
+	if c.MaxValueBytes < 0 {
+		p.Add("MaxValueBytes", "must not be negative (got %d)", c.MaxValueBytes)
+	}
+	if c.FillRate < 0 {
+		p.Add("FillRate", "must not be negative (got %v)", c.FillRate)
+	}
+	if c.FillTurnover != 0 && c.FillTurnover < time.Second {
+		p.Add("FillTurnover", "must be 0 (off) or at least 1s (got %s)", c.FillTurnover)
+	}
+	return p.Err()
+}
