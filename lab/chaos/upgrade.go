@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -240,6 +242,18 @@ func (u *upgrader) rolling(ctx context.Context, within time.Duration) error {
 		order = append(order, s.captures[i])
 	}
 	order = append(order, s.serves...)
+	// Every stage runs the old build before its step (and the new one
+	// after it, replace): a run whose old build is not running proves
+	// nothing about the upgrade.
+	for _, p := range order {
+		unlock := u.in.lock(roleOf(p))
+		err := runs(p, s.cfg.UpgradeFrom)
+		unlock()
+		if err != nil {
+			u.record(StepUpgrade, "the old build runs every stage", t0, time.Now(), err)
+			return fmt.Errorf("before the upgrade: %w", err)
+		}
+	}
 	step := (last - first) / time.Duration(len(order))
 	for i, p := range order {
 		if err := u.pause(ctx, first+time.Duration(i)*step); err != nil {
@@ -266,6 +280,9 @@ func (u *upgrader) replace(ctx context.Context, p *proc.Process, bin string, edi
 	}
 	err := p.Start()
 	if err == nil {
+		err = runs(p, bin)
+	}
+	if err == nil {
 		err = u.ready(ctx, p)
 	}
 	u.record(StepUpgrade, what, t0, time.Now(), err)
@@ -278,6 +295,30 @@ func (u *upgrader) replace(ctx context.Context, p *proc.Process, bin string, edi
 		u.mu.Unlock()
 	}
 	u.log.Info("chaos: upgraded", "process", p.Name(), "step", what, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// runs checks that p's process executes bin, so a step cannot pass on the
+// binary it was meant to replace.
+func runs(p *proc.Process, bin string) error {
+	pid := p.Pid()
+	if pid == 0 {
+		return fmt.Errorf("%s is not running", p.Name())
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return fmt.Errorf("which binary %s (pid %d) runs: %w", p.Name(), pid, err)
+	}
+	want, err := filepath.EvalSymlinks(bin)
+	if err == nil {
+		want, err = filepath.Abs(want)
+	}
+	if err != nil {
+		return fmt.Errorf("the binary %s should run: %w", p.Name(), err)
+	}
+	if exe != want {
+		return fmt.Errorf("%s (pid %d) runs %s, want %s", p.Name(), pid, exe, want)
+	}
 	return nil
 }
 
