@@ -26,7 +26,7 @@ type command struct {
 // by the tests below without being added to them.
 func commands(t *testing.T, c *cli) (*kong.Kong, []command) {
 	t.Helper()
-	parser, err := kong.New(c, kong.Vars(defaultVars()), kong.Exit(func(int) { t.Fatal("kong exited") }))
+	parser, err := kong.New(c, packageDefaults(defaultVars()), kong.Exit(func(int) { t.Fatal("kong exited") }))
 	if err != nil {
 		t.Fatal(err)
 	}

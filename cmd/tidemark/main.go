@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	parser, err := kong.New(&c, append(opts,
 		kong.Name("tidemark"),
 		kong.Description("tidemark keeps a multi-tenant catalog cache fresh: Postgres changes -> Kafka -> Redis invalidations, gated by a freshness watermark."),
-		kong.Vars(defaultVars()), // flag defaults come from the packages' DefaultConfig
+		packageDefaults(defaultVars()), // flag defaults come from the packages' DefaultConfig
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exited, exitCode = true, code }),
 	)...)
