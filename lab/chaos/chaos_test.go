@@ -99,6 +99,7 @@ func TestChaosPromotion(t *testing.T) {
 // nothing: the watermark keeps extending replaced values, and the checker
 // must say so. It proves the run cannot pass vacuously.
 func TestChaosCatchesBrokenInvalidate(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.BinaryWithTags(t, "tidemark_broken_invalidate"))
 	cfg.Duration, cfg.Faults, cfg.Items = 60*time.Second, []string{"none"}, 200
 	rep := run(t, cfg)

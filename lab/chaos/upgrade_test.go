@@ -26,6 +26,11 @@ func upgradeFromCommit(t *testing.T) string {
 // them one process at a time with the current one, under load and faults;
 // the checker's verdict and the budget cover the whole run.
 func TestChaosRollingUpgrade(t *testing.T) {
+	// The longest runs go two at a time (go test's -parallel is the number
+	// of cores) after the serial ones: each is a few processes under a
+	// rate-limited load, judged by visibility times and the source budget,
+	// neither of which a busier box can turn into a violation.
+	t.Parallel()
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.UpgradeFrom = testenv.BinaryAtCommit(t, upgradeFromCommit(t))
 	cfg.Duration, cfg.Seed = 100*time.Second, 28
@@ -61,6 +66,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 // within the one budget (a budget per namespace would double it: the new
 // namespace starts cold, so its misses ask for more than the budget).
 func TestChaosNamespaceUpgrade(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.UpgradeNamespace = "catalog2"
 	cfg.Duration, cfg.Seed, cfg.Faults = 100*time.Second, 29, []string{"none"}
