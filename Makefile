@@ -138,14 +138,14 @@ pg18:
 # The Kafka-facing tests again, against a real 3-node Apache Kafka KRaft
 # cluster (TIDEMARK_TEST_KAFKA=real), plus the fault tests only a real broker
 # can run (build tag realkafka). Needs Java 17+ and Maven; Maven fetches the
-# broker once into ~/.cache/tidemark. One package at a time: each starts its
-# own three JVMs. Then, side by side, the seeded 90 s `tidemark chaos` run
+# broker once into ~/.cache/tidemark (under a file lock). Two packages at a
+# time, each with its own three JVMs (256 MB heaps). Then, side by side, the seeded 90 s `tidemark chaos` run
 # through the real cluster on Postgres 18 (so the short chaos run covers 15
 # with kfake in test-go and 18 with Apache Kafka here; its broker faults are
 # the kfake run's: a shared cluster is not killed) and the topic growth test.
 KAFKA_PKGS := ./lab/localserver ./lab/testenv ./lab/broker ./relay ./capture ./applier
 test-kafka: pg18
-	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 1 -tags realkafka -timeout 30m $(KAFKA_PKGS)
+	TIDEMARK_TEST_KAFKA=real $(GO) test -race -count=1 -p 2 -tags realkafka -timeout 30m $(KAFKA_PKGS)
 	TIDEMARK_TEST_KAFKA=real TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 15m \
 		-run 'TestChaosShortRun$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
 
