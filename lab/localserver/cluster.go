@@ -22,7 +22,11 @@ func FormCluster(ctx context.Context, nodes []*Redis) error {
 		}
 		err := c.ClusterAddSlotsRange(ctx, lo, hi).Err()
 		if err == nil && i > 0 {
-			err = c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port)).Err()
+			port := nodes[0].Port
+			if nodes[0].cfg.TLS != nil { // tls-cluster: the bus is the TLS port's + 10000
+				port = nodes[0].tlsPort
+			}
+			err = c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(port)).Err()
 		}
 		c.Close()
 		if err != nil {

@@ -23,7 +23,8 @@ type RedisConfig struct {
 	Persist bool   // save an RDB snapshot on shutdown and every minute
 	// TLS, when set, adds a TLS port (TLSAddr) serving these certificates;
 	// clients may present one signed by the CA. The plain port stays for
-	// the lab's own start-up checks.
+	// the lab's own start-up checks. A Cluster node also speaks TLS on its
+	// cluster bus and names its TLS port to TLS clients (tls-cluster).
 	TLS       *Certs
 	ReplicaOf string // host:port of the master this server replicates
 }
@@ -74,7 +75,11 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	r := &Redis{Port: cfg.Port, Addr: "127.0.0.1:" + strconv.Itoa(cfg.Port), cfg: cfg}
 	if cfg.TLS != nil {
-		if r.tlsPort, err = freePort(0); err != nil {
+		offset := 0
+		if cfg.Cluster { // tls-cluster: the bus is the TLS port's + 10000
+			offset = clusterBusOffset
+		}
+		if r.tlsPort, err = freePort(offset); err != nil {
 			return nil, err
 		}
 		r.TLSAddr = "127.0.0.1:" + strconv.Itoa(r.tlsPort)
@@ -114,6 +119,12 @@ func (r *Redis) Start() error {
 		os.Remove(filepath.Join(r.cfg.Dir, "nodes.conf")) // a restarted node is a new, empty node
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(r.cfg.Dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000")
+		if r.cfg.TLS != nil {
+			// Nodes dial each other as TLS clients: with the client
+			// certificate (the server's is for server auth only).
+			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes",
+				"--tls-client-cert-file", r.cfg.TLS.ClientCert, "--tls-client-key-file", r.cfg.TLS.ClientKey)
+		}
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

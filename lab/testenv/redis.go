@@ -21,7 +21,7 @@ type Redis struct {
 // StartRedis starts a private redis-server for one test.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
-	r, err := startRedis(false)
+	r, err := startRedis(localserver.RedisConfig{})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -29,12 +29,13 @@ func StartRedis(t testing.TB) *Redis {
 	return r
 }
 
-func startRedis(cluster bool) (*Redis, error) {
+func startRedis(cfg localserver.RedisConfig) (*Redis, error) {
 	dir, err := os.MkdirTemp("", "tidemark-redis-")
 	if err != nil {
 		return nil, err
 	}
-	r, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir, Cluster: cluster})
+	cfg.Dir = dir
+	r, err := localserver.NewRedis(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -67,9 +68,22 @@ type RedisCluster struct {
 // StartRedisCluster starts n masters and forms a cluster.
 func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 	t.Helper()
+	return startRedisCluster(t, n, nil)
+}
+
+// StartRedisClusterTLS starts n masters that also serve TLS with certs,
+// on their cluster bus too, and forms a cluster: TLS clients are told the
+// TLS ports (TLSURL), the plain ports stay for the harness.
+func StartRedisClusterTLS(t testing.TB, n int, certs localserver.Certs) *RedisCluster {
+	t.Helper()
+	return startRedisCluster(t, n, &certs)
+}
+
+func startRedisCluster(t testing.TB, n int, certs *localserver.Certs) *RedisCluster {
+	t.Helper()
 	rc := &RedisCluster{}
 	for i := 0; i < n; i++ {
-		r, err := startRedis(true)
+		r, err := startRedis(localserver.RedisConfig{Cluster: true, TLS: certs})
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -94,6 +108,15 @@ func (rc *RedisCluster) Addrs() []string {
 // URL is a comma-separated seed list usable as tidemark's --redis value.
 func (rc *RedisCluster) URL() string {
 	return "redis://" + strings.Join(rc.Addrs(), ",")
+}
+
+// TLSURL is a rediss:// seed list of the nodes' TLS ports.
+func (rc *RedisCluster) TLSURL() string {
+	var a []string
+	for _, r := range rc.Nodes {
+		a = append(a, r.TLSAddr)
+	}
+	return "rediss://" + strings.Join(a, ",")
 }
 
 func (rc *RedisCluster) form() error {
