@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/internal/tlsfiles"
+	"tidemark/lab/localserver"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
@@ -76,14 +78,20 @@ func TestFindsEntryServedPastSLO(t *testing.T) {
 	}
 }
 
-// On a Redis Cluster whose only users are ACL users (the default user
-// off), inspect reaches every master as the user holding cache.ACLRules,
-// the password from a file: its per-master scans use the Cluster client's
-// own connections, not bare clients of their own.
+// On a Redis Cluster over TLS whose only users are ACL users (the default
+// user off), inspect reaches every master as the user holding
+// cache.ACLRules, the password from a file, given one node's rediss://
+// address (a configuration endpoint) with the CA and a client certificate:
+// its per-master scans use the Cluster client's own connections, not bare
+// clients of their own.
 func TestInspectClusterAsACLUser(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
-	rc := testenv.StartRedisCluster(t, 3)
+	certs, err := localserver.MakeCerts(filepath.Join(t.TempDir(), "certs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := testenv.StartRedisClusterTLS(t, 3, certs)
 	ctx := testenv.Context(t, time.Minute)
 	for _, n := range rc.Nodes {
 		node := redis.NewClient(&redis.Options{Addr: n.Addr})
@@ -121,8 +129,9 @@ func TestInspectClusterAsACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Redis, cfg.PG = rc.URL(), dsn
-	cfg.RedisConn = cache.RedisConfig{Mode: cache.ModeCluster, Username: "tidemark", PasswordFile: pw}
+	cfg.Redis, cfg.PG = "rediss://"+rc.Nodes[0].TLSAddr, dsn
+	cfg.RedisConn = cache.RedisConfig{Mode: cache.ModeAuto, Username: "tidemark", PasswordFile: pw,
+		TLS: tlsfiles.Config{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}}
 	rep, err := Run(ctx, cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatalf("inspect as the ACL user on a Cluster: %v", err)
