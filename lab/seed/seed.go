@@ -1,13 +1,17 @@
 // Package seed is the lab's one catalog seeder: the chaos harness, the
 // benchmarks and dev's demo fill the catalog table through it, so every
-// harness writes rows the same way (version 1, the default table's shape).
+// harness writes rows the same way (version 1, the default table's shape or
+// an operator's own table by its mapping).
 package seed
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"tidemark/catalog"
 )
 
 // Execer is what Items writes through: a *pgx.Conn, a *pgxpool.Pool or a
@@ -19,6 +23,10 @@ type Execer interface {
 // Items is one tenant's run of items: IDs Prefix+n for n in [First,
 // First+Count), n left-padded with zeros to Pad digits, at version 1.
 type Items struct {
+	// Table is the catalog table and its mapping; the zero value is
+	// catalog.items. Display goes into its first payload column, State into
+	// its state column.
+	Table  catalog.Table
 	Tenant string
 	Prefix string
 	Pad    int // digits n is padded to; 0 pads nothing
@@ -39,23 +47,37 @@ type Items struct {
 	SkipExisting bool
 }
 
-// Insert writes the items into catalog.items.
+// Insert writes the items into the table.
 func (s Items) Insert(ctx context.Context, db Execer) error {
 	if s.Count < 0 || s.First < 0 || s.Pad < 0 || s.Batch < 0 {
 		return fmt.Errorf("seed: tenant %q: negative count, first, pad or batch", s.Tenant)
 	}
-	cols, vals := "tenant_id, item_id, version", "t, id, 1"
+	t := s.Table
+	if t.Name == "" {
+		t = catalog.DefaultTable()
+	}
+	if err := t.Validate(); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	key := col(t.TenantColumn) + ", " + col(t.ItemColumn)
+	cols, vals := key+", "+col(t.VersionColumn), "t, id, 1"
 	if s.Display != "" {
-		cols, vals = cols+", display", vals+", "+s.Display
+		if len(t.Payload) == 0 {
+			return fmt.Errorf("seed: %s has no payload column to write the display into", t.Name)
+		}
+		cols, vals = cols+", "+col(t.Payload[0]), vals+", "+s.Display
 	}
 	if s.State != "" {
-		cols, vals = cols+", state", vals+", $6::text"
+		if t.StateColumn == "" {
+			return fmt.Errorf("seed: %s has no state column", t.Name)
+		}
+		cols, vals = cols+", "+col(t.StateColumn), vals+", $6::text"
 	}
 	conflict := ""
 	if s.SkipExisting {
-		conflict = " ON CONFLICT (tenant_id, item_id) DO NOTHING"
+		conflict = " ON CONFLICT (" + key + ") DO NOTHING"
 	}
-	q := `INSERT INTO catalog.items (` + cols + `)
+	q := `INSERT INTO ` + t.Qualified() + ` (` + cols + `)
 		SELECT ` + vals + ` FROM (
 			SELECT $1::text AS t, $2::text || lpad(n::text, greatest($3::int, length(n::text)), '0') AS id, n
 			FROM generate_series($4::int, $5::int) AS n) AS g` + conflict
@@ -75,3 +97,6 @@ func (s Items) Insert(ctx context.Context, db Execer) error {
 	}
 	return nil
 }
+
+// col is a column name quoted for SQL.
+func col(name string) string { return pgx.Identifier{name}.Sanitize() }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tidemark/catalog"
 	"tidemark/lab/seed"
 	"tidemark/lab/testenv"
 )
@@ -51,5 +52,22 @@ func TestItemsInsert(t *testing.T) {
 	}
 	if ids != "i0,i1,i2" {
 		t.Fatalf("ids %q, want i0,i1,i2", ids)
+	}
+	// An operator's own table, by its mapping: display into its payload
+	// column, state into its state column.
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA shop; CREATE TABLE shop.products (shop_id text, sku text, rev bigint, status text, body jsonb,
+		PRIMARY KEY (shop_id, sku))`); err != nil {
+		t.Fatal(err)
+	}
+	shop := catalog.Table{Name: "shop.products", TenantColumn: "shop_id", ItemColumn: "sku", VersionColumn: "rev",
+		StateColumn: "status", DeletedState: "gone", ActiveState: "live", Payload: []string{"body"}}
+	if err := (seed.Items{Table: shop, Tenant: "s1", Prefix: "sku-", Count: 4, Display: "jsonb_build_object('n', n)", State: "live"}).Insert(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*), max(body::text) FROM shop.products WHERE shop_id = 's1' AND rev = 1 AND status = 'live'`).Scan(&n, &display); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || display != `{"n": 3}` {
+		t.Fatalf("shop.products: %d rows, largest body %s; want 4 live rows at rev 1 with their own body", n, display)
 	}
 }
