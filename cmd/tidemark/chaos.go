@@ -13,6 +13,7 @@ import (
 // chaosCmd wires flags into chaos.Config and prints the report; exit 0 only
 // with zero violations.
 type chaosCmd struct {
+	tableFlags
 	Duration    time.Duration `field:"chaos.Duration" name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"${chaos_Duration}" help:"How long load and faults run (setup and the final check come on top)."`
 	Seed        int64         `field:"chaos.Seed" name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"${chaos_Seed}" help:"Seed of the fault schedule and the load."`
 	Faults      string        `field:"chaos.Faults" name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master, long-outage, redis-loss-appliers-down, future-heartbeat, malformed-heartbeat, truncate-fast-clock, min-version-expired-floors, shared-http-cache, sync-standby-stall, primary-promotion, cold-start (all includes primary-promotion only in runs of 5m or more)."`
@@ -39,6 +40,7 @@ func (c *chaosCmd) config() chaos.Config {
 	cfg.Cluster, cfg.Kafka, cfg.Keep = c.Cluster, splitList(c.Kafka), c.Keep
 	cfg.Bound, cfg.Items, cfg.SourceBudget = c.Bound, c.Items, c.Budget
 	cfg.Binary, cfg.UpgradeFrom, cfg.UpgradeNamespace = c.Binary, c.UpgradeFrom, c.UpgradeNS
+	cfg.Table = c.table()
 	if cfg.Binary == "" {
 		cfg.Binary, _ = os.Executable()
 	}
@@ -47,6 +49,7 @@ func (c *chaosCmd) config() chaos.Config {
 
 func (c *chaosCmd) Validate() error {
 	var p config.Problems
+	validateAs(&p, "table", c.table().Validate())
 	validateAs(&p, "chaos", c.config().Validate())
 	return flagErrors(c, p.Err())
 }

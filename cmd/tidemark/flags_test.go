@@ -84,7 +84,7 @@ func configsOf(cmd any) map[string]any {
 	case *devCmd:
 		return map[string]any{"dev": c.config()}
 	case *chaosCmd:
-		return map[string]any{"chaos": c.config()}
+		return map[string]any{"chaos": c.config(), "table": c.table()}
 	case *benchCacheCmd:
 		return map[string]any{"benchcache": c.config()}
 	case *benchApplyCmd:

@@ -95,6 +95,24 @@ func TestChaosPromotion(t *testing.T) {
 	}
 }
 
+// TestChaosForeignTable is a short run on an operator's own table, adopted:
+// shop.products with its own column names and state values, the same
+// table flags given to capture and serve. Source stalls lock it, so they
+// are among the faults.
+func TestChaosForeignTable(t *testing.T) {
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed, cfg.Items = 40*time.Second, 27, 500
+	cfg.Faults = []string{FaultKillApply, FaultSourceStall, FaultKillServe}
+	cfg.Table = ForeignTableExample()
+	rep := run(t, cfg)
+	if rep.Checked < 500 {
+		t.Errorf("only %d answers checked", rep.Checked)
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}
+
 // TestChaosCatchesBrokenInvalidate runs a binary whose INVALIDATE does
 // nothing: the watermark keeps extending replaced values, and the checker
 // must say so. It proves the run cannot pass vacuously.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidemark/api"
+	"tidemark/catalog"
 	"tidemark/internal/config"
 	"tidemark/promise"
 )
@@ -32,6 +33,11 @@ type Config struct {
 	// a quarter, inside the total of foreground + background); the cold-read
 	// burst asks for more than it.
 	SourceBudget float64
+	// Table is the catalog table and its mapping, passed to every stage. A
+	// table other than the default one is the operator's own: the harness
+	// creates it (tenant, item, version, state, the updated-at column and
+	// one jsonb payload column), then adopts it with `tidemark adopt`.
+	Table catalog.Table
 	// StageEnv is added to every stage's environment (tests use it for
 	// test-only switches).
 	StageEnv []string
@@ -47,7 +53,7 @@ type Config struct {
 // DefaultConfig is `tidemark chaos` with no flags.
 func DefaultConfig() Config {
 	return Config{Duration: 2 * time.Minute, Seed: 1, RateUpdates: 1000, RateReads: 3000, FaultEvery: 20 * time.Second,
-		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400}
+		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400, Table: catalog.DefaultTable()}
 }
 
 // Fault kinds.
@@ -160,6 +166,17 @@ func (c Config) Validate() error {
 	if c.UpgradeNamespace == promise.Namespace || strings.ContainsAny(c.UpgradeNamespace, "{}: ") {
 		p.Add("UpgradeNamespace", "must differ from %q and hold no '{', '}', ':' or space (got %q)", promise.Namespace, c.UpgradeNamespace)
 	}
+	p.Nested("Table", c.Table.Validate())
+	if c.foreign() {
+		// The load writes through the API and checks the payload it wrote:
+		// the display must be one column, and deletes need tombstones.
+		if err := c.Table.Writable(); err != nil {
+			p.Add("Table.Payload", "the chaos harness needs one payload column it can write: %v", err)
+		}
+		if c.Table.StateColumn == "" {
+			p.Add("Table.StateColumn", "the chaos harness needs a state column (its deletes are tombstones)")
+		}
+	}
 	known := append(slices.Clone(AllFaults), "all", "none")
 	for _, f := range c.Faults {
 		if !slices.Contains(known, f) {
@@ -172,6 +189,34 @@ func (c Config) Validate() error {
 		}
 	}
 	return p.Err()
+}
+
+// ForeignTableExample is an operator's own table as the chaos harness
+// creates it: shop.products(shop_id, sku, rev, status, body, updated_at),
+// tombstones 'gone', live rows 'live'.
+func ForeignTableExample() catalog.Table {
+	return catalog.Table{Name: "shop.products", TenantColumn: "shop_id", ItemColumn: "sku", VersionColumn: "rev",
+		StateColumn: "status", DeletedState: "gone", ActiveState: "live", UpdatedAtColumn: "updated_at", Payload: []string{"body"}}
+}
+
+// foreign reports whether Table is another table than tidemark's own
+// catalog.items, which the harness then creates and adopts.
+func (c Config) foreign() bool { return c.Table.Qualified() != catalog.DefaultTable().Qualified() }
+
+// tableFlags are the table mapping as the stages' flags (none for the
+// default table).
+func (c Config) tableFlags() []string {
+	if !c.foreign() {
+		return nil
+	}
+	t := c.Table
+	args := []string{"--table", t.Name, "--tenant-column", t.TenantColumn, "--item-column", t.ItemColumn,
+		"--version-column", t.VersionColumn, "--state-column", t.StateColumn, "--deleted-state", t.DeletedState,
+		"--active-state", t.ActiveState, "--updated-at-column", t.UpdatedAtColumn}
+	if t.PayloadSQL != "" {
+		return append(args, "--payload-sql", t.PayloadSQL)
+	}
+	return append(args, "--payload-columns", strings.Join(t.Payload, ","))
 }
 
 // Limits is the source budget the serve processes run with, as the checker

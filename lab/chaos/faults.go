@@ -171,7 +171,7 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		s.pg.Stop()
 		err = s.pg.Start()
 	case FaultSourceStall:
-		rec.Target, err = "catalog.items", in.stall(ctx, f.Hold, 10*time.Second)
+		rec.Target, err = s.cfg.Table.Name, in.stall(ctx, f.Hold, 10*time.Second)
 	case FaultSlotDrop:
 		rec.Target, err = s.slot, in.slotDrop(ctx, f.Hold)
 	case FaultBrokerRestart:
@@ -274,7 +274,7 @@ func (in *injector) stall(ctx context.Context, hold, lockWait time.Duration) err
 	if _, err := tx.Exec(cctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(cctx, "LOCK TABLE catalog.items IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := tx.Exec(cctx, "LOCK TABLE "+in.sys.cfg.Table.Qualified()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		return err
 	}
 	sleep(ctx, hold)

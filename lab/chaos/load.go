@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
+
+	"tidemark/catalog"
 )
 
 // load plays merchants and visitors: SQL transactions of 1-20 rows (one in
@@ -35,12 +37,33 @@ type load struct {
 	coldUntil atomic.Int64 // unix nanos: a cold-read burst runs until then
 	created   atomic.Int64 // items created through the API so far ("new-<n>", per tenant)
 
+	sql writeSQL // the SQL writers' statements on the catalog table
+
 	sqlRows, sqlTx, rolledBack, deletes, patches, creates, patchConflicts, writeErrors atomic.Int64
+}
+
+// writeSQL are the SQL writers' statements ($1 tenant, $2 item): an update
+// that writes the payload for its new version, and a delete (a tombstone).
+type writeSQL struct{ update, delete string }
+
+func newWriteSQL(t catalog.Table) writeSQL {
+	set, where := col(t.VersionColumn)+" = "+col(t.VersionColumn)+" + 1", fmt.Sprintf("WHERE %s = $1 AND %s = $2 AND %s = %s",
+		col(t.TenantColumn), col(t.ItemColumn), col(t.StateColumn), catalog.Literal(t.ActiveState))
+	if t.UpdatedAtColumn != "" {
+		set += ", " + col(t.UpdatedAtColumn) + " = now()"
+	}
+	payload := col(t.Payload[0])
+	return writeSQL{
+		update: fmt.Sprintf("UPDATE %s SET %s, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %s + 1) %s",
+			t.Qualified(), set, payload, col(t.TenantColumn), col(t.ItemColumn), col(t.VersionColumn), where),
+		delete: fmt.Sprintf("UPDATE %s SET %s, %s = %s, %s = NULL %s",
+			t.Qualified(), set, col(t.StateColumn), catalog.Literal(t.DeletedState), payload, where),
+	}
 }
 
 func newLoad(sys *system, rec *recorder, cfg Config) *load {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7e5d))
-	return &load{sys: sys, rec: rec, cfg: cfg, rng: rng,
+	return &load{sys: sys, rec: rec, cfg: cfg, rng: rng, sql: newWriteSQL(cfg.Table),
 		zipf: rand.NewZipf(rng, 1.1, 4, uint64(cfg.Items-1)),
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}}
 }
@@ -297,13 +320,10 @@ func (l *load) sqlWriter(ctx context.Context, lim *rate.Limiter) {
 		for _, k := range keys {
 			if l.intn(20000) == 0 {
 				dels++
-				b.Queue(`UPDATE catalog.items SET version = version + 1, state = 'deleted', display = NULL, updated_at = now()
-					WHERE tenant_id = $1 AND item_id = $2 AND state = 'active'`, k.tenant, k.item)
+				b.Queue(l.sql.delete, k.tenant, k.item)
 				continue
 			}
-			b.Queue(`UPDATE catalog.items SET version = version + 1, updated_at = now(),
-				display = jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', version + 1)
-				WHERE tenant_id = $1 AND item_id = $2 AND state = 'active'`, k.tenant, k.item)
+			b.Queue(l.sql.update, k.tenant, k.item)
 		}
 		err := l.tx(ctx, &b, rollback)
 		switch {

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/catalog"
 	"tidemark/lab/localserver"
 	"tidemark/promise"
 	"tidemark/schema"
@@ -103,9 +104,14 @@ func startSystem(ctx context.Context, cfg Config, dir string, log *slog.Logger) 
 }
 
 // historyDDL is the harness's own record of the source: every version of
-// every row, written by a trigger in the writing transaction, so it commits
-// (and gets its commit timestamp) with the change or not at all.
-const historyDDL = `
+// every row of t, written by a trigger in the writing transaction, so it
+// commits (and gets its commit timestamp) with the change or not at all.
+// Its state is 'deleted' for a tombstone, whatever t calls one.
+func historyDDL(t catalog.Table) string {
+	return fmt.Sprintf(historyDDLFormat, col(t.TenantColumn), col(t.ItemColumn), col(t.VersionColumn), t.DeletedSQL(), t.Qualified())
+}
+
+const historyDDLFormat = `
 CREATE SCHEMA chaos;
 CREATE TABLE chaos.history (
     id        bigserial PRIMARY KEY,
@@ -119,12 +125,30 @@ CREATE INDEX history_xid ON chaos.history (xid);
 CREATE FUNCTION chaos.record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO chaos.history (tenant_id, item_id, version, state)
-    VALUES (NEW.tenant_id, NEW.item_id, NEW.version, NEW.state);
+    SELECT r.%[1]s, r.%[2]s, r.%[3]s, CASE WHEN %[4]s THEN 'deleted' ELSE 'active' END
+    FROM (SELECT NEW.*) r;
     RETURN NULL;
 END $$;
-CREATE TRIGGER chaos_history AFTER INSERT OR UPDATE ON catalog.items
+CREATE TRIGGER chaos_history AFTER INSERT OR UPDATE ON %[5]s
     FOR EACH ROW EXECUTE FUNCTION chaos.record();
 `
+
+// col is a column name quoted for SQL.
+func col(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// foreignDDL creates an operator's own catalog table as the mapping
+// describes it (one jsonb payload column), to be adopted.
+func foreignDDL(t catalog.Table) string {
+	schemaName, _, _ := catalog.SplitName(t.Name)
+	cols := []string{col(t.TenantColumn) + " text NOT NULL", col(t.ItemColumn) + " text NOT NULL",
+		col(t.VersionColumn) + " bigint NOT NULL DEFAULT 1", col(t.StateColumn) + " text NOT NULL DEFAULT " + catalog.Literal(t.ActiveState),
+		col(t.Payload[0]) + " jsonb"}
+	if t.UpdatedAtColumn != "" {
+		cols = append(cols, col(t.UpdatedAtColumn)+" timestamptz NOT NULL DEFAULT now()")
+	}
+	cols = append(cols, "PRIMARY KEY ("+col(t.TenantColumn)+", "+col(t.ItemColumn)+")")
+	return "CREATE SCHEMA IF NOT EXISTS " + col(schemaName) + ";\nCREATE TABLE " + t.Qualified() + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"
+}
 
 func (s *system) startPostgres(ctx context.Context) error {
 	pg, err := localserver.NewPostgres(localserver.PostgresConfig{Dir: filepath.Join(s.dir, "postgres"), Ephemeral: true, Conf: pgConf()})
@@ -142,7 +166,22 @@ func (s *system) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.dsn = pg.DSN(chaosDB)
-	if out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), "migrate", "--pg", s.dsn).CombinedOutput(); err != nil {
+	if s.cfg.foreign() {
+		// The operator's own table, then `tidemark adopt` on it (which
+		// also creates tidemark's own tables).
+		conn, err := pgx.Connect(ctx, s.dsn)
+		if err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, foreignDDL(s.cfg.Table))
+		conn.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("create %s: %w", s.cfg.Table.Name, err)
+		}
+		if out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), append([]string{"adopt", "--pg", s.dsn}, s.cfg.tableFlags()...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("tidemark adopt: %v\n%s", err, out)
+		}
+	} else if out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), "migrate", "--pg", s.dsn).CombinedOutput(); err != nil {
 		return fmt.Errorf("tidemark migrate: %v\n%s", err, out)
 	}
 	pcfg, err := pgxpool.ParseConfig(s.dsn)
@@ -157,11 +196,11 @@ func (s *system) startPostgres(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		return fmt.Errorf("pg_stat_statements: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, historyDDL); err != nil {
+	if _, err := s.pool.Exec(ctx, historyDDL(s.cfg.Table)); err != nil {
 		return fmt.Errorf("history table: %w", err)
 	}
 	for _, t := range s.tenants {
-		if err := (seed.Items{Tenant: t, Prefix: "item-", Pad: 5, First: 1, Count: s.cfg.Items,
+		if err := (seed.Items{Table: s.cfg.Table, Tenant: t, Prefix: "item-", Pad: 5, First: 1, Count: s.cfg.Items,
 			Display: "jsonb_build_object('tenant', t, 'item', id, 'v', 1)"}).Insert(ctx, s.pool); err != nil {
 			return fmt.Errorf("seed items: %w", err)
 		}
@@ -261,9 +300,9 @@ func (s *system) startStages(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.captures = append(s.captures, s.stage(fmt.Sprintf("capture%d", i+1), "capture", "--pg", s.dsn, "--kafka", s.brokers,
+		s.captures = append(s.captures, s.stage(fmt.Sprintf("capture%d", i+1), append([]string{"capture", "--pg", s.dsn, "--kafka", s.brokers,
 			"--topic", s.topic, "--slot", s.slot, "--partitions", strconv.Itoa(partitions), "--metrics-addr", m,
-			"--shutdown-timeout", "5s"))
+			"--shutdown-timeout", "5s"}, s.cfg.tableFlags()...)...))
 	}
 	for i := 0; i < 2; i++ {
 		m, err := addr()
@@ -288,11 +327,11 @@ func (s *system) startStages(ctx context.Context) error {
 		}
 		s.apiBases = append(s.apiBases, "http://"+a)
 		s.serveMetrics = append(s.serveMetrics, "http://"+m+"/metrics")
-		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), "serve", "--pg", s.dsn, "--redis", s.redisURL,
+		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), append([]string{"serve", "--pg", s.dsn, "--redis", s.redisURL,
 			// While Redis cannot be asked, serve meters itself at the class
 			// rate divided by the live serve processes (no flag needed).
 			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", rate(ClassForeground), "--source-background-rate", rate(ClassBackground),
-			"--source-ryw-rate", rate(ClassReadYourWrites), "--cache-floor-ttl", ChaosFloorTTL.String()))
+			"--source-ryw-rate", rate(ClassReadYourWrites), "--cache-floor-ttl", ChaosFloorTTL.String()}, s.cfg.tableFlags()...)...))
 	}
 	// The first capture starts alone so it creates the slot and becomes the
 	// active one; the second waits as the passive standby.
