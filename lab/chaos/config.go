@@ -90,7 +90,8 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart}
 
 // Applicable is the kinds this configuration can inject: broker faults need
-// the embedded broker, cluster faults a Redis Cluster.
+// the embedded broker, cluster faults a Redis Cluster, and the faults that
+// write catalog.items by its own column names its table.
 func (c Config) Applicable() []string {
 	var out []string
 	for _, k := range AllFaults {
@@ -101,6 +102,8 @@ func (c Config) Applicable() []string {
 		// namespace upgrade's second applier group reads the first one, and
 		// an old build may lack the cold start's reset.
 		case k == FaultColdStart && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
+		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultSyncStandbyStall || k == FaultColdStart) && c.foreign():
+			// These write tidemark's own catalog.items by its column names.
 		default:
 			out = append(out, k)
 		}
