@@ -2,7 +2,6 @@ package capture_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -27,37 +26,8 @@ func TestSyncStandbyStallHoldsInvalidation(t *testing.T) {
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 's', 1)")
 	waitItem(t, k, cfg.Relay.Topic, "t", "s", 1)
 
-	// The writer waits in SyncRep (the lab's servers default to
-	// synchronous_commit = off; this session asks for on).
-	writer := connect(t, dsn)
-	exec(t, writer, "SET synchronous_commit = on")
-	var pid int
-	if err := writer.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, err := writer.Exec(context.Background(), "UPDATE catalog.items SET version = 2 WHERE tenant_id = 't' AND item_id = 's'")
-		committed <- err
-	}()
-	release := func() {
-		exec(t, conn, "ALTER SYSTEM SET synchronous_standby_names = ''")
-		exec(t, conn, "SELECT pg_reload_conf()")
-	}
-	// On a failure, end the wait before the writer's connection is closed.
-	t.Cleanup(func() { release(); <-done })
-	testenv.Eventually(t, 30*time.Second, "the writer waits for the synchronous standby", func() error {
-		var ev *string
-		if err := conn.QueryRow(context.Background(), "SELECT wait_event FROM pg_stat_activity WHERE pid = $1", pid).Scan(&ev); err != nil {
-			return err
-		}
-		if ev == nil || *ev != "SyncRep" {
-			return fmt.Errorf("wait_event %v, want SyncRep", ev)
-		}
-		return nil
-	})
+	// The writer waits in SyncRep.
+	committed, release := testenv.StallCommit(t, dsn, "UPDATE catalog.items SET version = 2 WHERE tenant_id = 't' AND item_id = 's'")
 	stallStart := time.Now()
 	stall := cache.DefaultConfig().FloorTTL + 5*time.Second
 

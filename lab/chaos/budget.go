@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -56,52 +57,71 @@ func newSourceCounter(pool *pgxpool.Pool) *sourceCounter {
 // (the baseline) and when the view cannot be read (Postgres restarting: the
 // next sample covers the gap).
 func (c *sourceCounter) sample(ctx context.Context) (reads map[string]float64, at time.Time, interval time.Duration, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
-	defer cancel()
-	sent := time.Now()
-	rows, err := c.pool.Query(ctx, `SELECT queryid, query, calls, rows FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND (query LIKE '%tidemark source read%' OR query LIKE '%tidemark source versions%')`)
+	cur, class, at, err := SourceStatements(ctx, c.pool)
 	if err != nil {
 		return nil, time.Time{}, 0, false
 	}
-	cur := map[int64]float64{}
-	class := map[int64]string{}
-	for rows.Next() {
-		var id, calls, nrows int64
-		var q string
-		if err := rows.Scan(&id, &q, &calls, &nrows); err != nil {
-			rows.Close()
-			return nil, time.Time{}, 0, false
-		}
-		switch m := classOfRead.FindStringSubmatch(q); {
-		case strings.Contains(q, "tidemark source versions"):
-			cur[id], class[id] = float64(nrows), ClassAudit
-		case m != nil:
-			cur[id], class[id] = float64(calls), m[1]
-		default:
-			cur[id], class[id] = float64(calls), ClassUnknown
-		}
-	}
-	if rows.Err() != nil {
-		return nil, time.Time{}, 0, false
-	}
-	// The statement ran somewhere between sending and now.
-	at = sent.Add(time.Since(sent) / 2)
 	prev, prevAt := c.prev, c.at
 	c.prev, c.at = cur, at
 	if prev == nil {
 		return nil, at, 0, false
 	}
-	reads = map[string]float64{}
+	return ReadsSince(prev, cur, class), at, at.Sub(prevAt), true
+}
+
+// Querier is what SourceStatements reads through: a pool or a connection.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// SourceStatements reads the source's own count of its reads from
+// pg_stat_statements: per statement (queryid) its calls, the auditor's
+// batched read by its rows, and its class; at is when the view was read.
+func SourceStatements(ctx context.Context, db Querier) (count map[int64]float64, class map[int64]string, at time.Time, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+	defer cancel()
+	sent := time.Now()
+	rows, err := db.Query(ctx, `SELECT queryid, query, calls, rows FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND (query LIKE '%tidemark source read%' OR query LIKE '%tidemark source versions%')`)
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	count, class = map[int64]float64{}, map[int64]string{}
+	for rows.Next() {
+		var id, calls, nrows int64
+		var q string
+		if err := rows.Scan(&id, &q, &calls, &nrows); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("pg_stat_statements: %w", err)
+		}
+		switch m := classOfRead.FindStringSubmatch(q); {
+		case strings.Contains(q, "tidemark source versions"):
+			count[id], class[id] = float64(nrows), ClassAudit
+		case m != nil:
+			count[id], class[id] = float64(calls), m[1]
+		default:
+			count[id], class[id] = float64(calls), ClassUnknown
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	// The statement ran somewhere between sending and now.
+	return count, class, sent.Add(time.Since(sent) / 2), nil
+}
+
+// ReadsSince is the reads per class between two SourceStatements counts.
+func ReadsSince(prev, cur map[int64]float64, class map[int64]string) map[string]float64 {
+	reads := map[string]float64{}
 	for id, n := range cur {
 		d := n - prev[id] // a statement first seen now: all its reads are new
 		if d < 0 {
-			d = n // the statistics were reset (never by the run): count from zero
+			d = n // the statistics were reset (a new server): count from zero
 		}
 		reads[class[id]] += d
 	}
-	return reads, at, at.Sub(prevAt), true
+	return reads
 }
 
 // BudgetLimits is the budget the serve processes run with, as the checker

@@ -2,8 +2,6 @@ package pgha
 
 import (
 	"context"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,8 +21,6 @@ type sourceReads struct {
 	done chan struct{}
 }
 
-var classOfRead = regexp.MustCompile(`tidemark source read: ([a-z_]+)`)
-
 func sampleSourceReads(ctx context.Context, dsn string) *sourceReads {
 	s := &sourceReads{done: make(chan struct{})}
 	go func() {
@@ -35,7 +31,7 @@ func sampleSourceReads(ctx context.Context, dsn string) *sourceReads {
 				conn.Close(context.Background())
 			}
 		}()
-		var prev map[string]float64 // statement -> calls (rows for the auditor)
+		var prev map[int64]float64 // statement -> calls (rows for the auditor)
 		var prevAt time.Time
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
@@ -46,20 +42,13 @@ func sampleSourceReads(ctx context.Context, dsn string) *sourceReads {
 				cancel()
 			}
 			if conn != nil {
-				cur, class, at, err := readStatements(ctx, conn)
+				cur, class, at, err := chaos.SourceStatements(ctx, conn)
 				switch {
 				case err != nil:
 					conn.Close(context.Background())
 					conn, prev = nil, nil // a new server: its counts start over
 				case prev != nil:
-					reads := map[string]float64{}
-					for q, n := range cur {
-						d := n - prev[q]
-						if d < 0 {
-							d = n
-						}
-						reads[class[q]] += d
-					}
+					reads := chaos.ReadsSince(prev, cur, class)
 					s.mu.Lock()
 					s.secs = append(s.secs, chaos.SourceSecond{At: at, Interval: chaos.Duration(at.Sub(prevAt)), Reads: reads})
 					s.mu.Unlock()
@@ -76,39 +65,6 @@ func sampleSourceReads(ctx context.Context, dsn string) *sourceReads {
 		}
 	}()
 	return s
-}
-
-func readStatements(ctx context.Context, conn *pgx.Conn) (map[string]float64, map[string]string, time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
-	defer cancel()
-	sent := time.Now()
-	rows, err := conn.Query(ctx, `SELECT queryid::text, query, calls, rows FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND (query LIKE '%tidemark source read%' OR query LIKE '%tidemark source versions%')`)
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	defer rows.Close()
-	cur, class := map[string]float64{}, map[string]string{}
-	for rows.Next() {
-		var id, q string
-		var calls, nrows int64
-		if err := rows.Scan(&id, &q, &calls, &nrows); err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		switch m := classOfRead.FindStringSubmatch(q); {
-		case strings.Contains(q, "tidemark source versions"):
-			cur[id], class[id] = float64(nrows), chaos.ClassAudit
-		case m != nil:
-			cur[id], class[id] = float64(calls), m[1]
-		default:
-			cur[id], class[id] = float64(calls), chaos.ClassUnknown
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	return cur, class, sent.Add(time.Since(sent) / 2), nil
 }
 
 // stop ends the sampling and returns every sample.

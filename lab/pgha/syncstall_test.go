@@ -59,39 +59,11 @@ func TestSyncStandbyStallThroughServe(t *testing.T) {
 		}
 		return itemID(3 + rand.N(items-2))
 	})
-	// The writer asks for synchronous commit (the lab's servers default to
-	// off) and waits in SyncRep.
+	// The writer waits in SyncRep.
 	conn := connect(t, dsn)
-	writer := connect(t, dsn)
-	execSQL(t, writer, "SET synchronous_commit = on")
-	var pid int
-	if err := writer.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan error, 1)
-	done := make(chan struct{})
 	sent := time.Now()
-	go func() {
-		defer close(done)
-		_, err := writer.Exec(context.Background(), `UPDATE catalog.items SET version = 2, updated_at = now(),
-			display = jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', 2) WHERE tenant_id = $1 AND item_id IN ($2, $3)`, tenant, hot, cold)
-		committed <- err
-	}()
-	release := func() {
-		execSQL(t, conn, "ALTER SYSTEM SET synchronous_standby_names = ''")
-		execSQL(t, conn, "SELECT pg_reload_conf()")
-	}
-	t.Cleanup(func() { release(); <-done })
-	testenv.Eventually(t, 30*time.Second, "the writer waits for the synchronous standby", func() error {
-		var ev *string
-		if err := conn.QueryRow(context.Background(), "SELECT wait_event FROM pg_stat_activity WHERE pid = $1", pid).Scan(&ev); err != nil {
-			return err
-		}
-		if ev == nil || *ev != "SyncRep" {
-			return fmt.Errorf("wait_event %v, want SyncRep", ev)
-		}
-		return nil
-	})
+	committed, release := testenv.StallCommit(t, dsn, `UPDATE catalog.items SET version = 2, updated_at = now(),
+		display = jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', 2) WHERE tenant_id = $1 AND item_id IN ($2, $3)`, tenant, hot, cold)
 	stallStart := time.Now()
 	stall := stallFloorTTL + 8*time.Second
 	// The cold key is read only once a floor raised at the start of the
