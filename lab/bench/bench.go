@@ -16,8 +16,14 @@
 package bench
 
 import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"slices"
 	"time"
+
+	"tidemark/lab/localserver"
 )
 
 // Quantile is the q-quantile (0 <= q <= 1) of sorted by the nearest-rank
@@ -64,4 +70,40 @@ func Summarize(samples []time.Duration) Latency {
 		return Latency{}
 	}
 	return Latency{N: len(samples), P50: Quantile(samples, 0.50), P99: Quantile(samples, 0.99), Max: samples[len(samples)-1]}
+}
+
+// Deps is what every harness's Run is given besides its Config
+// (lab/bench/<name>.Deps is this type).
+type Deps struct {
+	Log      *slog.Logger // progress and the stages' own logs; nil: discarded
+	Progress io.Writer    // a line per step while it runs, for a terminal; nil: none
+}
+
+// OrDefaults is d with a nil Log or Progress replaced by one that discards.
+func (d Deps) OrDefaults() Deps {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Progress == nil {
+		d.Progress = io.Discard
+	}
+	return d
+}
+
+// PrivateRedis is url, or when url is empty a private redis-server started
+// for the run (what names the harness in errors); stop removes it.
+func PrivateRedis(url, what string) (_ string, stop func(), _ error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", what, err)
+	}
+	srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("%s: start redis-server: %w", what, err)
+	}
+	return srv.URL(), srv.Remove, nil
 }

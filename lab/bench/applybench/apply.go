@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -25,7 +24,6 @@ import (
 	"tidemark/cache"
 	"tidemark/internal/config"
 	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
 	"tidemark/schema"
 )
 
@@ -89,9 +87,7 @@ type Result struct {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // progress and the applier's own log
-}
+type Deps = bench.Deps
 
 // runner runs the applier benchmarks against a cache tier.
 type runner struct {
@@ -107,20 +103,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	redisURL := cfg.RedisURL
-	if redisURL == "" {
-		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
-		if err != nil {
-			return Result{}, fmt.Errorf("bench apply: %w", err)
-		}
-		pr, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
-		if err != nil {
-			os.RemoveAll(dir)
-			return Result{}, fmt.Errorf("bench apply: start redis-server: %w", err)
-		}
-		defer pr.Remove()
-		redisURL = pr.URL()
+	deps = deps.OrDefaults()
+	redisURL, stop, err := bench.PrivateRedis(cfg.RedisURL, "bench apply")
+	if err != nil {
+		return Result{}, err
 	}
+	defer stop()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench apply: %w", err)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"tidemark/internal/config"
 	"tidemark/internal/svgchart"
 	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
 )
 
 // Config configures Run (`tidemark bench cache`).
@@ -70,9 +68,7 @@ const benchNamespace = "tidemark-bench"
 const trivialLua = "return redis.call('HSET', KEYS[1], 'floor', ARGV[1])"
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // the cache client's log; nil: discarded
-}
+type Deps = bench.Deps
 
 // Result is what Run measured: every round's figures beside its ceilings.
 type Result struct {
@@ -87,10 +83,7 @@ type Result struct {
 // latency and runs redis-benchmark against the same server for the
 // ceilings.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
-	if deps.Log == nil {
-		deps.Log = slog.New(slog.DiscardHandler)
-	}
-	res, err := run(ctx, cfg, deps.Log)
+	res, err := run(ctx, cfg, deps.OrDefaults().Log)
 	res.Config = cfg
 	return res, err
 }
@@ -103,20 +96,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if _, err := exec.LookPath(cfg.BenchmarkPath); err != nil {
 		return res, fmt.Errorf("bench cache: %s not found (it is installed with redis-server): %w", cfg.BenchmarkPath, err)
 	}
-	url := cfg.RedisURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "tidemark-bench-redis-")
-		if err != nil {
-			return res, fmt.Errorf("bench cache: %w", err)
-		}
-		srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
-		if err != nil {
-			os.RemoveAll(dir)
-			return res, fmt.Errorf("bench cache: start redis-server: %w", err)
-		}
-		defer srv.Remove()
-		url = srv.URL()
+	url, stop, err := bench.PrivateRedis(cfg.RedisURL, "bench cache")
+	if err != nil {
+		return res, err
 	}
+	defer stop()
 	rdb, err := cache.ParseRedisURL(url)
 	if err != nil {
 		return res, fmt.Errorf("bench cache: %w", err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,9 +126,7 @@ func startPostgres() (dsn string, stop func(), err error) {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // progress and capture's own log
-}
+type Deps = bench.Deps
 
 // Run writes a fixed WAL workload once, drains it with pg_recvlogical
 // (pgoutput, same publication) and with capture into an in-process kfake
@@ -147,7 +144,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		defer stop()
 		cfg.PG = dsn
 	}
-	log := deps.Log
+	log := deps.OrDefaults().Log
 	res := Result{Config: cfg, GOMAXPROCS: runtime.GOMAXPROCS(0), Rows: cfg.Rows}
 	if cfg.Recvlogical == "" {
 		p, err := findRecvlogical()

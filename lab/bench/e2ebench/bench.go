@@ -102,14 +102,12 @@ type Result struct {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // progress and the stages' setup
-}
+type Deps = bench.Deps
 
 // Run measures the ceiling, starts the stage processes and runs the phases.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	var res Result
-	log := deps.Log
+	log := deps.OrDefaults().Log
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

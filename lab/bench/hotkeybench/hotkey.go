@@ -121,9 +121,7 @@ func (m mode) spread() float64 {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // the cache client's log; nil: discarded
-}
+type Deps = bench.Deps
 
 // Result is what Run measured: the rounds of each mode, and the from-cold
 // rounds when ColdRounds > 0.
@@ -136,10 +134,7 @@ type Result struct {
 
 // Run starts (or connects to) the cluster and runs the rounds.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
-	if deps.Log == nil {
-		deps.Log = slog.New(slog.DiscardHandler)
-	}
-	res, err := run(ctx, cfg, deps.Log)
+	res, err := run(ctx, cfg, deps.OrDefaults().Log)
 	res.Config = cfg
 	return res, err
 }

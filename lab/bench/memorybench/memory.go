@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +26,6 @@ import (
 	"tidemark/internal/config"
 	"tidemark/internal/svgchart"
 	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
 	"tidemark/schema"
 )
 
@@ -128,29 +126,19 @@ type Result struct {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log *slog.Logger // progress, one line per payload size
-}
+type Deps = bench.Deps
 
 // Run measures every arm and returns the figures.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	url := cfg.RedisURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "tidemark-bench-memory-")
-		if err != nil {
-			return Result{}, fmt.Errorf("bench memory: %w", err)
-		}
-		srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: dir})
-		if err != nil {
-			os.RemoveAll(dir)
-			return Result{}, fmt.Errorf("bench memory: start redis-server: %w", err)
-		}
-		defer srv.Remove()
-		url = srv.URL()
+	deps = deps.OrDefaults()
+	url, stop, err := bench.PrivateRedis(cfg.RedisURL, "bench memory")
+	if err != nil {
+		return Result{}, err
 	}
+	defer stop()
 	urdb, err := cache.ParseRedisURL(url)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench memory: %w", err)

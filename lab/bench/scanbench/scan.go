@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
@@ -153,10 +152,7 @@ const (
 )
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log      *slog.Logger // nil: discarded
-	Progress io.Writer    // a line per step while it runs; nil: none
-}
+type Deps = bench.Deps
 
 // Run runs every arm against private servers. A failed run returns the arms
 // it finished.
@@ -164,13 +160,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	deps = deps.OrDefaults()
 	log, progress := deps.Log, deps.Progress
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if progress == nil {
-		progress = io.Discard
-	}
 	res := Result{Config: cfg}
 	fmt.Fprintln(progress, "starting private Postgres and redis-server ...")
 	srv, err := bench.StartStack(ctx, "scan", log)

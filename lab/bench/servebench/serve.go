@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
@@ -140,10 +139,7 @@ func fmtDur(d time.Duration) string {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log      *slog.Logger // nil: discarded
-	Progress io.Writer    // a line per step while it runs; nil: none
-}
+type Deps = bench.Deps
 
 // Run starts what is missing (Postgres, Redis), seeds cfg.Items items,
 // runs `tidemark serve` and measures it. A simulated healthy pipeline keeps
@@ -154,13 +150,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	deps = deps.OrDefaults()
 	log, progress := deps.Log, deps.Progress
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if progress == nil {
-		progress = io.Discard
-	}
 	if cfg.PG == "" {
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
 		srv, err := bench.StartStack(ctx, "serve", log)

@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
@@ -120,10 +119,7 @@ type Result struct {
 }
 
 // Deps is what Run is given besides its Config.
-type Deps struct {
-	Log      *slog.Logger // nil: discarded
-	Progress io.Writer    // a line per step while it runs; nil: none
-}
+type Deps = bench.Deps
 
 // Run runs both arms against private servers. A failed run returns the arms
 // it finished.
@@ -131,13 +127,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	deps = deps.OrDefaults()
 	log, progress := deps.Log, deps.Progress
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if progress == nil {
-		progress = io.Discard
-	}
 	res := Result{Config: cfg, Budget: cfg.ForegroundRate + cfg.BackgroundRate}
 	fmt.Fprintln(progress, "starting private Postgres and redis-server (no persistence) ...")
 	srv, err := bench.StartStack(ctx, "warm", log)
