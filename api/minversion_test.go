@@ -7,10 +7,9 @@ import (
 	"tidemark/schema"
 )
 
-// min_version is bounded: far above the key's stored floor it is refused with
-// 400 and no source read; a source read below it is remembered, so a repeat
-// is 412 without reading the source; a write through this process forgets
-// the memo at once.
+// min_version is bounded: a source read below it is remembered, so a repeat
+// is 412 (400 when far above the source's version) without reading the
+// source; a write through this process forgets the memo at once.
 func TestMinVersionBounds(t *testing.T) {
 	e := newEnv(t)
 	in := e.instance(instOpts{cfg: func(c *Config) {
@@ -22,15 +21,18 @@ func TestMinVersionBounds(t *testing.T) {
 		t.Fatalf("GET: %d %s", r.code, r.raw)
 	}
 	before := e.sourceReads()
-	// Refused only above a floor that is stored (a missing one says
-	// nothing: TestMinVersionAboveMissingFloor).
-	if r := e.do("GET", in.item("b")+"?min_version=9223372036854775807", key, ""); r.code != 400 || r.body["code"] != "min_version_out_of_range" {
-		t.Fatalf("huge min_version: %d %s", r.code, r.raw)
+	// Far above the source's version: 400, once from the source, then from
+	// the memo.
+	for range 3 {
+		if r := e.do("GET", in.item("b")+"?min_version=9223372036854775807", key, ""); r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 1 {
+			t.Fatalf("huge min_version: %d %s, want 400 min_version_out_of_range with current_version 1", r.code, r.raw)
+		}
 	}
-	if got := e.sourceReads() - before; got != 0 {
-		t.Fatalf("refused min_version made %d source reads", got)
+	if got := e.sourceReads() - before; got != 1 {
+		t.Fatalf("a huge min_version three times made %d source reads, want 1", got)
 	}
-	// Within the slack: read once, then remembered.
+	before = e.sourceReads()
+	// Within the slack: 412, from the same memo (the source said 1).
 	r := e.do("GET", in.item("b")+"?min_version=5", key, "")
 	if r.code != 412 || r.current() != 1 {
 		t.Fatalf("min_version=5: %d %s", r.code, r.raw)
@@ -41,8 +43,8 @@ func TestMinVersionBounds(t *testing.T) {
 			t.Fatalf("repeat: %d %s %v", r.code, r.raw, r.header)
 		}
 	}
-	if got := e.sourceReads() - before; got != 1 {
-		t.Fatalf("min_version=5 six times made %d source reads, want 1", got)
+	if got := e.sourceReads() - before; got != 0 {
+		t.Fatalf("min_version=5 six times within the memo made %d source reads, want 0", got)
 	}
 	if r := e.do("PATCH", in.item("b"), key, `{"expected_version":1,"display":"two"}`, "Idempotency-Key", "p"); r.code != 200 || r.version() != 2 {
 		t.Fatalf("PATCH: %d %s", r.code, r.raw)
@@ -54,9 +56,10 @@ func TestMinVersionBounds(t *testing.T) {
 
 // A long-lived item whose floor is no longer in Redis (FloorTTL passed,
 // evicted, Redis restarted): its writer's min_version reads the source in
-// the read-your-writes class instead of being refused. A min_version that a
-// stored floor does refuse gives back the lease its LOOKUP took, so the
-// key's next reader is not kept waiting.
+// the read-your-writes class instead of being refused, and so does one under
+// a stored floor far behind the source. A min_version the source refuses
+// gives back the lease its LOOKUP took, so the key's next reader is not kept
+// waiting.
 func TestMinVersionAboveMissingFloor(t *testing.T) {
 	e := newEnv(t)
 	in := e.instance(instOpts{cfg: func(c *Config) {
@@ -74,16 +77,29 @@ func TestMinVersionAboveMissingFloor(t *testing.T) {
 	if r.code != 200 || r.version() != 1500 {
 		t.Fatalf("min_version=1500 on an item at 1500 without a floor in Redis: %d %s, want 200 at version 1500", r.code, r.raw)
 	}
-	// A stored floor refuses a min_version far above it, and the lease goes back.
+	// A stored floor far behind the source (put back by a late
+	// invalidation after the key was lost, or an adopted table whose
+	// versions jump) refuses nothing either: the writer of version 5000
+	// gets it although the floor says 1500.
+	e.exec(`UPDATE catalog.items SET version = 5000 WHERE tenant_id = 'acme' AND item_id = 'old'`)
 	if err := rdb.Del(t.Context(), rkey).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.HSet(t.Context(), rkey, schema.FieldFloor, "1500").Err(); err != nil {
 		t.Fatal(err)
 	}
+	r = e.do("GET", in.item("old")+"?min_version=5000", key, "")
+	if r.code != 200 || r.version() != 5000 {
+		t.Fatalf("min_version=5000 on an item at 5000 under a stored floor of 1500: %d %s, want 200 at version 5000", r.code, r.raw)
+	}
+	// Far above the source, 400 from the source's word, and the lease its
+	// LOOKUP took goes back.
+	if err := rdb.Del(t.Context(), rkey).Err(); err != nil {
+		t.Fatal(err)
+	}
 	r = e.do("GET", in.item("old")+"?min_version=99999", key, "")
-	if r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 1500 {
-		t.Fatalf("min_version=99999 above a stored floor of 1500: %d %s, want 400 with current_version 1500", r.code, r.raw)
+	if r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 5000 {
+		t.Fatalf("min_version=99999 on an item at 5000: %d %s, want 400 with current_version 5000", r.code, r.raw)
 	}
 	if tok := rdb.HGet(t.Context(), rkey, "tok").Val(); tok != "" {
 		t.Fatalf("after the refused min_version the key still holds lease %q: the refusal must release the lease its LOOKUP took", tok)

@@ -1,20 +1,18 @@
 package reader
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"time"
 )
 
-// Read-your-writes reads (min_version) are bounded three ways, so a client
+// Read-your-writes reads (min_version) are bounded two ways, so a client
 // cannot turn them into a stream of source reads: they are metered in their
-// own budget class with a fair share per tenant; a min_version further above
-// the newest version the cache tier knows for the key (its floor, when one
-// is stored) than MinVersionSlack is refused (BadMinVersion), since no write
-// this deployment has seen can have produced it; and a source read that
+// own budget class with a fair share per tenant; and a source read that
 // found the item below min_version is remembered for MinVersionMemo, so
-// repeats are answered BelowMin without reading the source again. A write through this process forgets the
+// repeats are answered BelowMin without reading the source again. A
+// min_version further above the source's version than MinVersionSlack is
+// answered BadMinVersion instead of BelowMin (no write can produce it soon). A write through this process forgets the
 // key's memo at once; one through another process is seen when the memo ends.
 
 // belowMinMemo remembers, per key, the version a source read found when it
@@ -77,33 +75,18 @@ func (m *belowMinMemo) forget(key string) {
 	m.mu.Unlock()
 }
 
-// beyondFloor reports whether minVersion is more than MinVersionSlack above
-// the key's floor (known is a version the caller already saw, e.g. the
-// cached one). Only a floor that is there can refuse: a floor is kept for
-// FloorTTL and may be evicted or lost with a Redis restart, so a missing
-// one (0) says nothing about the source and a long-lived item's own
-// writer must still get its version; such reads go to the source in the
-// read-your-writes class, whose budget and the below-min memo bound them.
-// When the floor cannot be read, nothing is refused either.
-func (rd *Reader) beyondFloor(ctx context.Context, tenant, id string, minVersion, known int64) (int64, bool) {
-	if minVersion <= known+rd.cfg.MinVersionSlack {
-		return 0, false
-	}
-	fctx, cancel := context.WithTimeout(ctx, rd.cfg.LookupTimeout)
-	defer cancel()
-	floor, err := rd.cache.Floor(fctx, tenant, id)
-	if err != nil {
-		return 0, false
-	}
-	floor = max(floor, known)
-	if floor <= 0 {
-		return 0, false
-	}
-	return floor, minVersion > floor+rd.cfg.MinVersionSlack
+// beyondSlack reports whether minVersion is more than MinVersionSlack above
+// version, the item's version at the source. Only the source can say so: a
+// floor or a cached entry lags the source by the invalidations in flight,
+// and an adopted table's versions may jump (a timestamp, a sequence shared
+// by many rows), so refusing on the floor's word would refuse a writer its
+// own write.
+func (rd *Reader) beyondSlack(minVersion, version int64) bool {
+	return minVersion-version > rd.cfg.MinVersionSlack
 }
 
-func (rd *Reader) minVersionTooHigh(floor int64) Result {
-	return Result{Kind: BadMinVersion, Version: floor, CacheStatus: "tidemark; detail=min-version-beyond-floor",
+func (rd *Reader) minVersionTooHigh(version int64, cacheStatus string) Result {
+	return Result{Kind: BadMinVersion, Version: version, CacheStatus: cacheStatus + "; detail=min-version-beyond-source",
 		Message: "min_version is more than " + strconv.FormatInt(rd.cfg.MinVersionSlack, 10) +
-			" versions above the newest version known for this item; use a version a write returned"}
+			" versions above the item's version at the source; use a version a write returned"}
 }

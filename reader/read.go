@@ -24,7 +24,7 @@ const (
 	NotFound                  // absent or a tombstone (404)
 	BelowMin                  // the source itself is below MinVersion (412); Version is its version
 	Unavailable               // budget spent, source down or lease wait timed out (503 with RetryAfter)
-	BadMinVersion             // MinVersion beyond what any write could have produced (400); Version is the known floor
+	BadMinVersion             // the source itself is more than MinVersionSlack below MinVersion (400); Version is its version
 )
 
 // Query is one read.
@@ -116,6 +116,9 @@ func (rd *Reader) memoBelow(key string, minVersion int64) (Result, bool) {
 		return Result{}, false
 	}
 	if v, ok := rd.belowMin.below(key, minVersion, rd.clock.Wall()); ok {
+		if rd.beyondSlack(minVersion, v) {
+			return rd.minVersionTooHigh(v, "tidemark; hit; detail=below-min-memo"), true
+		}
 		return Result{Kind: BelowMin, Version: v, CacheStatus: "tidemark; hit; detail=below-min-memo"}, true
 	}
 	return Result{}, false
@@ -190,7 +193,7 @@ func (rd *Reader) resolve(ctx context.Context, tenant, id string, minVersion int
 		return rd.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=clock")
 	}
 	key := tenant + "\x00" + id
-	waited, floorChecked := false, false
+	waited := false
 	// One span for the whole wait on another reader's lease, however many
 	// lookups it takes; ended by the first answer that is not "wait".
 	var wait trace.Span
@@ -234,13 +237,6 @@ func (rd *Reader) resolve(ctx context.Context, tenant, id string, minVersion int
 			return rd.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=cache-unavailable")
 		}
 		e := lr.Entry
-		if minVersion > 0 && !floorChecked && !(lr.Status == cache.StatusHit && e.Version >= minVersion) {
-			floorChecked = true
-			if floor, beyond := rd.beyondFloor(ctx, tenant, id, minVersion, e.Version); beyond {
-				rd.releaseLease(ctx, tenant, id, lr.Token)
-				return rd.minVersionTooHigh(floor)
-			}
-		}
 		if (lr.Status == cache.StatusHit || lr.Status == cache.StatusStale) && !rd.clock.Now().Before(e.Hard) {
 			// Redis's clock still said yes; ours says the hard deadline has
 			// passed. The deadline wins: read the source, fill nothing.
@@ -364,6 +360,9 @@ func (rd *Reader) fetch(ctx context.Context, tenant, id string, minVersion int64
 	switch {
 	case it.exists() && it.Version < minVersion:
 		rd.belowMin.remember(tenant+"\x00"+id, it.Version, rd.clock.Wall())
+		if rd.beyondSlack(minVersion, it.Version) {
+			return rd.minVersionTooHigh(it.Version, status(stored))
+		}
 		return Result{Kind: BelowMin, Version: it.Version, Hard: hard, CacheStatus: status(stored), fwd: true}
 	case !it.Found:
 		// Version: a tombstone's, for the shadow comparison (0: no row).

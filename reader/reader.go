@@ -263,7 +263,7 @@ type Config struct {
 
 	MaxWaitersPerKey int // concurrent reads of one key in this process; beyond it Unavailable at once
 
-	MinVersionSlack int64         // how far min_version may be above the key's known floor
+	MinVersionSlack int64         // how far min_version may be above the source's version before BadMinVersion (else BelowMin)
 	MinVersionMemo  time.Duration // how long a source read below min_version answers repeats with BelowMin (0: off)
 
 	// MaxValueBytes: largest value cached; a larger one is
