@@ -81,13 +81,14 @@ func TestStampedeOneSourceRead(t *testing.T) {
 	var wg sync.WaitGroup
 	codes := make([]int, n)
 	versions := make([]int64, n)
+	statuses := make([]string, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
 			r := e.do("GET", ins[i%4].item("hot"), key, "")
-			codes[i], versions[i] = r.code, r.version()
+			codes[i], versions[i], statuses[i] = r.code, r.version(), r.header.Get("Cache-Status")
 			if r.code != 200 {
 				t.Logf("GET %d: %d Cache-Status %q", i, r.code, r.header.Get("Cache-Status"))
 			}
@@ -101,7 +102,11 @@ func TestStampedeOneSourceRead(t *testing.T) {
 		}
 	}
 	if got := e.sourceReads() - before; got != 1 {
-		t.Fatalf("source reads = %d, want exactly 1", got)
+		seen := map[string]int{}
+		for _, s := range statuses {
+			seen[s]++
+		}
+		t.Fatalf("source reads = %d, want exactly 1; the %d answers' Cache-Status: %v", got, n, seen)
 	}
 }
 
