@@ -21,7 +21,7 @@ import (
 // revoke, no commit, no leave.
 func (r *rig) startBinary(group string, extra ...string) *proc.Process {
 	r.t.Helper()
-	args := append([]string{"apply"}, testenv.KafkaArgs(r.brokers, r.applyKafka)...)
+	args := append([]string{"apply"}, proc.KafkaArgs(r.brokers, r.applyKafka)...)
 	args = append(args, "--redis", r.redis.URL(), "--topic", r.topic, "--group", group, "--session-timeout", "1s", "--commit-interval", "100ms",
 		"--metrics-addr=", "--log-level", "debug")
 	p := proc.New(proc.Config{Name: "apply", Bin: testenv.Binary(r.t), Args: append(args, extra...)})

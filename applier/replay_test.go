@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tidemark/lab/proc"
 	"tidemark/lab/testenv"
 	"tidemark/schema"
 )
@@ -63,7 +64,7 @@ func TestReplayCommand(t *testing.T) {
 	if err := r.rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"replay"}, testenv.KafkaArgs(r.brokers, r.replayKafka)...)
+	args := append([]string{"replay"}, proc.KafkaArgs(r.brokers, r.replayKafka)...)
 	out, err := exec.Command(testenv.Binary(t), append(args, "--redis", r.redis.URL(),
 		"--topic", r.topic, "--since", "1m", "--partitions", "0,1")...).CombinedOutput()
 	if err != nil {

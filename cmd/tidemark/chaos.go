@@ -22,6 +22,7 @@ type chaosCmd struct {
 	RateReads   float64       `field:"chaos.RateReads" name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"${chaos_RateReads}" help:"API reads per second."`
 	Cluster     bool          `field:"chaos.Cluster" name:"cluster" env:"TIDEMARK_CHAOS_CLUSTER" help:"Run a 3-master Redis Cluster (adds resharding and master kills)."`
 	Kafka       string        `field:"chaos.Kafka" name:"kafka" env:"TIDEMARK_CHAOS_KAFKA" help:"Use these Kafka brokers (comma-separated) instead of an embedded broker process (no broker faults then)."`
+	kafkaFlags
 	Keep        string        `field:"chaos.Keep" name:"keep" env:"TIDEMARK_CHAOS_KEEP" help:"Write the histories (answers, commits, violations) as JSON lines and the process logs here."`
 	JSON        bool          `name:"json" help:"Print the report as JSON."`
 	Bound       time.Duration `field:"chaos.Bound" name:"bound" env:"TIDEMARK_CHAOS_BOUND" default:"${chaos_Bound}" help:"The freshness promise checked on every answer."`
@@ -37,7 +38,7 @@ func (c *chaosCmd) config() chaos.Config {
 	cfg.Duration, cfg.Seed, cfg.FaultEvery = c.Duration, c.Seed, c.FaultEvery
 	cfg.Faults = splitList(c.Faults)
 	cfg.RateUpdates, cfg.RateReads = c.RateUpdates, c.RateReads
-	cfg.Cluster, cfg.Kafka, cfg.Keep = c.Cluster, splitList(c.Kafka), c.Keep
+	cfg.Cluster, cfg.Kafka, cfg.KafkaConn, cfg.Keep = c.Cluster, splitList(c.Kafka), c.kafkaConn(), c.Keep
 	cfg.Bound, cfg.Items, cfg.SourceBudget = c.Bound, c.Items, c.Budget
 	cfg.Binary, cfg.UpgradeFrom, cfg.UpgradeNamespace = c.Binary, c.UpgradeFrom, c.UpgradeNS
 	cfg.Table = c.table()

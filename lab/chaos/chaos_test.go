@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"tidemark/lab/testenv"
 )
 
@@ -19,9 +21,24 @@ func testConfig(t *testing.T, binary string) Config {
 	cfg.Binary = binary
 	cfg.RateUpdates, cfg.RateReads = 150, 400
 	if testenv.RealKafka() { // TIDEMARK_TEST_KAFKA=real: the 3-broker Apache Kafka cluster
-		cfg.Kafka = testenv.StartKafka(t).Brokers
+		// over SASL_SSL with ACLs enforced, as one user holding the
+		// capture and apply rows of the README's table (and Create) for
+		// the run's names: every stage reaches Kafka as a user would.
+		k := testenv.StartKafka(t)
+		cfg.Kafka, cfg.KafkaConn = k.SASL, k.KafkaUser(t, chaosKafkaACLs())
 	}
 	return cfg
+}
+
+// chaosKafkaACLs are the capture and apply rows of the README's Kafka ACL
+// table, with Create, on every name a run makes: topics chaos.<run>,
+// chaos.<run>.capture, chaos.<run>.dlq and group chaos-<run>.
+func chaosKafkaACLs() []testenv.KafkaACL {
+	var acls []testenv.KafkaACL
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationWrite, kmsg.ACLOperationRead, kmsg.ACLOperationDescribeConfigs} {
+		acls = append(acls, testenv.KafkaACL{Resource: kmsg.ACLResourceTypeTopic, Name: "chaos.", Op: op, Prefixed: true})
+	}
+	return append(acls, testenv.KafkaACL{Resource: kmsg.ACLResourceTypeGroup, Name: "chaos-", Op: kmsg.ACLOperationRead, Prefixed: true})
 }
 
 func run(t *testing.T, cfg Config) *Report {

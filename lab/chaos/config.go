@@ -9,6 +9,7 @@ import (
 	"tidemark/api"
 	"tidemark/catalog"
 	"tidemark/internal/config"
+	"tidemark/internal/kafkaconn"
 	"tidemark/promise"
 )
 
@@ -23,11 +24,14 @@ type Config struct {
 	Bound       time.Duration // the freshness promise checked on every answer
 	Cluster     bool          // a 3-master Redis Cluster instead of one redis-server
 	Kafka       []string      // external brokers; empty = an embedded broker process the faults may kill
-	Binary      string        // the tidemark binary run as capture, apply, serve and kafka
-	Dir         string        // work directory (servers' data and process logs)
-	Keep        string        // write the histories here as JSON lines ("" = not kept)
-	Tenants     int
-	Items       int // per tenant
+	// KafkaConn is how the stages reach the external brokers (TLS, SASL),
+	// given to them as the flags a user would write (a password as a file).
+	KafkaConn kafkaconn.Config
+	Binary    string // the tidemark binary run as capture, apply, serve and kafka
+	Dir       string // work directory (servers' data and process logs)
+	Keep      string // write the histories here as JSON lines ("" = not kept)
+	Tenants   int
+	Items     int // per tenant
 	// SourceBudget is the shared foreground source-read budget (reads/s) the
 	// serve processes run with (background gets half of it, read-your-writes
 	// a quarter, inside the total of foreground + background); the cold-read
@@ -180,6 +184,10 @@ func (c Config) Validate() error {
 			p.Add("Table.StateColumn", "the chaos harness needs a state column (its deletes are tombstones)")
 		}
 	}
+	if c.KafkaConn != (kafkaconn.Config{}) && len(c.Kafka) == 0 {
+		p.Add("KafkaConn", "Kafka connection settings need external brokers (Kafka); the embedded broker takes none")
+	}
+	p.Nested("KafkaConn", c.KafkaConn.Validate())
 	known := append(slices.Clone(AllFaults), "all", "none")
 	for _, f := range c.Faults {
 		if !slices.Contains(known, f) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -45,9 +46,12 @@ type system struct {
 
 	broker  *proc.Process // nil with external brokers
 	brokers string
-	topic   string
-	group   string
-	slot    string
+	// kafkaArgs are the stages' flags reaching brokers (KafkaConn's TLS and
+	// SASL with external ones).
+	kafkaArgs []string
+	topic     string
+	group     string
+	slot      string
 
 	captures, appliers, serves []*proc.Process
 	apiBases                   []string
@@ -252,6 +256,15 @@ func (s *system) startRedis(ctx context.Context) error {
 func (s *system) startKafka(ctx context.Context) error {
 	if len(s.cfg.Kafka) > 0 {
 		s.brokers = strings.Join(s.cfg.Kafka, ",")
+		conn := s.cfg.KafkaConn
+		if conn.SASLPassword != "" { // to the stages as a file, never in their argv
+			f := filepath.Join(s.dir, "kafka-sasl-password")
+			if err := os.WriteFile(f, []byte(conn.SASLPassword), 0o600); err != nil {
+				return err
+			}
+			conn.SASLPassword, conn.SASLPasswordFile = "", f
+		}
+		s.kafkaArgs = proc.KafkaArgs(s.cfg.Kafka, conn)
 		return nil
 	}
 	port, err := localserver.FreePort()
@@ -259,6 +272,7 @@ func (s *system) startKafka(ctx context.Context) error {
 		return err
 	}
 	s.brokers = "127.0.0.1:" + strconv.Itoa(port)
+	s.kafkaArgs = []string{"--kafka", s.brokers}
 	s.broker = s.stage("kafka", "kafka", "--data-dir", filepath.Join(s.dir, "kafka"), "--port", strconv.Itoa(port),
 		"--partitions", strconv.Itoa(partitions))
 	if err := s.broker.Start(); err != nil {
@@ -300,9 +314,9 @@ func (s *system) startStages(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.captures = append(s.captures, s.stage(fmt.Sprintf("capture%d", i+1), append([]string{"capture", "--pg", s.dsn, "--kafka", s.brokers,
-			"--topic", s.topic, "--slot", s.slot, "--partitions", strconv.Itoa(partitions), "--metrics-addr", m,
-			"--shutdown-timeout", "5s"}, s.cfg.tableFlags()...)...))
+		args := append(append([]string{"capture", "--pg", s.dsn}, s.kafkaArgs...), "--topic", s.topic, "--slot", s.slot,
+			"--partitions", strconv.Itoa(partitions), "--metrics-addr", m, "--shutdown-timeout", "5s")
+		s.captures = append(s.captures, s.stage(fmt.Sprintf("capture%d", i+1), append(args, s.cfg.tableFlags()...)...))
 	}
 	for i := 0; i < 2; i++ {
 		m, err := addr()
@@ -310,9 +324,9 @@ func (s *system) startStages(ctx context.Context) error {
 			return err
 		}
 		s.applyMetrics = append(s.applyMetrics, "http://"+m+"/metrics")
-		s.appliers = append(s.appliers, s.stage(fmt.Sprintf("apply%d", i+1), "apply", "--kafka", s.brokers, "--redis", s.redisURL,
+		s.appliers = append(s.appliers, s.stage(fmt.Sprintf("apply%d", i+1), append(append([]string{"apply"}, s.kafkaArgs...), "--redis", s.redisURL,
 			"--topic", s.topic, "--group", s.group, "--session-timeout", "2s", "--metrics-addr", m,
-			"--cache-floor-ttl", ChaosFloorTTL.String()))
+			"--cache-floor-ttl", ChaosFloorTTL.String())...))
 	}
 	lim := s.cfg.Limits()
 	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }

@@ -405,8 +405,8 @@ func (u *upgrader) namespaceUpgrade(ctx context.Context, within time.Duration) e
 		if err != nil {
 			return err
 		}
-		p := s.stage(fmt.Sprintf("apply-%s-%d", ns, i+1), "apply", "--kafka", s.brokers, "--redis", s.redisURL,
-			"--topic", s.topic, "--group", group, "--namespace", ns, "--session-timeout", "2s", "--metrics-addr", m)
+		p := s.stage(fmt.Sprintf("apply-%s-%d", ns, i+1), append(append([]string{"apply"}, s.kafkaArgs...), "--redis", s.redisURL,
+			"--topic", s.topic, "--group", group, "--namespace", ns, "--session-timeout", "2s", "--metrics-addr", m)...)
 		if err := p.Start(); err != nil {
 			return err
 		}
@@ -472,7 +472,7 @@ func (u *upgrader) namespaceUpgrade(ctx context.Context, within time.Duration) e
 func (u *upgrader) status(ctx context.Context, group string) string {
 	s := u.sys
 	cfg := status.DefaultConfig()
-	cfg.Brokers, cfg.Topic, cfg.Group, cfg.Redis = strings.Split(s.brokers, ","), s.topic, group, s.redisURL
+	cfg.Brokers, cfg.Kafka, cfg.Topic, cfg.Group, cfg.Redis = strings.Split(s.brokers, ","), s.cfg.KafkaConn, s.topic, group, s.redisURL
 	cfg.Namespace, cfg.SourcePool = s.cfg.UpgradeNamespace, namespace
 	rep, err := status.Check(ctx, cfg)
 	var lines []string

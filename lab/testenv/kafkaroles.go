@@ -26,14 +26,19 @@ const (
 	RoleStatus  = "status"
 )
 
-// KafkaACL is one allowed operation on one literal resource.
+// KafkaACL is one allowed operation on one resource: the one named Name,
+// or with Prefixed every resource whose name starts with Name.
 type KafkaACL struct {
 	Resource kmsg.ACLResourceType // topic, group or cluster
 	Name     string
 	Op       kmsg.ACLOperation
+	Prefixed bool
 }
 
 func (a KafkaACL) String() string {
+	if a.Prefixed {
+		return fmt.Sprintf("%s %s* %s", strings.ToLower(a.Resource.String()), a.Name, a.Op)
+	}
 	return fmt.Sprintf("%s %s %s", strings.ToLower(a.Resource.String()), a.Name, a.Op)
 }
 
@@ -43,9 +48,11 @@ func (a KafkaACL) String() string {
 // appears only where neither is granted.
 func KafkaRoleACLs(role, topic, group string) []KafkaACL {
 	t := func(name string, op kmsg.ACLOperation) KafkaACL {
-		return KafkaACL{kmsg.ACLResourceTypeTopic, name, op}
+		return KafkaACL{Resource: kmsg.ACLResourceTypeTopic, Name: name, Op: op}
 	}
-	g := func(op kmsg.ACLOperation) KafkaACL { return KafkaACL{kmsg.ACLResourceTypeGroup, group, op} }
+	g := func(op kmsg.ACLOperation) KafkaACL {
+		return KafkaACL{Resource: kmsg.ACLResourceTypeGroup, Name: group, Op: op}
+	}
 	dlq, state := topic+".dlq", topic+".capture"
 	switch role {
 	case RoleCapture:
@@ -99,7 +106,11 @@ func (k *Kafka) Grant(t testing.TB, principal string, acls []KafkaACL) {
 	}
 	defer adm.Close()
 	for _, a := range acls {
-		bld := kadm.NewACLs().Allow(principal).ResourcePatternType(kadm.ACLPatternLiteral).Operations(a.Op)
+		pattern := kadm.ACLPatternLiteral
+		if a.Prefixed {
+			pattern = kadm.ACLPatternPrefixed
+		}
+		bld := kadm.NewACLs().Allow(principal).ResourcePatternType(pattern).Operations(a.Op)
 		switch a.Resource {
 		case kmsg.ACLResourceTypeTopic:
 			bld.Topics(a.Name)
@@ -169,23 +180,4 @@ func (k *Kafka) waitACLs(ctx context.Context, principal string, n int) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// KafkaArgs are the command-line flags that reach brokers as c says, as a
-// user would write them (the password only as a file).
-func KafkaArgs(brokers []string, c kafkaconn.Config) []string {
-	args := []string{"--kafka", strings.Join(brokers, ",")}
-	add := func(flag, v string) {
-		if v != "" {
-			args = append(args, flag, v)
-		}
-	}
-	add("--kafka-ca-file", c.TLS.CAFile)
-	add("--kafka-cert-file", c.TLS.CertFile)
-	add("--kafka-key-file", c.TLS.KeyFile)
-	add("--kafka-sasl-mechanism", c.SASLMechanism)
-	add("--kafka-sasl-user", c.SASLUser)
-	add("--kafka-sasl-password-file", c.SASLPasswordFile)
-	add("--kafka-oauth-token-file", c.OAuthTokenFile)
-	return args
 }
