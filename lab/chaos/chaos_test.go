@@ -164,6 +164,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a cluster fault without a cluster was accepted")
 	}
+	cfg = DefaultConfig()
+	cfg.Binary, cfg.KafkaConn.SASLMechanism, cfg.KafkaConn.SASLUser, cfg.KafkaConn.SASLPassword = "/bin/true", "SCRAM-SHA-512", "u", "p"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "external brokers") {
+		t.Fatalf("Kafka connection settings for the embedded broker: %v, want a refusal naming external brokers", err)
+	}
 }
 
 // TestChaosClusterShortRun is the Redis Cluster part of `make test`'s chaos:
