@@ -117,6 +117,7 @@ func TestChaosPromotion(t *testing.T) {
 // table flags given to capture and serve. Source stalls lock it, so they
 // are among the faults.
 func TestChaosForeignTable(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.Duration, cfg.Seed, cfg.Items = 40*time.Second, 27, 500
 	cfg.Faults = []string{FaultKillApply, FaultSourceStall, FaultKillServe}
