@@ -185,7 +185,8 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.KafkaConn != (kafkaconn.Config{}) && len(c.Kafka) == 0 {
-		p.Add("KafkaConn", "Kafka connection settings need external brokers (Kafka); the embedded broker takes none")
+		// Named by Kafka: it is the missing setting, and the one a flag fills.
+		p.Add("Kafka", "is empty, but Kafka connection settings (TLS, SASL) are given: they need external brokers; the embedded broker takes none")
 	}
 	p.Nested("KafkaConn", c.KafkaConn.Validate())
 	known := append(slices.Clone(AllFaults), "all", "none")
