@@ -18,7 +18,8 @@ import (
 // (surrogate key, revision counter, payload in three columns, its own
 // status values) is adopted, then capture + apply + serve answer display
 // built from title, image_url and body; a DBA's raw UPDATE that does not
-// touch the revision and a raw DELETE still reach the cache.
+// touch the revision and a raw DELETE still reach the cache, and inspect
+// finds the cached entries consistent with the shop's rows.
 func TestAdoptWalkthrough(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	db := pg.NewDatabase(t)
@@ -126,6 +127,17 @@ func TestAdoptWalkthrough(t *testing.T) {
 	})
 	if code, _, err := get("sku-2"); err != nil || code != 200 {
 		t.Fatalf("GET sku-2 = %d %v", code, err)
+	}
+	// inspect with the same table flags compares the cached entries'
+	// versions with the shop's revisions.
+	iout, err := exec.Command(bin, append([]string{"inspect", "--pg", dsn, "--redis", r.URL(), "--json"}, table...)...).Output()
+	var rep struct{ Checked, Consistent int }
+	if err == nil {
+		err = json.Unmarshal(iout, &rep)
+	}
+	if err != nil || rep.Checked < 2 || rep.Consistent != rep.Checked {
+		t.Fatalf("tidemark inspect on shop.products: %v, checked %d, consistent %d; want sku-1 and sku-2 checked and consistent:\n%s%s",
+			err, rep.Checked, rep.Consistent, iout, exitStderr(err))
 	}
 	pg.Exec(t, db, `DELETE FROM shop.products WHERE shop_id = 'acme' AND sku = 'sku-2'`)
 	testenv.Eventually(t, 60*time.Second, "the raw DELETE (a tombstone by the trigger) is served as 404", func() error {
