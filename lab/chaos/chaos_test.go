@@ -61,6 +61,7 @@ func run(t *testing.T, cfg Config) *Report {
 // TestChaosShortRun is the seeded chaos run of `make test`: 90 s with every
 // fault kind that applies; any violation fails it.
 func TestChaosShortRun(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.Duration, cfg.Seed = 90*time.Second, 12
 	rep := run(t, cfg)
@@ -89,6 +90,7 @@ func TestChaosShortRun(t *testing.T) {
 // slot gone and a reset on 15 and 16, the failover slot kept on 17+), and
 // no answer breaks the promise.
 func TestChaosPromotion(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.Duration, cfg.Seed, cfg.Faults = 60*time.Second, 14, []string{FaultPromotion}
 	cfg.FaultEvery = time.Minute // one promotion
@@ -176,6 +178,7 @@ func TestConfigValidate(t *testing.T) {
 // slots resharded between masters under load, a master killed and replaced,
 // and the Redis faults against one master of the three.
 func TestChaosClusterShortRun(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.Duration, cfg.Seed, cfg.Cluster = 60*time.Second, 13, true
 	cfg.Faults = []string{FaultReshard, FaultKillMaster, FaultRedisRestart, FaultRedisSnapshot, FaultRedisHung, FaultRedisReadonly}

@@ -316,15 +316,19 @@ func (in *injector) promotion(ctx context.Context) (string, error) {
 			return err == nil && ok
 		})
 	}
+	// Whether the standby holds capture's slot is read before the
+	// promotion: after it, capture may already have created a new slot of
+	// the same name on the promoted server (the reset path), which is not
+	// a kept one. A synced, permanent slot survives the promotion.
+	kept, err := query(sb, "SELECT count(*) > 0 FROM pg_replication_slots WHERE slot_name = $1 AND NOT temporary", s.slot)
+	if err != nil {
+		return fmt.Sprintf("Postgres %d", version), fmt.Errorf("read slots on the standby: %w", err)
+	}
 	resetBefore := in.watermarkHash(cctx)[schema.FieldResetAt]
 	old.Stop()
 	promoted := time.Now()
 	if _, err := query(sb, "SELECT pg_promote(true, 60)"); err != nil {
 		return fmt.Sprintf("Postgres %d", version), fmt.Errorf("pg_promote: %w", err)
-	}
-	kept, err := query(sb, "SELECT count(*) > 0 FROM pg_replication_slots WHERE slot_name = $1", s.slot)
-	if err != nil {
-		return fmt.Sprintf("Postgres %d", version), fmt.Errorf("read slots on the promoted server: %w", err)
 	}
 	s.pg, s.standby = sb, nil
 	// What capture did: a reset moves reset_at; the failover slot path

@@ -26,10 +26,10 @@ func upgradeFromCommit(t *testing.T) string {
 // them one process at a time with the current one, under load and faults;
 // the checker's verdict and the budget cover the whole run.
 func TestChaosRollingUpgrade(t *testing.T) {
-	// The longest runs go two at a time (go test's -parallel is the number
-	// of cores) after the serial ones: each is a few processes under a
-	// rate-limited load, judged by visibility times and the source budget,
-	// neither of which a busier box can turn into a violation.
+	// The chaos runs go two at a time (go test's -parallel is the number
+	// of cores): each is a few processes under a rate-limited load, judged
+	// by visibility times and the source budget, neither of which a busier
+	// box can turn into a violation.
 	t.Parallel()
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.UpgradeFrom = testenv.BinaryAtCommit(t, upgradeFromCommit(t))

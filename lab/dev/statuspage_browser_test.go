@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -143,42 +144,48 @@ func TestStatusPageInBrowser(t *testing.T) {
 // prints, with the same members.
 func checkStatusJSON(t *testing.T, e *e2e) {
 	t.Helper()
-	resp, err := http.Get("http://" + e.serveMetrics + "/status.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var page map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		t.Fatalf("/status.json: %v", err)
-	}
-	// The serve process knows Postgres, so its page adds slot health.
-	cfg := status.DefaultConfig()
-	cfg.Brokers, cfg.Redis, cfg.PG, cfg.Topic, cfg.Group, cfg.Slot = strings.Split(e.brokers, ","), e.redisURL, e.dsn, e.topic, e.group, e.slot
-	rep, err := status.Check(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := rep.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var cli map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &cli); err != nil {
-		t.Fatal(err)
-	}
-	// The page also carries the figures of the auditor running in the
-	// serving process (its own metrics, which `tidemark status` cannot see);
-	// otherwise the two documents have the same members.
-	if _, ok := page["audit"]; !ok {
-		t.Errorf("/status.json lacks the serving process's audit figures")
-	}
-	cli["audit"] = nil
-	if got, want := slices.Sorted(maps.Keys(page)), slices.Sorted(maps.Keys(cli)); !slices.Equal(got, want) {
-		t.Errorf("/status.json members %v, `tidemark status --json` members (and audit) %v", got, want)
-	}
-	if page["verdict"] != cli["verdict"] || len(page["partitions"].([]any)) != len(rep.Partitions) {
-		t.Errorf("/status.json verdict %v with %d partitions; status says %v with %d", page["verdict"],
-			len(page["partitions"].([]any)), cli["verdict"], len(rep.Partitions))
-	}
+	// The page serves the report of its last check (every few seconds), so
+	// a member that appears meanwhile (the warmer's first run, after the
+	// first start's reset) is on the page one check later: poll.
+	testenv.Eventually(t, 30*time.Second, "/status.json has the members of `tidemark status --json`", func() error {
+		resp, err := http.Get("http://" + e.serveMetrics + "/status.json")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var page map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+			return fmt.Errorf("/status.json: %v", err)
+		}
+		// The serve process knows Postgres, so its page adds slot health.
+		cfg := status.DefaultConfig()
+		cfg.Brokers, cfg.Redis, cfg.PG, cfg.Topic, cfg.Group, cfg.Slot = strings.Split(e.brokers, ","), e.redisURL, e.dsn, e.topic, e.group, e.slot
+		rep, err := status.Check(context.Background(), cfg)
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := rep.WriteJSON(&buf); err != nil {
+			return err
+		}
+		var cli map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &cli); err != nil {
+			return err
+		}
+		// The page also carries the figures of the auditor running in the
+		// serving process (its own metrics, which `tidemark status` cannot
+		// see); otherwise the two documents have the same members.
+		if _, ok := page["audit"]; !ok {
+			return errors.New("/status.json lacks the serving process's audit figures")
+		}
+		cli["audit"] = nil
+		if got, want := slices.Sorted(maps.Keys(page)), slices.Sorted(maps.Keys(cli)); !slices.Equal(got, want) {
+			return fmt.Errorf("/status.json members %v, `tidemark status --json` members (and audit) %v", got, want)
+		}
+		if page["verdict"] != cli["verdict"] || len(page["partitions"].([]any)) != len(rep.Partitions) {
+			return fmt.Errorf("/status.json verdict %v with %d partitions; status says %v with %d", page["verdict"],
+				len(page["partitions"].([]any)), cli["verdict"], len(rep.Partitions))
+		}
+		return nil
+	})
 }
