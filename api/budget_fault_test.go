@@ -279,7 +279,12 @@ func TestFallbackClassesShareTheTotal(t *testing.T) {
 	if last[reader.ClassForeground] == 0 || last[reader.ClassReadYourWrites] == 0 {
 		t.Fatalf("reads by class %v: the request path was not served at all", last)
 	}
-	if last[reader.ClassBackground] > last[reader.ClassForeground]/4 {
+	// Without the back-off background would take as much as foreground
+	// (equal rates); with it, about a fifth on an idle box. A loaded box
+	// slows the foreground readers' own round trips, so the bound is half,
+	// not a ratio only an idle box meets (0.26 and 0.29 were seen at
+	// load 16 to 47).
+	if last[reader.ClassBackground] > last[reader.ClassForeground]/2 {
 		t.Errorf("background read %d against foreground's %d while both were busy: background work must back off first", last[reader.ClassBackground], last[reader.ClassForeground])
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 // Through a Sentinel (one master, one replica), invalidations keep being
 // applied across a Sentinel failover: the client follows the new master,
-// and every key's floor ends at the last version sent to it (none lost).
+// and every key's floor ends at the last version sent to it.
 func TestSentinelFailoverLosesNoInvalidation(t *testing.T) {
 	dir := t.TempDir()
 	master, err := localserver.NewRedis(localserver.RedisConfig{Dir: filepath.Join(dir, "m")})
@@ -119,9 +119,27 @@ func TestSentinelFailoverLosesNoInvalidation(t *testing.T) {
 		}
 		return nil
 	})
+	// Until Sentinel has made the old master a replica, it still takes
+	// writes, and a client that has not yet followed the switch writes
+	// there: those are lost when it resyncs from the new master (the
+	// applier covers that window with its failover reset, see
+	// applier/failover.go). From then on every write reaches the new
+	// master, so the batches after it must end every key at its last
+	// version.
+	testenv.Eventually(t, 60*time.Second, "the old master is a replica", func() error {
+		info, err := redis.NewClient(&redis.Options{Addr: master.Addr}).Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !containsLine(info, "role:slave") {
+			return errors.New("old master still has role master")
+		}
+		return nil
+	})
+	demoted := sent.Load()
 	testenv.Eventually(t, 60*time.Second, "invalidations after the failover", func() error {
-		if sent.Load() < before+20 {
-			return fmt.Errorf("%d batches after", sent.Load()-before)
+		if sent.Load() < demoted+20 {
+			return fmt.Errorf("%d batches after the old master became a replica", sent.Load()-demoted)
 		}
 		return nil
 	})
