@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -23,9 +24,19 @@ func TestMinVersionBounds(t *testing.T) {
 	before := e.sourceReads()
 	// Far above the source's version: 400, once from the source, then from
 	// the memo.
-	for range 3 {
-		if r := e.do("GET", in.item("b")+"?min_version=9223372036854775807", key, ""); r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 1 {
+	for i := range 3 {
+		r := e.do("GET", in.item("b")+"?min_version=9223372036854775807", key, "")
+		if r.code != 400 || r.body["code"] != "min_version_out_of_range" || r.current() != 1 {
 			t.Fatalf("huge min_version: %d %s, want 400 min_version_out_of_range with current_version 1", r.code, r.raw)
+		}
+		// One reason per answer: from the source first, then from the memo.
+		want := "tidemark; fwd=miss"
+		if i > 0 {
+			want = "tidemark; hit"
+		}
+		got := r.header.Get("Cache-Status")
+		if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "; detail=min-version-beyond-source") || strings.Count(got, "detail=") != 1 {
+			t.Fatalf("huge min_version, answer %d: Cache-Status %q, want %q…, one detail, min-version-beyond-source", i+1, got, want)
 		}
 	}
 	if got := e.sourceReads() - before; got != 1 {

@@ -85,6 +85,8 @@ func (rd *Reader) beyondSlack(minVersion, version int64) bool {
 	return minVersion-version > rd.cfg.MinVersionSlack
 }
 
+// minVersionTooHigh is the refusal; cacheStatus carries no detail of its
+// own, so the answer names one reason.
 func (rd *Reader) minVersionTooHigh(version int64, cacheStatus string) Result {
 	return Result{Kind: BadMinVersion, Version: version, CacheStatus: cacheStatus + "; detail=min-version-beyond-source",
 		Message: "min_version is more than " + strconv.FormatInt(rd.cfg.MinVersionSlack, 10) +

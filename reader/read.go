@@ -117,7 +117,7 @@ func (rd *Reader) memoBelow(key string, minVersion int64) (Result, bool) {
 	}
 	if v, ok := rd.belowMin.below(key, minVersion, rd.clock.Wall()); ok {
 		if rd.beyondSlack(minVersion, v) {
-			return rd.minVersionTooHigh(v, "tidemark; hit; detail=below-min-memo"), true
+			return rd.minVersionTooHigh(v, "tidemark; hit"), true
 		}
 		return Result{Kind: BelowMin, Version: v, CacheStatus: "tidemark; hit; detail=below-min-memo"}, true
 	}
@@ -323,7 +323,7 @@ func (rd *Reader) releaseLease(ctx context.Context, tenant, id string, tok cache
 // fetch reads the source under the foreground budget and, with a lease
 // token, fills the cache with what it read.
 func (rd *Reader) fetch(ctx context.Context, tenant, id string, minVersion int64, tok cache.Token, detail string) Result {
-	status := func(stored bool) string {
+	status := func(stored bool, detail string) string {
 		st := "tidemark; fwd=miss"
 		if stored {
 			st += "; stored"
@@ -361,14 +361,14 @@ func (rd *Reader) fetch(ctx context.Context, tenant, id string, minVersion int64
 	case it.exists() && it.Version < minVersion:
 		rd.belowMin.remember(tenant+"\x00"+id, it.Version, rd.clock.Wall())
 		if rd.beyondSlack(minVersion, it.Version) {
-			return rd.minVersionTooHigh(it.Version, status(stored))
+			return rd.minVersionTooHigh(it.Version, status(stored, ""))
 		}
-		return Result{Kind: BelowMin, Version: it.Version, Hard: hard, CacheStatus: status(stored), fwd: true}
+		return Result{Kind: BelowMin, Version: it.Version, Hard: hard, CacheStatus: status(stored, detail), fwd: true}
 	case !it.Found:
 		// Version: a tombstone's, for the shadow comparison (0: no row).
-		return Result{Kind: NotFound, Version: it.Version, Hard: hard, CacheStatus: status(stored), fwd: true}
+		return Result{Kind: NotFound, Version: it.Version, Hard: hard, CacheStatus: status(stored, detail), fwd: true}
 	}
-	return Result{Kind: Found, Version: it.Version, Payload: it.Payload, EffObs: obs, Hard: hard, CacheStatus: status(stored), fwd: true}
+	return Result{Kind: Found, Version: it.Version, Payload: it.Payload, EffObs: obs, Hard: hard, CacheStatus: status(stored, detail), fwd: true}
 }
 
 // sourceRead is one budgeted read of the source. obs is when it started:
