@@ -81,6 +81,10 @@ func (v *visibility) ended(xid uint32) bool {
 	return !running
 }
 
+// invisibleWarnAfter is how long a hold lasts before it is logged as a
+// warning: shorter holds are a busy backend, not a stalled standby.
+const invisibleWarnAfter = time.Second
+
 // awaitVisible holds the stream (and with it every later record and
 // resolved marker, so the watermark too) until xid is visible to new
 // snapshots, confirming to the server meanwhile so the walsender does not
@@ -90,8 +94,13 @@ func (s *streamer) awaitVisible(ctx context.Context, xid uint32) error {
 	if v == nil || v.ended(xid) {
 		return nil
 	}
-	backoff := 5 * time.Millisecond
+	// The usual wait is a committing backend that has flushed but not yet
+	// left the running set: microseconds, longer only when it is not
+	// scheduled. So the first retries come soon; a synchronous standby's
+	// wait backs off to 250 ms, and is logged as one once it lasts.
+	backoff := 200 * time.Microsecond
 	var since time.Time
+	warned := false
 	for {
 		// Holding is progress, not a stuck loop (Live): restarting would
 		// not make the commit visible.
@@ -103,13 +112,19 @@ func (s *streamer) awaitVisible(ctx context.Context, xid uint32) error {
 			if !since.IsZero() {
 				held := time.Since(since)
 				s.c.m.invisible.Add(held.Seconds())
-				s.c.log.Info("decoded commit is visible now; streaming on", "xid", xid, "held", held.Round(time.Millisecond))
+				if warned {
+					s.c.log.Info("decoded commit is visible now; streaming on", "xid", xid, "held", held.Round(time.Millisecond))
+				}
 			}
 			return nil
 		}
 		if since.IsZero() {
 			since = time.Now()
-			s.c.log.Warn("decoded commit is not yet visible to new snapshots (waiting for a synchronous standby?): holding its invalidations and the watermark until it is", "xid", xid)
+		}
+		if !warned && time.Since(since) >= invisibleWarnAfter {
+			warned = true
+			s.c.log.Warn("decoded commit is not yet visible to new snapshots (waiting for a synchronous standby?): holding its invalidations and the watermark until it is",
+				"xid", xid, "held", time.Since(since).Round(time.Millisecond))
 		}
 		if time.Now().After(s.nextStatus) {
 			if err := s.status(); err != nil {
