@@ -69,8 +69,8 @@ func (s *Server) listItems(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	q := r.URL.Query()
 	for _, name := range []string{"limit", "updated_after", "cursor"} {
-		if q.Has(name) && q.Get(name) == "" { // present but empty is a mistake, never "absent"
-			writeError(w, http.StatusBadRequest, "bad_request", name+" must not be empty")
+		if _, _, err := queryParam(r, name); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
 	}

@@ -18,7 +18,12 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	var minVersion int64
-	if v := r.URL.Query().Get("min_version"); v != "" {
+	v, given, err := queryParam(r, "min_version")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if given {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			writeError(w, http.StatusBadRequest, "bad_request", "min_version must be a non-negative integer")

@@ -164,7 +164,12 @@ func (s *Server) deleteItem(w http.ResponseWriter, r *http.Request, tenant strin
 		return
 	}
 	var fromQuery *int64
-	if q := r.URL.Query().Get("expected_version"); q != "" {
+	q, given, err := queryParam(r, "expected_version")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if given {
 		v, err := strconv.ParseInt(q, 10, 64)
 		if err != nil || v < 1 {
 			writeError(w, http.StatusBadRequest, "bad_request", "expected_version must be a positive integer")

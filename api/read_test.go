@@ -251,6 +251,26 @@ func TestMinVersionReadYourWrites(t *testing.T) {
 	if r := e.do("GET", in.item("m")+"?min_version=x", key, ""); r.code != 400 {
 		t.Fatalf("bad min_version: %d", r.code)
 	}
+	// Given twice or empty is refused, never read as its first value or as
+	// absent: a read without read-your-writes would answer 200 or a 304 that
+	// vouches for a version below min_version (seen with If-None-Match: *).
+	for _, qs := range []string{"?min_version=&min_version=9", "?min_version=2&min_version=9", "?min_version="} {
+		for _, inm := range []string{"", "*"} {
+			r := e.do("GET", in.item("m")+qs, key, "", "If-None-Match", inm)
+			if r.code != 400 || r.body["code"] != "bad_request" {
+				t.Fatalf("GET %s with If-None-Match %q: %d %s, want 400 bad_request", qs, inm, r.code, r.raw)
+			}
+		}
+	}
+	if r := e.do("DELETE", in.item("m")+"?expected_version=", key, ""); r.code != 400 {
+		t.Fatalf("DELETE with an empty expected_version: %d %s, want 400 (not a delete without a precondition)", r.code, r.raw)
+	}
+	if r := e.do("DELETE", in.item("m")+"?expected_version=1&expected_version=2", key, ""); r.code != 400 {
+		t.Fatalf("DELETE with expected_version twice: %d %s, want 400", r.code, r.raw)
+	}
+	if r := e.do("GET", in.url+"/v1/catalog/items?limit=1&limit=500", key, ""); r.code != 400 {
+		t.Fatalf("list with limit twice: %d %s, want 400", r.code, r.raw)
+	}
 }
 
 // A missing item is 404, negative-cached: the repeat does not read the
