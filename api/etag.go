@@ -53,6 +53,20 @@ func tenantTag(tenant string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
+// validTag reports whether t has the form tenantTag gives: 12 lowercase
+// hex digits.
+func validTag(t string) bool {
+	if len(t) != 12 {
+		return false
+	}
+	for _, c := range t {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // scopedETag is the ETag a tenant sees for version: "<version>.<tenantTag>".
 func scopedETag(version int64, tag string) string {
 	return `"` + strconv.FormatInt(version, 10) + "." + tag + `"`
@@ -142,6 +156,9 @@ func expectedVersion(r *http.Request, fromRequest *int64, tag string) (v int64, 
 	v, err = strconv.ParseInt(ver, 10, 64)
 	if err != nil || v < 1 {
 		return 0, false, errIfMatch
+	}
+	if scoped && !validTag(etTag) {
+		return 0, false, errIfMatch // not an ETag this API gives out: malformed, not another tenant's
 	}
 	if scoped && etTag != tag {
 		return 0, false, errIfMatchTenant

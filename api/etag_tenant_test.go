@@ -36,6 +36,13 @@ func TestETagIsTenantScoped(t *testing.T) {
 	if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", ra.header.Get("ETag"), "Idempotency-Key", "k1"); r.code != 412 {
 		t.Fatalf("PATCH as B with A's ETag in If-Match: %d %s, want 412", r.code, r.raw)
 	}
+	// A tag this API never gives out is malformed (400), not another
+	// tenant's (the contract's pattern: "<version>" or "<version>.<12 hex>").
+	for _, im := range []string{`"1.zz"`, `"1."`, `"1.ABCDEF012345"`, `"1.0123456789abc"`} {
+		if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", im, "Idempotency-Key", "k0"+im); r.code != 400 {
+			t.Fatalf("PATCH with If-Match %s: %d %s, want 400", im, r.code, r.raw)
+		}
+	}
 	if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", rb.header.Get("ETag"), "Idempotency-Key", "k2"); r.code != 200 || r.version() != 2 {
 		t.Fatalf("PATCH as B with its own ETag: %d %s, want 200 at version 2", r.code, r.raw)
 	}
