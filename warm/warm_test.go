@@ -306,12 +306,20 @@ func TestWarmerRefillsHottestFirstAfterLoss(t *testing.T) {
 		t.Logf("%s: %v background reads, run finished %s after the loss", name, bgReads, took.Round(time.Millisecond))
 		return started
 	}
-	restartRuns := 0.0
 	for i := range 3 {
-		restartRuns += loss(fmt.Sprintf("redis-server restart %d", i+1), top, top, func() { e.r.Restart(t) })
-	}
-	if got := sum(t, regs, "tidemark_warm_runs_total", "reason", warm.ReasonIdentity); got != restartRuns {
-		t.Errorf("runs{reason=%q} = %v after 3 restarts, want all %v runs", warm.ReasonIdentity, got, restartRuns)
+		name := fmt.Sprintf("redis-server restart %d", i+1)
+		id0 := sum(t, regs, "tidemark_warm_runs_total", "reason", warm.ReasonIdentity)
+		col0 := sum(t, regs, "tidemark_warm_runs_total", "reason", warm.ReasonCollapse)
+		started := loss(name, top, top, func() { e.r.Restart(t) })
+		// A restarted node has a new identity and no keys: the runs are
+		// named by the identity, or by the collapse in a process whose
+		// identity read failed at that check (seen at load 26); the
+		// identity names at least one.
+		id := sum(t, regs, "tidemark_warm_runs_total", "reason", warm.ReasonIdentity) - id0
+		col := sum(t, regs, "tidemark_warm_runs_total", "reason", warm.ReasonCollapse) - col0
+		if id < 1 || id+col != started {
+			t.Errorf("%s: %v runs named %q and %v %q of %v started, want at least one of the first and no other reason", name, id, warm.ReasonIdentity, col, warm.ReasonCollapse, started)
+		}
 	}
 	loss("FLUSHALL (key count collapse)", top, top, func() {
 		if err := e.rdb.FlushAll(e.ctx).Err(); err != nil {
