@@ -23,6 +23,8 @@ type benchServeCmd struct {
 	Steps       []float64     `field:"benchserve.Steps" name:"steps" default:"${benchserve_Steps}" help:"Open-loop rates as fractions of the saturated rate."`
 	P99Goal     time.Duration `field:"benchserve.P99Goal" name:"p99-goal" default:"${benchserve_P99Goal}" help:"Latency goal the report checks."`
 	ServeArg    []string      `field:"benchserve.ServeArgs" name:"serve-arg" help:"Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0."`
+	Dir         string        `field:"benchserve.Dir" name:"dir" help:"Directory --profile writes to (created if missing)."`
+	Profile     bool          `field:"benchserve.Profile" name:"profile" help:"serve writes its CPU profile of the whole run to <dir>/serve.pprof (needs --dir); read it with go tool pprof -top."`
 	SVG         string        `name:"svg" default:"serve.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
 }
 
@@ -31,6 +33,7 @@ func (c *benchServeCmd) config() servebench.Config {
 	cfg.Binary, _ = os.Executable()
 	cfg.PG, cfg.Redis, cfg.ServeArgs, cfg.Items, cfg.ZipfS = c.PG, c.Redis, c.ServeArg, c.Items, c.ZipfS
 	cfg.Warmup, cfg.Duration, cfg.Concurrency, cfg.Workers, cfg.Steps, cfg.P99Goal = c.Warmup, c.Duration, c.Concurrency, c.Workers, c.Steps, c.P99Goal
+	cfg.Dir, cfg.Profile = c.Dir, c.Profile
 	return cfg
 }
 

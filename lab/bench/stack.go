@@ -126,6 +126,21 @@ type Serve struct {
 // --namespace ns` on free API and telemetry ports with args appended, and
 // waits until its /readyz answers 200. The process dies with the caller.
 func StartServe(ctx context.Context, binary, dsn, redisURL, ns string, args ...string) (*Serve, error) {
+	return StartServeEnv(ctx, nil, binary, dsn, redisURL, ns, args...)
+}
+
+// ProfileEnv and TraceEnv, set for a tidemark process, make it write its
+// CPU profile and its execution trace to the files they name (cmd/tidemark
+// reads them).
+const (
+	ProfileEnv = "TIDEMARK_CPU_PROFILE"
+	TraceEnv   = "TIDEMARK_TRACE"
+)
+
+// StartServeEnv is StartServe with env added to the process's environment
+// (e.g. ProfileEnv). The harness's own ProfileEnv and TraceEnv are not
+// passed on: a serve process writing the harness's files would garble them.
+func StartServeEnv(ctx context.Context, env []string, binary, dsn, redisURL, ns string, args ...string) (*Serve, error) {
 	apiPort, err := localserver.FreePort()
 	if err != nil {
 		return nil, err
@@ -136,7 +151,8 @@ func StartServe(ctx context.Context, binary, dsn, redisURL, ns string, args ...s
 	}
 	all := append([]string{"--log-level", "warn", "serve", "--pg", dsn, "--redis", redisURL, "--namespace", ns,
 		"--addr", fmt.Sprintf("127.0.0.1:%d", apiPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mPort)}, args...)
-	p := &Serve{p: proc.New(proc.Config{Name: "serve", Bin: binary, Args: all}),
+	env = append([]string{ProfileEnv + "=", TraceEnv + "="}, env...)
+	p := &Serve{p: proc.New(proc.Config{Name: "serve", Bin: binary, Args: all, Env: env}),
 		API: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Metrics: fmt.Sprintf("http://127.0.0.1:%d", mPort)}
 	if err := p.p.Start(); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -15,8 +16,9 @@ import (
 )
 
 // The stack the serve-process harnesses share: a migrated Postgres that
-// counts statements, a redis-server the watermark keeper writes to, and
-// nothing left on disk after Stop.
+// counts statements, a redis-server the watermark keeper writes to, a serve
+// process on them that writes the CPU profile it is given (and never the
+// harness's own), and nothing left on disk after Stop.
 func TestStackStartsMigratedServersAndCleansUp(t *testing.T) {
 	ctx := context.Background()
 	s, err := StartStack(ctx, "test", nil)
@@ -58,6 +60,26 @@ func TestStackStartsMigratedServersAndCleansUp(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A profiled serve writes its own file; the harness's TIDEMARK_CPU_PROFILE
+	// is not inherited (a second serve without one writes nothing there).
+	dir := t.TempDir()
+	mine, theirs := filepath.Join(dir, "serve.pprof"), filepath.Join(dir, "harness.pprof")
+	t.Setenv(ProfileEnv, theirs)
+	bin := testenv.Binary(t)
+	for _, env := range [][]string{{ProfileEnv + "=" + mine}, nil} {
+		srv, err := StartServeEnv(ctx, env, bin, s.DSN, s.Redis.URL(), "ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Stop()
+	}
+	if st, err := os.Stat(mine); err != nil || st.Size() == 0 {
+		t.Errorf("serve given %s=%s: want its CPU profile there, got %v", ProfileEnv, mine, err)
+	}
+	if _, err := os.Stat(theirs); !os.IsNotExist(err) {
+		t.Errorf("serve wrote the harness's own %s file %s (want it not inherited): %v", ProfileEnv, theirs, err)
+	}
 	cancel()
 	wait()
 

@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -45,6 +46,8 @@ type Config struct {
 	Workers     int           // --workers: connections of the open-loop steps
 	Steps       []float64     // --steps: open-loop rates as fractions of the saturated rate
 	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
+	Dir         string        // --dir: where Profile writes (created if missing)
+	Profile     bool          // --profile: serve writes its CPU profile of the whole run to Dir/serve.pprof
 }
 
 // DefaultConfig is `tidemark bench serve` with no flags: 10,000 items,
@@ -82,6 +85,9 @@ func (c Config) Validate() error {
 			break
 		}
 	}
+	if c.Profile && c.Dir == "" {
+		p.Add("Profile", "the profile is written to the directory: set it")
+	}
 	if (c.PG == "") != (c.Redis == "") {
 		p.Add("Redis", "give both a Postgres and a Redis, or neither (then private servers are started)")
 	}
@@ -111,6 +117,7 @@ type Result struct {
 	CeilingBest *Row
 	P99Goal     time.Duration
 	Setup       string
+	Profile     string // serve's CPU profile, when asked for
 }
 
 // WriteTable writes the report's table and the goal it checks.
@@ -127,6 +134,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %.3f%% | %.1f%% |\n", row.Step, target, row.Rate, row.Requests,
 			row.Errors, fmtDur(row.P50), fmtDur(row.P99), fmtDur(row.Max), 100*row.SourceShare, 100*row.L1Share)
 	}
+	if sat, ceil := r.row("saturation"), r.row("ceiling /healthz"); sat != nil && ceil != nil && ceil.Rate > 0 {
+		fmt.Fprintf(&b, "\nClosed loop: serve %.0f req/s against its own /healthz's %.0f req/s: **%.2fx**.\n", sat.Rate, ceil.Rate, sat.Rate/ceil.Rate)
+	}
 	if r.Best != nil {
 		fmt.Fprintf(&b, "\nHighest offered rate with p99 < %s: **%.0f req/s** (p50 %s, p99 %s, source reads %.3f%% of GETs).\n",
 			r.P99Goal, r.Best.Rate, fmtDur(r.Best.P50), fmtDur(r.Best.P99), 100*r.Best.SourceShare)
@@ -142,6 +152,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		b.WriteString(".\n")
 	} else if r.hasOpenCeiling() {
 		fmt.Fprintf(&b, "Ceiling, the same rates against /healthz: no step met p99 < %s either; on this box the goal is out of reach for any handler.\n", r.P99Goal)
+	}
+	if r.Profile != "" {
+		fmt.Fprintf(&b, "serve's CPU profile of the whole run (GET steps and /healthz ceiling): %s (go tool pprof -top %s)\n", r.Profile, r.Profile)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -163,6 +176,16 @@ func (r *Result) pickBest() {
 			r.CeilingBest = row
 		}
 	}
+}
+
+// row is the row of step name (nil: none).
+func (r Result) row(name string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Step == name {
+			return &r.Rows[i]
+		}
+	}
+	return nil
 }
 
 func (r Result) hasOpenCeiling() bool {
@@ -217,7 +240,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	defer bench.KeepWatermarkCurrent(wctx, rdb, ns)()
 	defer stopWM()
 
-	srv, err := bench.StartServe(ctx, cfg.Binary, cfg.PG, cfg.Redis, ns, cfg.ServeArgs...)
+	var env []string
+	if path := profilePath(cfg); path != "" {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return Result{}, fmt.Errorf("bench serve: %w", err)
+		}
+		env = append(env, bench.ProfileEnv+"="+path)
+	}
+	srv, err := bench.StartServeEnv(ctx, env, cfg.Binary, cfg.PG, cfg.Redis, ns, cfg.ServeArgs...)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench serve: %w", err)
 	}
@@ -229,7 +259,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	for i := range cfg.Items {
 		g.urls = append(g.urls, base+"/v1/catalog/items/"+benchItem(i))
 	}
-	rep := Result{Config: cfg, P99Goal: cfg.P99Goal, Setup: fmt.Sprintf(
+	rep := Result{Config: cfg, P99Goal: cfg.P99Goal, Profile: profilePath(cfg), Setup: fmt.Sprintf(
 		"%d items (all read once first), zipf s=%.2f, GOMAXPROCS=%d on %d CPUs, generator and `tidemark serve` (separate processes) on the same box as Redis and Postgres; watermark kept current (healthy pipeline)",
 		cfg.Items, cfg.ZipfS, runtime.GOMAXPROCS(0), runtime.NumCPU())}
 	healthz := srv.Metrics + "/healthz"
@@ -285,6 +315,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	g.ceilingURL = ""
 	rep.pickBest()
 	return rep, ctx.Err()
+}
+
+// profilePath is where serve writes its CPU profile ("" when not asked). It
+// is complete once serve has stopped, when Run returns.
+func profilePath(cfg Config) string {
+	if !cfg.Profile {
+		return ""
+	}
+	return filepath.Join(cfg.Dir, "serve.pprof")
 }
 
 func benchItem(i int) string { return "item-" + strconv.Itoa(i) }
