@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // etag is an item's entity tag: its version, which changes with every write.
@@ -67,6 +69,38 @@ func validTag(t string) bool {
 	return true
 }
 
+// tagMemo memoises tenantTag: every authenticated answer needs its
+// tenant's tag, and a SHA-256 per request is a visible part of a cache
+// hit's cost. Reads take no lock (the map is replaced, never changed);
+// past maxTagMemo tenants the tag is computed each time.
+type tagMemo struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]string]
+}
+
+const maxTagMemo = 4096
+
+func (t *tagMemo) tag(tenant string) string {
+	if m := t.m.Load(); m != nil {
+		if tag, ok := (*m)[tenant]; ok {
+			return tag
+		}
+	}
+	tag := tenantTag(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old := t.m.Load(); old == nil || len(*old) < maxTagMemo {
+		m := map[string]string{tenant: tag}
+		if old != nil {
+			for k, v := range *old {
+				m[k] = v
+			}
+		}
+		t.m.Store(&m)
+	}
+	return tag
+}
+
 // scopedETag is the ETag a tenant sees for version: "<version>.<tenantTag>".
 func scopedETag(version int64, tag string) string {
 	return `"` + strconv.FormatInt(version, 10) + "." + tag + `"`
@@ -82,6 +116,7 @@ type itemWriter struct {
 	http.ResponseWriter
 	tag         string
 	inm         string // If-None-Match of a GET or HEAD
+	scoped      bool   // the ETag set is the scoped one already (writeItem)
 	notModified bool
 }
 
@@ -89,8 +124,10 @@ func (w *itemWriter) WriteHeader(code int) {
 	h := w.Header()
 	if code >= 200 && code <= 299 {
 		if et := h.Get("ETag"); et != "" {
-			if v, err := strconv.ParseInt(strings.Trim(et, `"`), 10, 64); err == nil {
-				h["Etag"] = []string{scopedETag(v, w.tag)}
+			if !w.scoped { // writeItem sets the scoped one itself
+				if v, err := strconv.ParseInt(strings.Trim(et, `"`), 10, 64); err == nil {
+					h["Etag"] = []string{scopedETag(v, w.tag)}
+				}
 			}
 			h["Cache-Control"] = cacheControlPrivate
 			h["Vary"] = varyAuthorization
@@ -117,9 +154,10 @@ func (w *itemWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// conditional wraps w for the tenant's answer (itemWriter).
-func conditional(w http.ResponseWriter, r *http.Request, tenant string) http.ResponseWriter {
-	iw := &itemWriter{ResponseWriter: w, tag: tenantTag(tenant)}
+// conditional wraps w for the answer to a tenant whose tag is tag
+// (itemWriter).
+func conditional(w http.ResponseWriter, r *http.Request, tag string) http.ResponseWriter {
+	iw := &itemWriter{ResponseWriter: w, tag: tag}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		iw.inm = r.Header.Get("If-None-Match")
 	}

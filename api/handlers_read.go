@@ -33,19 +33,18 @@ func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) 
 	}
 	ctx, span := s.startGet(r, tenant, id, minVersion)
 	defer span.End()
-	r = r.WithContext(ctx)
 	q := reader.Query{Tenant: tenant, Item: id, MinVersion: minVersion, Spread: readerHash(r)}
 	if route, _ := s.rollout.route(tenant, id); route != rollout.ModeCache {
-		s.rollout.m.reads.WithLabelValues(string(route)).Inc()
+		s.rollout.m.read(route).Inc()
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("tidemark.rollout", string(route)))
 		}
-		rr := s.serveFromSource(r, q, route == rollout.ModeShadow || s.rolloutRamping(tenant))
+		rr := s.serveFromSource(r.WithContext(ctx), q, route == rollout.ModeShadow || s.rolloutRamping(tenant))
 		endGet(span, rr)
 		s.respondRead(w, id, rr)
 		return
 	}
-	s.rollout.m.reads.WithLabelValues(string(rollout.ModeCache)).Inc()
+	s.rollout.m.read(rollout.ModeCache).Inc()
 	rr := s.rd.Get(ctx, q)
 	endGet(span, rr)
 	s.respondRead(w, id, rr)

@@ -41,7 +41,7 @@ func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Reques
 			writeError(sw, http.StatusServiceUnavailable, "unavailable", "the API key cannot be checked right now")
 			return
 		}
-		h(conditional(sw, r, tenant), r, tenant)
+		h(conditional(sw, r, s.tags.tag(tenant)), r, tenant)
 	})
 }
 
@@ -74,7 +74,8 @@ func writeVersionError(w http.ResponseWriter, code int, short, msg, item string,
 // from a jsonb column), so it is spliced in rather than re-validated. Every
 // cache hit comes here, so its five headers share one backing array (one
 // allocation, not five); each slice is capped so an Add cannot overwrite the
-// next header.
+// next header. Written through an itemWriter, the ETag is the tenant-scoped
+// one at once (itemWriter would otherwise parse and rewrite it).
 func writeItem(w http.ResponseWriter, item string, version int64, display []byte, age, cacheStatus string) {
 	if len(display) == 0 {
 		display = []byte("null")
@@ -87,7 +88,13 @@ func writeItem(w http.ResponseWriter, item string, version int64, display []byte
 	b = append(b, `,"display":`...)
 	b = append(b, display...)
 	b = append(b, "}\n"...)
-	v := &[5]string{"application/json", strconv.Itoa(len(b)), etag(version), age, cacheStatus}
+	var tag string
+	if iw, ok := w.(*itemWriter); ok {
+		tag, iw.scoped = scopedETag(version, iw.tag), true
+	} else {
+		tag = etag(version)
+	}
+	v := &[5]string{"application/json", strconv.Itoa(len(b)), tag, age, cacheStatus}
 	h := w.Header()
 	h["Content-Type"], h["Content-Length"], h["Etag"] = v[0:1:1], v[1:2:2], v[2:3:3]
 	h["Age"], h["Cache-Status"] = v[3:4:4], v[4:5:5]

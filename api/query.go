@@ -11,6 +11,9 @@ import (
 // `?min_version=&min_version=7` would otherwise be a read without
 // read-your-writes.
 func queryParam(r *http.Request, name string) (string, bool, error) {
+	if r.URL.RawQuery == "" {
+		return "", false, nil // most GETs: parsing an empty query still allocates
+	}
 	vs, ok := r.URL.Query()[name]
 	switch {
 	case !ok:

@@ -52,6 +52,7 @@ const maxShadowWaiting = 4096
 
 type rolloutMetrics struct {
 	reads      *prometheus.CounterVec
+	readsBy    map[rollout.Mode]prometheus.Counter // reads' children, resolved once: every GET counts one
 	checks     *prometheus.CounterVec
 	halts      prometheus.Counter
 	pollErrors prometheus.Counter
@@ -87,8 +88,9 @@ func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registere
 	if err := in.Err(); err != nil {
 		return nil, err
 	}
+	m.readsBy = map[rollout.Mode]prometheus.Counter{}
 	for _, r := range []rollout.Mode{rollout.ModeCache, rollout.ModeSource, rollout.ModeShadow} {
-		m.reads.WithLabelValues(string(r))
+		m.readsBy[r] = m.reads.WithLabelValues(string(r))
 	}
 	for _, o := range rollout.Outcomes {
 		m.checks.WithLabelValues(o)
@@ -97,6 +99,14 @@ func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registere
 		pending: map[string]rollout.Counts{}, slots: make(chan struct{}, 16)}
 	r.cur.Store(&rollout.Settings{})
 	return r, nil
+}
+
+// read is the counter of GETs routed to mode.
+func (m *rolloutMetrics) read(mode rollout.Mode) prometheus.Counter {
+	if c, ok := m.readsBy[mode]; ok {
+		return c
+	}
+	return m.reads.WithLabelValues(string(mode))
 }
 
 // route is the mode of one read.

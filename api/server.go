@@ -60,6 +60,7 @@ type Server struct {
 	listSQL      string // catalog.Table.ListSQL
 	auth         *authenticator
 	rollout      *rollouts // tenants' serving modes (rollout.go)
+	tags         tagMemo   // tenants' ETag tags
 	m            *metrics
 	reg          prometheus.Registerer
 	log          *slog.Logger

@@ -24,10 +24,10 @@ func newToken() (Token, error) {
 func (c *Client) Lookup(ctx context.Context, tenant, item string, minVersion int64) (LookupResult, error) {
 	res, err := c.lookup(ctx, tenant, item, minVersion)
 	if err != nil {
-		c.m.lookups.WithLabelValues("error").Inc()
+		c.m.lookup("error").Inc()
 		return LookupResult{}, fmt.Errorf("cache: lookup %s/%s: %w", tenant, item, err)
 	}
-	c.m.lookups.WithLabelValues(string(res.Status)).Inc()
+	c.m.lookup(res.Status).Inc()
 	return res, nil
 }
 

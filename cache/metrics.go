@@ -10,6 +10,7 @@ import (
 // that already holds them (API and applier in one process) shares them.
 type metrics struct {
 	lookups       *prometheus.CounterVec
+	lookupsBy     map[Status]prometheus.Counter // lookups' children, resolved once ("error" too): every lookup counts one
 	fillRejected  *prometheus.CounterVec
 	invalidations *prometheus.CounterVec
 	watermarkAge  prometheus.Gauge
@@ -37,8 +38,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	// Every label value exists from the start, so rates work from zero.
+	m.lookupsBy = map[Status]prometheus.Counter{}
 	for _, s := range []Status{StatusHit, StatusStale, StatusMiss, StatusWait, StatusNotFound, "error"} {
-		m.lookups.WithLabelValues(string(s))
+		m.lookupsBy[s] = m.lookups.WithLabelValues(string(s))
 	}
 	for _, r := range []Reason{ReasonToken, ReasonVersion, ReasonExpired, ReasonClock, ReasonLifetime} {
 		m.fillRejected.WithLabelValues(string(r))
@@ -47,4 +49,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.invalidations.WithLabelValues(string(r))
 	}
 	return m, nil
+}
+
+// lookup is the counter of lookups that ended in s.
+func (m *metrics) lookup(s Status) prometheus.Counter {
+	if c, ok := m.lookupsBy[s]; ok {
+		return c
+	}
+	return m.lookups.WithLabelValues(string(s))
 }
