@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"tidemark/adopt"
-	"tidemark/internal/config"
 )
 
 // adoptCmd wires flags into adopt.Config and prints what adoption did.
@@ -25,11 +24,7 @@ func (c *adoptCmd) config() adopt.Config {
 	return cfg
 }
 
-func (c *adoptCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "adopt", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *adoptCmd) Validate() error { return validateOne(c, "adopt", c.config().Validate()) }
 
 // Run exits non-zero when a step is left to the operator, after printing it.
 func (c *adoptCmd) Run(ctx context.Context, e *env) error {

@@ -1,11 +1,5 @@
 package main
 
-import (
-	"io"
-
-	"tidemark/lab/bench"
-)
-
 // benchCmd groups the benchmarks; each stage's subcommand is wired in its own
 // file (bench_<stage>.go).
 type benchCmd struct {
@@ -18,16 +12,4 @@ type benchCmd struct {
 	Warm    benchWarmCmd    `cmd:"" help:"Kill redis-server under zipf load: time to 90 % of the hit ratio with and without the warmer, source reads vs budget, 503s."`
 	Memory  benchMemoryCmd  `cmd:"" help:"Redis bytes per cached entry (INFO memory, MEMORY USAGE) against plain SETs of the same payloads; hot-key replicas and floors apart."`
 	Scan    benchScanCmd    `cmd:"" help:"One tenant scans cold ids at its share while another reads its hot set from a full cache: the other's hit ratio with and without admission."`
-}
-
-// benchResult is what every harness's Run returns (lab/bench).
-type benchResult interface{ WriteTable(io.Writer) error }
-
-// writeBench prints a harness's table and, when svg names a file, saves its
-// chart there and names it under the table.
-func writeBench(w io.Writer, res benchResult, svg string, chart bench.Chart) error {
-	if err := res.WriteTable(w); err != nil {
-		return err
-	}
-	return bench.WriteChart(svg, chart, w)
 }

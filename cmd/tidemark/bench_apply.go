@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/applybench"
 )
 
@@ -28,16 +28,12 @@ func (c *benchApplyCmd) config() applybench.Config {
 	return cfg
 }
 
-func (c *benchApplyCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchapply", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchApplyCmd) Validate() error { return validateOne(c, "benchapply", c.config().Validate()) }
 
 func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
 	res, err := applybench.Run(ctx, c.config(), applybench.Deps{Log: e.log})
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, applybench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, applybench.Chart)
 }

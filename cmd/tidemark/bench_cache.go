@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/cachebench"
 )
 
@@ -29,16 +29,12 @@ func (c *benchCacheCmd) config() cachebench.Config {
 	}
 }
 
-func (c *benchCacheCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchcache", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchCacheCmd) Validate() error { return validateOne(c, "benchcache", c.config().Validate()) }
 
 func (c *benchCacheCmd) Run(ctx context.Context, e *env) error {
 	res, err := cachebench.Run(ctx, c.config(), cachebench.Deps{})
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, cachebench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, cachebench.Chart)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/capturebench"
 )
 
@@ -47,5 +48,5 @@ func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, capturebench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, capturebench.Chart)
 }

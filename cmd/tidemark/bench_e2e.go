@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/e2ebench"
 )
 
@@ -39,11 +39,7 @@ func (c *benchE2ECmd) config() e2ebench.Config {
 	return cfg
 }
 
-func (c *benchE2ECmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "e2e", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchE2ECmd) Validate() error { return validateOne(c, "e2e", c.config().Validate()) }
 
 func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 	cfg := c.config()
@@ -56,5 +52,5 @@ func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, e2ebench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, e2ebench.Chart)
 }

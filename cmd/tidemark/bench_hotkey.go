@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/hotkeybench"
 )
 
@@ -34,9 +34,7 @@ func (c *benchHotkeyCmd) config() hotkeybench.Config {
 }
 
 func (c *benchHotkeyCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchhotkey", c.config().Validate())
-	return flagErrors(c, p.Err())
+	return validateOne(c, "benchhotkey", c.config().Validate())
 }
 
 func (c *benchHotkeyCmd) Run(ctx context.Context, e *env) error {
@@ -44,5 +42,5 @@ func (c *benchHotkeyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, hotkeybench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, hotkeybench.Chart)
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/memorybench"
 )
 
@@ -25,9 +25,7 @@ func (c *benchMemoryCmd) config() memorybench.Config {
 }
 
 func (c *benchMemoryCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchmemory", c.config().Validate())
-	return flagErrors(c, p.Err())
+	return validateOne(c, "benchmemory", c.config().Validate())
 }
 
 func (c *benchMemoryCmd) Run(ctx context.Context, e *env) error {
@@ -36,5 +34,5 @@ func (c *benchMemoryCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	return writeBench(e.stdout, res, c.SVG, memorybench.Chart(res))
+	return bench.Print(e.stdout, res, c.SVG, memorybench.Chart)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
 	"tidemark/lab/bench/scanbench"
 )
 
@@ -36,11 +35,7 @@ func (c *benchScanCmd) config() scanbench.Config {
 	return cfg
 }
 
-func (c *benchScanCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchscan", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchScanCmd) Validate() error { return validateOne(c, "benchscan", c.config().Validate()) }
 
 func (c *benchScanCmd) Run(ctx context.Context, e *env) error {
 	res, err := scanbench.Run(ctx, c.config(), scanbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})

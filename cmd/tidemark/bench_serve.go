@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/servebench"
 )
 
@@ -37,16 +37,12 @@ func (c *benchServeCmd) config() servebench.Config {
 	return cfg
 }
 
-func (c *benchServeCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchserve", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchServeCmd) Validate() error { return validateOne(c, "benchserve", c.config().Validate()) }
 
 func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
 	res, err := servebench.Run(ctx, c.config(), servebench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
 	if len(res.Rows) > 0 {
-		err = errors.Join(err, writeBench(e.stdout, res, c.SVG, servebench.Chart(res)))
+		err = errors.Join(err, bench.Print(e.stdout, res, c.SVG, servebench.Chart))
 	}
 	return err
 }

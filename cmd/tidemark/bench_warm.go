@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
+	"tidemark/lab/bench"
 	"tidemark/lab/bench/warmbench"
 )
 
@@ -35,16 +35,12 @@ func (c *benchWarmCmd) config() warmbench.Config {
 	return cfg
 }
 
-func (c *benchWarmCmd) Validate() error {
-	var p config.Problems
-	validateAs(&p, "benchwarm", c.config().Validate())
-	return flagErrors(c, p.Err())
-}
+func (c *benchWarmCmd) Validate() error { return validateOne(c, "benchwarm", c.config().Validate()) }
 
 func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
 	res, err := warmbench.Run(ctx, c.config(), warmbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
 	if len(res.Arms) > 0 {
-		err = errors.Join(err, writeBench(e.stdout, res, c.SVG, warmbench.Chart(res)))
+		err = errors.Join(err, bench.Print(e.stdout, res, c.SVG, warmbench.Chart))
 	}
 	return err
 }

@@ -49,6 +49,14 @@ import (
 // validateAs collects the field errors of one config under name ("api").
 func validateAs(p *config.Problems, name string, err error) { p.Nested(name, err) }
 
+// validateOne is Validate for a command whose flags fill one config, err
+// its Validate, with its fields named name.Field.
+func validateOne(cmd any, name string, err error) error {
+	var p config.Problems
+	validateAs(&p, name, err)
+	return flagErrors(cmd, p.Err())
+}
+
 // flagErrors words every field error of err with the flag of cmd that fills
 // the field: "--request-timeout: must be positive (got 0s)". Other errors
 // are kept as they are.

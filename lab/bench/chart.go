@@ -29,6 +29,18 @@ func WriteChart(path string, chart Chart, w io.Writer) error {
 	return err
 }
 
+// Result is what every harness's Run returns.
+type Result interface{ WriteTable(io.Writer) error }
+
+// Print writes res's table to w and, when svg names a file, saves chart(res)
+// there and names it under the table.
+func Print[R Result, C Chart](w io.Writer, res R, svg string, chart func(R) C) error {
+	if err := res.WriteTable(w); err != nil {
+		return err
+	}
+	return WriteChart(svg, chart(res), w)
+}
+
 // RateTick formats a throughput axis value: 950, 12k, 1.5M.
 func RateTick(v float64) string {
 	switch {

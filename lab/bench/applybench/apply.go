@@ -121,13 +121,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		return Result{}, err
 	}
 	b := &runner{cfg: cfg, redisAddr: opt.Addr, cache: cc, log: deps.Log.With("component", "bench")}
-	res, err := b.run(ctx)
-	res.Config = cfg
-	return res, err
+	return b.run(ctx)
 }
 
 func (b *runner) run(ctx context.Context) (Result, error) {
-	var res Result
+	res := Result{Config: b.cfg}
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	replayTopic, steadyTopic := "bench.replay."+suffix, "bench.steady."+suffix
 

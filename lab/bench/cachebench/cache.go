@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os/exec"
 	"strconv"
@@ -83,13 +82,7 @@ type Result struct {
 // latency and runs redis-benchmark against the same server for the
 // ceilings.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
-	res, err := run(ctx, cfg, deps.OrDefaults().Log)
-	res.Config = cfg
-	return res, err
-}
-
-func run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
-	var res Result
+	res, log := Result{Config: cfg}, deps.OrDefaults().Log
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

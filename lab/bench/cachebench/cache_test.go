@@ -26,10 +26,7 @@ func TestRunBenchSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteTable(&out); err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.WriteChart(svgPath, cachebench.Chart(res), &out); err != nil {
+	if err := bench.Print(&out, res, svgPath, cachebench.Chart); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"InvalidateBatch, 4 workers, new keys", "pipelined SET", "Lookup hit latency p99", "redis-server CPU", "Goal:", "100.0% hits"} {

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -134,13 +133,7 @@ type Result struct {
 
 // Run starts (or connects to) the cluster and runs the rounds.
 func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
-	res, err := run(ctx, cfg, deps.OrDefaults().Log)
-	res.Config = cfg
-	return res, err
-}
-
-func run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
-	var res Result
+	res, log := Result{Config: cfg}, deps.OrDefaults().Log
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

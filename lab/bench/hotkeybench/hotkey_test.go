@@ -33,10 +33,7 @@ func TestRunBenchSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.WriteTable(&out); err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.WriteChart(svgPath, hotkeybench.Chart(res), &out); err != nil {
+	if err := bench.Print(&out, res, svgPath, hotkeybench.Chart); err != nil {
 		t.Fatal(err)
 	}
 	report := out.String()

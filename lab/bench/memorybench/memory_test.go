@@ -53,10 +53,7 @@ func TestMemoryBenchSmoke(t *testing.T) {
 		t.Errorf("floor-only key: %.0f bytes, want a small hash", res.Floor.Info)
 	}
 	var out strings.Builder
-	if err := res.WriteTable(&out); err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.WriteChart(svgPath, memorybench.Chart(res), &out); err != nil {
+	if err := bench.Print(&out, res, svgPath, memorybench.Chart); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| 1,536 B |", "hot key: 3 copies", "floor-only key", "Goal: entry overhead over a plain SET <= 30 % at 1,536 B", "chart: " + svgPath} {
