@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tidemark/internal/lifecycle"
 )
 
 // Deps of a run.
@@ -237,20 +239,13 @@ func sortFaults(fs []FaultRecord) {
 // judgeLoop loads the source history and judges the answers it covers, once
 // a second; a failed load (Postgres restarting) is retried on the next tick.
 func (r *Runner) judgeLoop(ctx context.Context, rec *recorder) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	n := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, time.Second, func() {
 		if err := rec.load(ctx); err != nil {
 			if ctx.Err() == nil {
 				r.log.Debug("chaos: load history", "err", err)
 			}
-			continue
+			return
 		}
 		rec.judge()
 		if n++; n%30 == 0 {
@@ -261,20 +256,13 @@ func (r *Runner) judgeLoop(ctx context.Context, rec *recorder) {
 			r.log.Info("chaos: progress", "answers", st.Answers, "checked", st.Checked, "violations", st.Violations,
 				"worst_age", st.WorstAge.Round(time.Millisecond), "commits_known", rec.src.Len())
 		}
-	}
+	})
 }
 
 // watchdog restarts a stage (or the embedded broker) that exited by itself,
 // as an operator's supervisor would, and counts it.
 func (r *Runner) watchdog(ctx context.Context, sys *system, restarted func(string)) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, time.Second, func() {
 		ps := sys.stages()
 		if sys.broker != nil {
 			ps = append(ps, sys.broker)
@@ -285,5 +273,5 @@ func (r *Runner) watchdog(ctx context.Context, sys *system, restarted func(strin
 				restarted(p.Name())
 			}
 		}
-	}
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"tidemark/catalog"
+	"tidemark/internal/lifecycle"
 )
 
 // load plays merchants and visitors: SQL transactions of 1-20 rows (one in
@@ -130,14 +131,7 @@ func (l *load) dispatch(ctx context.Context, rps float64, conc int, fn func(cont
 // coldReads runs a burst of uniform reads at three times the source budget
 // while a cold-burst fault is on.
 func (l *load) coldReads(ctx context.Context) {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, 50*time.Millisecond, func() {
 		if until := l.coldUntil.Load(); time.Now().UnixNano() < until {
 			bctx, cancel := context.WithDeadline(ctx, time.Unix(0, until))
 			l.dispatch(bctx, 3*l.cfg.SourceBudget, 512, func(ctx context.Context) {
@@ -145,7 +139,7 @@ func (l *load) coldReads(ctx context.Context) {
 			})
 			cancel()
 		}
-	}
+	})
 }
 
 // visit is one visitor read: mostly hot items; 1 in 50 an item created

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tidemark/internal/lifecycle"
 	"tidemark/lab/proc"
 	"tidemark/rollout"
 	"tidemark/status"
@@ -179,26 +180,22 @@ func (u *upgrader) close() {
 // watch restarts the upgrade's own processes that exit by themselves, as
 // the run's watchdog does for the others.
 func (u *upgrader) watch(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	lifecycle.Every(ctx, time.Second, func() {
 		u.mu.Lock()
 		extra := slices.Clone(u.extra)
 		u.mu.Unlock()
 		for _, p := range extra {
 			if u.closed.Load() {
+				stop()
 				return
 			}
 			if ok, err := p.RestartIfExited(); ok {
 				u.log.Warn("chaos: an upgrade's stage exited by itself; restarted", "stage", p.Name(), "err", err)
 			}
 		}
-	}
+	})
 }
 
 // pause waits until at of the run (or ctx ends).

@@ -24,6 +24,7 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/config"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/svgchart"
 	"tidemark/lab/bench"
 	"tidemark/lab/localserver"
@@ -238,16 +239,7 @@ func measure(ctx context.Context, cc *redis.ClusterClient, c *cache.Client, b *r
 		bwg.Add(1)
 		go func() { // the builder's renewals, as serve runs them
 			defer bwg.Done()
-			t := time.NewTicker(replica.DefaultConfig().Interval)
-			defer t.Stop()
-			for {
-				select {
-				case <-mctx.Done():
-					return
-				case <-t.C:
-					b.Ensure(mctx, tenant, item, cfg.Replicas)
-				}
-			}
+			lifecycle.Every(mctx, replica.DefaultConfig().Interval, func() { b.Ensure(mctx, tenant, item, cfg.Replicas) })
 		}()
 	}
 	before, err := commandCounts(ctx, cc)
