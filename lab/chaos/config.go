@@ -106,7 +106,7 @@ func (c Config) Applicable() []string {
 		// namespace upgrade's second applier group reads the first one, and
 		// an old build may lack the cold start's reset.
 		case k == FaultColdStart && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
-		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultSyncStandbyStall || k == FaultColdStart) && c.foreign():
+		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultColdStart) && c.foreign():
 			// These write tidemark's own catalog.items by its column names.
 		default:
 			out = append(out, k)

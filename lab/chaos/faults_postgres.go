@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tidemark/lab/localserver"
+	"tidemark/lab/seed"
 	"tidemark/schema"
 )
 
@@ -40,7 +41,14 @@ const absentStandby = "tidemark_chaos_absent"
 // from just after the stall begins until a bound after it ends.
 const stallRows = 10
 
-func stallItem(run, i int) string { return "stall-" + strconv.Itoa(run) + "-" + strconv.Itoa(i) }
+func stallPrefix(run int) string { return "stall-" + strconv.Itoa(run) + "-" }
+
+// stallItems are the fault's own items of one injection in tenant t, on
+// the run's table; the display names the version.
+func (in *injector) stallItems(run int, t string) seed.Items {
+	return seed.Items{Table: in.sys.cfg.Table, Tenant: t, Prefix: stallPrefix(run), Count: stallRows,
+		Display: "jsonb_build_object('tenant', t, 'item', id, 'v', v)"}
+}
 
 // syncStandbyStall makes every commit wait for a standby that does not
 // exist, commits one transaction of its own over the hottest items (held
@@ -73,9 +81,9 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 	var items []string
 	run := in.intn(1 << 30)
 	for i := range stallRows {
-		items = append(items, stallItem(run, i))
+		items = append(items, stallPrefix(run)+strconv.Itoa(i))
 	}
-	if err := in.upsertItems(cctx, items); err != nil {
+	if err := in.upsertItems(cctx, run); err != nil {
 		return target, err
 	}
 	time.Sleep(2 * time.Second) // their first invalidations are applied, unheld
@@ -128,11 +136,21 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 				return err
 			}
 			defer conn.Close(context.Background())
-			tag, err := conn.Exec(cctx, `UPDATE catalog.items SET version = version + 1, updated_at = now(),
-				display = jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', version + 1)
-				WHERE item_id = ANY($1) AND state = 'active'`, items)
+			// One transaction over every tenant's items.
+			tx, err := conn.Begin(cctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.Background())
+			for _, t := range s.tenants {
+				n, err := in.stallItems(run, t).Raise(cctx, tx)
+				if err != nil {
+					return err
+				}
+				h.rows += n
+			}
+			err = tx.Commit(cctx)
 			h.committed = time.Now()
-			h.rows = tag.RowsAffected()
 			return err
 		}()
 		done <- h
@@ -173,19 +191,19 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 	return target, err
 }
 
-// upsertItems creates the fault's own items in every tenant, or raises
-// them a version, committed at once (not held by a stall).
-func (in *injector) upsertItems(ctx context.Context, items []string) error {
+// upsertItems creates the fault's own items of one injection in every
+// tenant, or raises them a version, committed at once (not held by a
+// stall).
+func (in *injector) upsertItems(ctx context.Context, run int) error {
 	conn, err := in.pgConn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
 	for _, t := range in.sys.tenants {
-		if _, err := conn.Exec(ctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
-			SELECT $1::text, i, 1, jsonb_build_object('tenant', $1::text, 'item', i, 'v', 1) FROM unnest($2::text[]) AS i
-			ON CONFLICT (tenant_id, item_id) DO UPDATE SET version = catalog.items.version + 1, state = 'active', updated_at = now(),
-				display = jsonb_build_object('tenant', $1::text, 'item', excluded.item_id, 'v', catalog.items.version + 1)`, t, items); err != nil {
+		s := in.stallItems(run, t)
+		s.RaiseExisting = true
+		if err := s.Insert(ctx, conn); err != nil {
 			return fmt.Errorf("the fault's own items: %w", err)
 		}
 	}
