@@ -12,7 +12,6 @@ import (
 
 	"tidemark/cache"
 	"tidemark/internal/tlsfiles"
-	"tidemark/lab/localserver"
 	"tidemark/lab/testenv"
 )
 
@@ -24,15 +23,7 @@ import (
 // wrong password, is refused.
 func TestCacheTierOverTLSAsACLUser(t *testing.T) {
 	dir := t.TempDir()
-	certs, err := localserver.MakeCerts(filepath.Join(dir, "certs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: filepath.Join(dir, "redis"), TLS: &certs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Remove)
+	srv, certs := testenv.StartRedisTLS(t, filepath.Join(dir, "certs"))
 	cluster := testenv.StartRedisClusterTLS(t, 3, certs)
 	ctx := testenv.Context(t, time.Minute)
 	const ns = "catalog"
@@ -51,16 +42,7 @@ func TestCacheTierOverTLSAsACLUser(t *testing.T) {
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			for _, n := range d.nodes {
-				admin := redis.NewClient(&redis.Options{Addr: n})
-				args := []any{"ACL", "SETUSER", "tidemark", "on", ">s3cret"}
-				for _, r := range strings.Fields(cache.ACLRules(ns)) {
-					args = append(args, r)
-				}
-				err := admin.Do(ctx, args...).Err()
-				admin.Close()
-				if err != nil {
-					t.Fatalf("ACL SETUSER %s on %s: %v", cache.ACLRules(ns), n, err)
-				}
+				testenv.SetACLUser(t, n, "tidemark", "s3cret", cache.ACLRules(ns))
 			}
 			rc := cache.RedisConfig{URL: d.url, Mode: cache.ModeAuto, Username: "tidemark", PasswordFile: pwFile,
 				TLS: tlsfiles.Config{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}}

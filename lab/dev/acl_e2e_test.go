@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"tidemark/cache"
-	"tidemark/lab/localserver"
 	"tidemark/lab/testenv"
 	"tidemark/status"
 )
@@ -41,17 +39,7 @@ func TestPipelineAsRedisACLUserOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certs, err := localserver.MakeCerts(filepath.Join(dir, "certs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := localserver.NewRedis(localserver.RedisConfig{Dir: filepath.Join(dir, "redis"), TLS: &certs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Remove)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr}) // the lab's plain port, as the operator
-	defer admin.Close()
+	srv, certs := testenv.StartRedisTLS(t, filepath.Join(dir, "certs"))
 	secret := func(name, value string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
@@ -59,15 +47,7 @@ func TestPipelineAsRedisACLUserOverTLS(t *testing.T) {
 		}
 		return p
 	}
-	setUser := func(user, rules string) {
-		args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + user + "-pw"}
-		for _, r := range strings.Fields(rules) {
-			args = append(args, r)
-		}
-		if err := admin.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("ACL SETUSER %s %s: %v", user, rules, err)
-		}
-	}
+	setUser := func(user, rules string) { testenv.SetACLUser(t, srv.Addr, user, user+"-pw", rules) }
 	const ns = "catalog"
 	setUser("tidemark", cache.ACLRules(ns))
 	// Less one rule: what a user of the common "+@all -@dangerous" set has.

@@ -43,6 +43,42 @@ func startRedis(cfg localserver.RedisConfig) (*Redis, error) {
 	return &Redis{r}, nil
 }
 
+// StartRedisTLS makes a test CA and certificates in dir
+// (localserver.MakeCerts) and starts a private redis-server for one test
+// that also serves TLS with them (TLSAddr); the plain port (Addr) stays
+// the operator's.
+func StartRedisTLS(t testing.TB, dir string) (*Redis, localserver.Certs) {
+	t.Helper()
+	certs, err := localserver.MakeCerts(dir)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	r, err := startRedis(localserver.RedisConfig{TLS: &certs})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(r.Remove)
+	return r, certs
+}
+
+// SetACLUser makes user, with password pw, hold exactly rules (ACL SETUSER
+// user reset on >pw rules...) on the redis-server at addr, reached on its
+// plain port as the operator would.
+func SetACLUser(t testing.TB, addr, user, pw, rules string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + pw}
+	for _, r := range strings.Fields(rules) {
+		args = append(args, r)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("testenv: ACL SETUSER %s %s on %s: %v", user, rules, addr, err)
+	}
+}
+
 // Restart stops and starts the server on the same port: empty data, new run_id.
 func (r *Redis) Restart(t testing.TB) {
 	t.Helper()
