@@ -41,6 +41,18 @@ func chaosKafkaACLs() []testenv.KafkaACL {
 	return append(acls, testenv.KafkaACL{Resource: kmsg.ACLResourceTypeGroup, Name: "chaos-", Op: kmsg.ACLOperationRead, Prefixed: true})
 }
 
+// passed fails t unless rep checked at least minChecked answers and
+// passes: no violation, an upgrade (if any) carried out.
+func passed(t *testing.T, rep *Report, minChecked int64) {
+	t.Helper()
+	if rep.Checked < minChecked {
+		t.Errorf("only %d answers checked", rep.Checked)
+	}
+	if !rep.Pass() {
+		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
+	}
+}
+
 func run(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	r, err := New(cfg, Deps{Log: testenv.Logger(t)})
@@ -76,12 +88,7 @@ func TestChaosShortRun(t *testing.T) {
 			t.Errorf("%s: %s", f.Kind, f.Error)
 		}
 	}
-	if rep.Checked < 1000 {
-		t.Errorf("only %d answers checked", rep.Checked)
-	}
-	if !rep.Pass() {
-		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
-	}
+	passed(t, rep, 1000)
 }
 
 // TestChaosPromotion promotes the primary's streaming standby under load
@@ -109,9 +116,7 @@ func TestChaosPromotion(t *testing.T) {
 	if f.Error != "" || version == 0 || !strings.Contains(f.Target, want) {
 		t.Errorf("promotion on Postgres %d: %q (error %q), want the %s", version, f.Target, f.Error, want)
 	}
-	if !rep.Pass() {
-		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
-	}
+	passed(t, rep, 0)
 }
 
 // TestChaosForeignTable is a short run on an operator's own table, adopted:
@@ -125,12 +130,7 @@ func TestChaosForeignTable(t *testing.T) {
 	cfg.Faults = []string{FaultKillApply, FaultSourceStall, FaultKillServe}
 	cfg.Table = ForeignTableExample()
 	rep := run(t, cfg)
-	if rep.Checked < 500 {
-		t.Errorf("only %d answers checked", rep.Checked)
-	}
-	if !rep.Pass() {
-		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
-	}
+	passed(t, rep, 500)
 }
 
 // TestChaosCatchesBrokenInvalidate runs a binary whose INVALIDATE does
@@ -188,7 +188,5 @@ func TestChaosClusterShortRun(t *testing.T) {
 			t.Errorf("fault kind %s was not injected cleanly", k)
 		}
 	}
-	if !rep.Pass() {
-		t.Errorf("%d violations (by kind %v); see the report above", rep.Violations, rep.ByKind)
-	}
+	passed(t, rep, 0)
 }

@@ -75,12 +75,7 @@ func TestCheckerPlantedViolations(t *testing.T) {
 	seen := map[Kind]bool{}
 	for _, tc := range cases {
 		v := c.Check(tc.a, src)
-		switch {
-		case tc.want == "" && len(v.Violations) > 0:
-			t.Errorf("%s: unexpected %s: %s", tc.name, v.Violations[0].Kind, v.Violations[0].Detail)
-		case tc.want != "" && (len(v.Violations) == 0 || v.Violations[0].Kind != tc.want):
-			t.Errorf("%s: got %v, want %s", tc.name, v.Violations, tc.want)
-		case tc.want != "":
+		if judged(t, tc.name, v, tc.want) && tc.want != "" {
 			seen[tc.want] = true
 			if len(v.Violations[0].History) == 0 && tc.a.Item != "nope" {
 				t.Errorf("%s: no source history in the evidence", tc.name)
@@ -120,13 +115,7 @@ func TestCheckerJudgesByVisibility(t *testing.T) {
 		{"new version before any snapshot could see it", ok("acme", "i1", 2, at(20)), KindUncommitted},
 		{"412 for the new version while it is invisible", Answer{Tenant: "acme", Item: "i1", MinVersion: 2, Status: 412, Sent: at(70), Received: at(70)}, ""},
 	} {
-		v := c.Check(tc.a, src)
-		switch {
-		case tc.want == "" && len(v.Violations) > 0:
-			t.Errorf("%s: unexpected %s: %s", tc.name, v.Violations[0].Kind, v.Violations[0].Detail)
-		case tc.want != "" && (len(v.Violations) == 0 || v.Violations[0].Kind != tc.want):
-			t.Errorf("%s: got %v, want %s", tc.name, v.Violations, tc.want)
-		}
+		judged(t, tc.name, c.Check(tc.a, src), tc.want)
 	}
 }
 
@@ -178,4 +167,19 @@ func TestReportRendersVerdictAndEvidence(t *testing.T) {
 	if rep.Pass() {
 		t.Error("a report with a violation passes")
 	}
+}
+
+// judged says whether v is what the case named name wants: its first
+// violation of kind want, or none when want is empty; otherwise it fails t.
+func judged(t *testing.T, name string, v Verdict, want Kind) bool {
+	t.Helper()
+	switch {
+	case want == "" && len(v.Violations) > 0:
+		t.Errorf("%s: unexpected %s: %s", name, v.Violations[0].Kind, v.Violations[0].Detail)
+	case want != "" && (len(v.Violations) == 0 || v.Violations[0].Kind != want):
+		t.Errorf("%s: got %v, want %s", name, v.Violations, want)
+	default:
+		return true
+	}
+	return false
 }

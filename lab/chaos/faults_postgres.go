@@ -137,19 +137,16 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 			}
 			defer conn.Close(context.Background())
 			// One transaction over every tenant's items.
-			tx, err := conn.Begin(cctx)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback(context.Background())
-			for _, t := range s.tenants {
-				n, err := in.stallItems(run, t).Raise(cctx, tx)
-				if err != nil {
-					return err
+			err = pgx.BeginFunc(cctx, conn, func(tx pgx.Tx) error {
+				for _, t := range s.tenants {
+					n, err := in.stallItems(run, t).Raise(cctx, tx)
+					if err != nil {
+						return err
+					}
+					h.rows += n
 				}
-				h.rows += n
-			}
-			err = tx.Commit(cctx)
+				return nil
+			})
 			h.committed = time.Now()
 			return err
 		}()
