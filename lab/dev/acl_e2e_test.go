@@ -83,17 +83,7 @@ redis-key-file: %s
 		{t: t, name: "apply", args: []string{"apply", "--config", conf, "--session-timeout", "2s", "--metrics-addr", freeAddr(t)}},
 		{t: t, name: "serve", args: []string{"serve", "--config", conf, "--addr", apiAddr, "--metrics-addr", serveMetrics, "--status-every", "1s"}},
 	}
-	for _, p := range procs {
-		p.start()
-		t.Cleanup(p.kill)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s output (tail) ---\n%s", p.name, tail(p.output(), 6000))
-			}
-		}
-	})
+	startAll(t, procs...)
 	key := keys[0]
 	testenv.Eventually(t, 90*time.Second, "serve's status page (Kafka and Redis as the least-privilege users) says OK", func() error {
 		resp, err := http.Get("http://" + serveMetrics + "/status.json")
@@ -190,11 +180,4 @@ func exitStderr(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -62,21 +62,7 @@ func TestAdoptWalkthrough(t *testing.T) {
 		{t: t, name: "serve", args: append([]string{"serve", "--pg", dsn, "--redis", r.URL(), "--addr", apiAddr,
 			"--metrics-addr", freeAddr(t)}, table...)},
 	}
-	for _, p := range procs {
-		p.start()
-		t.Cleanup(p.kill)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				o := p.output()
-				if len(o) > 6000 {
-					o = o[len(o)-6000:]
-				}
-				t.Logf("--- %s output (tail) ---\n%s", p.name, o)
-			}
-		}
-	})
+	startAll(t, procs...)
 	var lastCacheStatus string
 	get := func(sku string) (int, map[string]any, error) {
 		req, _ := http.NewRequest("GET", "http://"+apiAddr+"/v1/catalog/items/"+sku, nil)

@@ -63,6 +63,30 @@ func (p *proc) stop() { p.process().Stop(30 * time.Second) }
 
 func (p *proc) output() string { return p.process().Output() }
 
+// startAll starts ps, each killed when the test ends; a failed test logs
+// the tail of each one's output.
+func startAll(t *testing.T, ps ...*proc) {
+	t.Helper()
+	for _, p := range ps {
+		p.start()
+		t.Cleanup(p.kill)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range ps {
+				t.Logf("--- %s output (tail) ---\n%s", p.name, tail(p.output(), 6000))
+			}
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
 type e2e struct {
 	t        *testing.T
 	dsn      string
@@ -116,21 +140,7 @@ func newE2E(t *testing.T, opts ...func(*e2e)) *e2e {
 	for _, o := range opts {
 		o(e)
 	}
-	for _, p := range []*proc{e.capture, e.applier, e.serve} {
-		p.start()
-		t.Cleanup(p.kill)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range []*proc{e.capture, e.applier, e.serve} {
-				out := p.output()
-				if len(out) > 6000 {
-					out = out[len(out)-6000:]
-				}
-				t.Logf("--- %s output (tail) ---\n%s", p.name, out)
-			}
-		}
-	})
+	startAll(t, e.capture, e.applier, e.serve)
 	testenv.Eventually(t, 60*time.Second, "pipeline ready (watermark known, API up)", func() error {
 		rep, err := e.status(5*time.Second, 30*time.Second)
 		if err != nil {

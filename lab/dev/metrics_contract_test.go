@@ -160,13 +160,24 @@ func TestAlertAndDashboardMetricsExported(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	var missing []string
-	testenv.Eventually(t, 30*time.Second, "every referenced metric exported", func() error {
-		fams := scrape(t, ip.p.metricsAddr)
-		missing = missing[:0]
-		for name, where := range refs {
+	usedBy := map[string]string{}
+	for name, where := range refs {
+		usedBy[name] = "used by " + where
+	}
+	waitExported(t, ip.p.metricsAddr, "every referenced metric exported", usedBy)
+}
+
+// waitExported waits until the metrics endpoint at addr exports every
+// metric of want (its name: what needs it), and fails naming those it does
+// not.
+func waitExported(t *testing.T, addr, what string, want map[string]string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		fams := scrape(t, addr)
+		var missing []string
+		for name, who := range want {
 			if !exported(fams, name) {
-				missing = append(missing, name+" (used by "+where+")")
+				missing = append(missing, name+" ("+who+")")
 			}
 		}
 		sort.Strings(missing)
@@ -183,25 +194,11 @@ func TestAlertAndDashboardMetricsExported(t *testing.T) {
 // builder, auditor) run in dev too, each seen by a metric of its own.
 func TestDevRunsWhatServeRuns(t *testing.T) {
 	ip := startInProcess(t)
-	parts := map[string]string{
-		"clock guard":     "tidemark_clock_offset_seconds",
-		"hot-set tracker": "tidemark_hotset_tracked_keys",
-		"warmer":          "tidemark_warm_remaining_keys",
-		"replica builder": "tidemark_replica_hot_keys",
-		"auditor":         "tidemark_audit_checked_total",
-	}
-	testenv.Eventually(t, 30*time.Second, "every part of serve runs in dev", func() error {
-		fams := scrape(t, ip.p.metricsAddr)
-		var missing []string
-		for part, name := range parts {
-			if !exported(fams, name) {
-				missing = append(missing, part+" ("+name+")")
-			}
-		}
-		sort.Strings(missing)
-		if len(missing) > 0 {
-			return fmt.Errorf("not running in dev: %s", strings.Join(missing, ", "))
-		}
-		return nil
+	waitExported(t, ip.p.metricsAddr, "every part of serve runs in dev", map[string]string{
+		"tidemark_clock_offset_seconds": "clock guard",
+		"tidemark_hotset_tracked_keys":  "hot-set tracker",
+		"tidemark_warm_remaining_keys":  "warmer",
+		"tidemark_replica_hot_keys":     "replica builder",
+		"tidemark_audit_checked_total":  "auditor",
 	})
 }
