@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,9 +305,9 @@ func (l *load) sqlWriter(ctx context.Context, lim *rate.Limiter) {
 		}
 		slices.SortFunc(keys, func(a, b key) int {
 			if a.tenant != b.tenant {
-				return cmpStr(a.tenant, b.tenant)
+				return strings.Compare(a.tenant, b.tenant)
 			}
-			return cmpStr(a.item, b.item)
+			return strings.Compare(a.item, b.item)
 		})
 		rollback := l.intn(10) == 0
 		var b pgx.Batch
@@ -332,16 +333,6 @@ func (l *load) sqlWriter(ctx context.Context, lim *rate.Limiter) {
 			l.deletes.Add(int64(dels))
 		}
 	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (l *load) tx(ctx context.Context, b *pgx.Batch, rollback bool) error {
