@@ -149,6 +149,18 @@ func TestChaosCatchesBrokenInvalidate(t *testing.T) {
 	}
 }
 
+// On an operator's own table the kinds that write catalog.items by its
+// column names do not apply; sync-standby-stall, which writes its items
+// through the table mapping, does.
+func TestApplicableOnForeignTable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Table = ForeignTableExample()
+	kinds := cfg.Applicable()
+	if !slices.Contains(kinds, FaultSyncStandbyStall) || slices.Contains(kinds, FaultTruncateFastClock) {
+		t.Fatalf("applicable on %s: %v; want %s and not %s", cfg.Table.Name, kinds, FaultSyncStandbyStall, FaultTruncateFastClock)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Faults = []string{"kill-everything"}
