@@ -233,14 +233,15 @@ func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes 
 	}
 	wg.Wait()
 	f.counts = sp.end()
-	// Every admitted read reached the source once, and nothing else did: the
-	// admissions are the whole story of what the flood asked of Postgres.
+	// Nothing reached the source without an admission, so the admissions
+	// are the whole story of what the flood asked of Postgres. (Fewer is
+	// fine: Postgres does not count a read that failed, e.g. timed out.)
 	final := e.sourceCount()
 	for c, v := range f.counts[0].byClass {
 		final.byClass[c] -= v
 	}
-	if got, want := final.total(), int64(len(f.admitted)); got != want {
-		t.Fatalf("Postgres served %d reads during the flood (%v), the budget admitted %d", got, final.byClass, want)
+	if got, want := final.total(), int64(len(f.admitted)); got > want {
+		t.Fatalf("Postgres served %d reads during the flood (%v), the budget admitted only %d", got, final.byClass, want)
 	}
 	return f
 }
