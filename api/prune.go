@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"tidemark/internal/lifecycle"
 )
 
 // Idempotency records (tidemark.requests) are kept for IdempotencyRetention
@@ -44,14 +46,7 @@ func (s *Server) pruneRequests(ctx context.Context) (int64, error) {
 
 // runPruning prunes every minute until ctx ends.
 func (s *Server) runPruning(ctx context.Context) {
-	t := time.NewTicker(pruneEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, pruneEvery, func() {
 		n, err := s.pruneRequests(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -59,5 +54,5 @@ func (s *Server) runPruning(ctx context.Context) {
 		case n > 0:
 			s.log.Debug("pruned idempotency records", "rows", n)
 		}
-	}
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidemark/cache"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
 	"tidemark/reader"
 	"tidemark/rollout"
@@ -118,16 +119,7 @@ func (r *rollouts) route(tenant, item string) (rollout.Mode, rollout.Setting) {
 // run polls the settings and flushes the shadow counts until ctx ends.
 func (r *rollouts) run(ctx context.Context) {
 	r.tick(ctx)
-	t := time.NewTicker(r.cfg.RolloutPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.tick(ctx)
-		}
-	}
+	lifecycle.Every(ctx, r.cfg.RolloutPoll, func() { r.tick(ctx) })
 }
 
 func (r *rollouts) tick(ctx context.Context) {

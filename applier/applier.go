@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark/internal/kafkaconn"
+	"tidemark/internal/lifecycle"
 	"tidemark/internal/telemetry"
 )
 
@@ -410,22 +411,15 @@ func (a *Applier) snapshot() []*worker {
 
 // commitLoop commits applied offsets every CommitInterval.
 func (a *Applier) commitLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, a.cfg.CommitInterval, func() {
 		a.commitMu.Lock()
+		defer a.commitMu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		if err := a.commit(cctx, a.snapshot()); err != nil && ctx.Err() == nil {
 			a.log.Warn("commit failed (will retry)", "err", err)
 		}
-		cancel()
-		a.commitMu.Unlock()
-	}
+	})
 }
 
 // commit stores the applied offsets of ws, each with its stall note (see
@@ -487,14 +481,7 @@ func (a *Applier) commit(ctx context.Context, ws []*worker) error {
 
 // metricsLoop refreshes the gauges that are states rather than events.
 func (a *Applier) metricsLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.MetricsInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, a.cfg.MetricsInterval, func() {
 		a.liveLoop.Beat()
 		now := time.Now()
 		oldest := 0.0
@@ -535,5 +522,5 @@ func (a *Applier) metricsLoop(ctx context.Context) {
 		default:
 			a.met.watermarkAge.Set(math.Inf(1))
 		}
-	}
+	})
 }

@@ -217,8 +217,9 @@ func (r *rig) start(cfg Config, c Cache) *running {
 	return &running{a: a, reg: reg, stop: stop}
 }
 
-// committed returns the group's committed offsets per partition.
-func (r *rig) committed(group string) map[int32]int64 {
+// fetchOffsets returns the group's committed offsets of the topic, per
+// partition.
+func (r *rig) fetchOffsets(group string) map[int32]kadm.OffsetResponse {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -226,8 +227,14 @@ func (r *rig) committed(group string) map[int32]int64 {
 	if err != nil {
 		r.t.Fatalf("fetch offsets: %v", err)
 	}
+	return resp[r.topic]
+}
+
+// committed returns the group's committed offsets per partition.
+func (r *rig) committed(group string) map[int32]int64 {
+	r.t.Helper()
 	out := map[int32]int64{}
-	for p, o := range resp[r.topic] {
+	for p, o := range r.fetchOffsets(group) {
 		if o.Err == nil {
 			out[p] = o.At
 		}

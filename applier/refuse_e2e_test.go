@@ -88,14 +88,8 @@ func (r *rig) exactFloors(timeout time.Duration, final map[string]int64) {
 // stalls reads the stall notes of the group's committed offsets.
 func (r *rig) stalls(group string) map[int32]Stall {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := r.adm.FetchOffsets(ctx, group)
-	if err != nil {
-		r.t.Fatalf("fetch offsets: %v", err)
-	}
 	out := map[int32]Stall{}
-	for p, o := range resp[r.topic] {
+	for p, o := range r.fetchOffsets(group) {
 		if s, ok := ParseStall(o.Metadata); ok {
 			out[p] = s
 		}
