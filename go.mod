@@ -1,4 +1,4 @@
-module tidemark
+module github.com/tidemark/tidemark
 
 go 1.26.8
 

@@ -17,9 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/catalog"
-	"tidemark/internal/config"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 // What a DELETE on the adopted table does.

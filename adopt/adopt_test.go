@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/adopt"
-	"tidemark/catalog"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/adopt"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // A value over MaxValueBytes is answered (200, from the source) but not

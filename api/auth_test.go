@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // junkKey is a well-formed key nobody issued.

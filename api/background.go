@@ -3,7 +3,7 @@ package api
 import (
 	"context"
 
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // This file is the API's surface for background work that runs beside it in

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // AcquireBackground waits while the background class is spent: n reads at

@@ -3,13 +3,13 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/reader"
 	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"tidemark/catalog"
-	"tidemark/reader"
 	"time"
 )
 

@@ -3,11 +3,11 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/tidemark/tidemark/reader"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"tidemark/reader"
 	"time"
 )
 

@@ -4,11 +4,11 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/catalog"
-	"tidemark/internal/config"
-	"tidemark/promise"
-	"tidemark/reader"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/reader"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // Config is the serve stage's configuration. Every field maps to one flag of

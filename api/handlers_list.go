@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // The management list (GET /v1/catalog/items): a merchant's admin page pages

@@ -7,8 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"tidemark/reader"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/reader"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 func (s *Server) getItem(w http.ResponseWriter, r *http.Request, tenant string) {

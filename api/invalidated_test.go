@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // An invalidated value is not served while the source can answer: the read

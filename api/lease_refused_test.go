@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // A miss the source budget refuses gives its fill lease back: the key's

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/catalog"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // TestListPagesByUpdatedAtAndIsTenantScoped: the management list pages

@@ -3,7 +3,7 @@ package api
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // metrics is the api package's one metrics set, registered on the injected

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // min_version is bounded: a source read below it is remembered, so a repeat

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tidemark/internal/pgprimary"
+	"github.com/tidemark/tidemark/internal/pgprimary"
 )
 
 // NewPool connects to the catalog's primary with a pool sized for cfg (unless

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/pgprimary"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/pgprimary"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // serve (and the auditor and warmer, which read through serve's pool) must

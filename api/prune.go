@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // Idempotency records (tidemark.requests) are kept for IdempotencyRetention

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // A cold GET reads the source and fills; the next is a cache hit with an Age;

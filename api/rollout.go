@@ -14,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/reader"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/reader"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // rollouts is this process's view of the tenants' serving modes (package

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // rolloutInstance is a serve process with its rollout poller running (as

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // schemathesisBin is the schemathesis CLI `make schemathesis` installs (a

@@ -20,11 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/catalog"
-	"tidemark/internal/clockguard"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/internal/clockguard"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // Cache is the part of the cache-tier client (*cache.Client) the API uses

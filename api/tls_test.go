@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/localserver"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // owned gives path to the lab's Postgres user when we are root.

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/internal/telemetry"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // Span and attribute names of a GET's trace. The item ID and the tenant

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/internal/telemetry"
-	"tidemark/lab/testenv"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // A GET that finds another process's lease waits for its fill: its trace,

@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // Applier is the group consumer behind `tidemark apply`.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/lab/testenv"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // markers sends ev to every partition under its marker key.

@@ -36,10 +36,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Cache is what the applier needs from the cache tier (*cache.Client).

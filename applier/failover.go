@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // monitorLoop watches the cache tier's identity (a restart or failover loses

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // Record results, the label of tidemark_applier_records_total.

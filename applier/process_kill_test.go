@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/lab/proc"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // startBinary runs `tidemark apply` for the rig's topic and group; extra

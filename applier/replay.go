@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
 )
 
 // ReplayConfig configures a replay (tidemark replay).

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // backoff is capped exponential backoff with full jitter.

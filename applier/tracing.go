@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // traceHeader is the W3C header capture puts on a sampled change's record.

@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/elect"
-	"tidemark/inspect"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/elect"
+	"github.com/tidemark/tidemark/inspect"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Violation kinds (the kind label of tidemark_audit_violations_total).

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/api"
-	"tidemark/audit"
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/audit"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

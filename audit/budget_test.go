@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/api"
-	"tidemark/audit"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/audit"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // The auditor reads the source in statements of at most what one budget

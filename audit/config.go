@@ -10,11 +10,11 @@ package audit
 
 import (
 	"context"
-	"tidemark/catalog"
+	"github.com/tidemark/tidemark/catalog"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Config of the auditor.

@@ -3,7 +3,7 @@ package audit
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 type metrics struct {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/inspect"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/inspect"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Tenant estimates: the sweep counts each tenant's cached entries and their

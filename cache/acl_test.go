@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/tlsfiles"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // The cache tier works over TLS (a test-made CA, a client certificate) as

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // A hung Redis (SIGSTOP: connected, not answering) does not hold a Lookup

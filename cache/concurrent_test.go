@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // source models the catalog rows behind a few keys, and records what the

@@ -3,8 +3,8 @@ package cache
 import (
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Config is the cache tier's protocol configuration. Every process that talks

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/promise"
 )
 
 func TestConfigValidateReportsEveryProblem(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Fill installs version/payload read from the source at obs (when the source

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // advanceWatermark keeps every partition's watermark at now-lag until stop

@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // redisNow is the cache tier's clock.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The ten interleavings of the cache-tier contract (docs/design.md, "Cache

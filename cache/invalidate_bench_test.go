@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // BenchmarkInvalidateBatch measures the client side of a 500-key batch

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // flushScripts empties the script cache of every master, as a restart would.

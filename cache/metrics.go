@@ -3,7 +3,7 @@ package cache
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // metrics are the cache tier's Prometheus series. Registering on a registry

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/internal/config"
-	"tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
 // Redis modes (RedisConfig.Mode).

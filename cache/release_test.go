@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // A released lease is gone at once: the next reader misses and gets a lease

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Hot-key read replicas. A hot entry gets N copies under keys whose hash

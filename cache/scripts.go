@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // The Lua sources run atomically in Redis; see each file's header for its

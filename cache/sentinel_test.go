@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/lab/localserver"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // Through a Sentinel (one master, one replica), invalidations keep being

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // Versions order exactly over the whole int64 range in every script: Lua

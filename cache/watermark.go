@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Run polls the watermark hash every WatermarkPoll until ctx ends, so that

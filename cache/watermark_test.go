@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Watermarks and reset_at only move forward; W is the minimum over the

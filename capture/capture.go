@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/internal/telemetry"
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Deps are what a capture stage is given.

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
-	"tidemark/relay"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/relay"
 )
 
 // Heartbeat modes.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // ErrDecode marks WAL that cannot be turned into events (a column missing

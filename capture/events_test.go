@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/capture"
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Tombstones keep their version, hard deletes carry version 0, a TRUNCATE

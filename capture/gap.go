@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Reset reasons (label values of tidemark_capture_resets_total).

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/capture"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // The topic recreated (its history gone) while the state topic records an

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/capture"
-	"tidemark/lab/testenv"
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // resets lists each partition's reset markers but the first start's

@@ -14,10 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/capture"
-	"tidemark/lab/testenv"
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

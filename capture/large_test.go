@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // One transaction updating 1,000,000 rows: every row arrives, and the

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Random concurrent transactions, a fifth of them rolled back: every

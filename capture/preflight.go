@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // ErrPreflight marks a misconfiguration found before streaming; its message

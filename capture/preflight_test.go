@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/capture"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // runErr runs capture and returns its (preflight) error.

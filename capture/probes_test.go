@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // TestPassiveCaptureIsReady: of two real capture processes on one slot, the

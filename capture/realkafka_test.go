@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/lab/testenv"
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Fault tests that only a real Apache Kafka cluster can run (see the

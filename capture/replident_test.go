@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // A table keyed by a surrogate id: an UPDATE that moves a row to another

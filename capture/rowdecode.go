@@ -3,7 +3,7 @@ package capture
 import (
 	"encoding/binary"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // fastRow decodes the hot path — an INSERT or a key-preserving UPDATE of

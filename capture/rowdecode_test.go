@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The fast row decoder fills exactly what pglogrepl.Parse followed by the

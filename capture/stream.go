@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/relay"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // streamer reads one replication session. It runs on one goroutine: the

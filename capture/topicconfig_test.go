@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/lab/testenv"
-	"tidemark/relay"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/relay"
 )
 
 // An existing data topic whose configuration breaks the pipeline's

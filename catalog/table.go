@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // OwnSchema is the schema of tidemark's own tables.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/elect"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/elect"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The fast estimate. The shared set above forgets with a time constant of

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Hot is one key of the shared hot set.

@@ -22,9 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 //go:embed merge.lua

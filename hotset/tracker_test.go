@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/hotset"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func newTracker(t *testing.T, cfg hotset.Config, r *testenv.Redis) *hotset.Tracker {

@@ -8,20 +8,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/catalog"
 	"log/slog"
 	"strconv"
 	"sync"
-	"tidemark/catalog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/pgprimary"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/pgprimary"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Config of one inspection.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/pgprimary"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/pgprimary"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // inspect compares cached versions with the source's: a standby's lagging

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -11,8 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // This file is the Reader's surface for background work that runs beside it

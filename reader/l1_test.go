@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // L1 admits a key on its second hit, never serves past the entry's hard

@@ -3,7 +3,7 @@ package reader
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // metrics is the reader package's one metrics set, registered on the

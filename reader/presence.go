@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // presence registers this serve process in Redis and counts the live ones

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // Kind is how a read ends.

@@ -26,11 +26,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
-	"tidemark/cache"
-	"tidemark/internal/clockguard"
-	"tidemark/internal/config"
-	"tidemark/internal/telemetry"
-	"tidemark/replica"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/clockguard"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/replica"
 )
 
 // Source is where the truth is: one read of one item, of the primary (a

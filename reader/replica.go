@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // replicaRead answers from a copy of a hot key when this process holds the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/catalog"
+	"github.com/tidemark/tidemark/catalog"
 )
 
 // ErrSource is matched (errors.Is) by every failed read of a TableSource:

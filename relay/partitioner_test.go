@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // murmur2 is Java's Utils.murmur2, written here independently of franz-go so

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The topic grows between capture's admin read and its first produce: kgo

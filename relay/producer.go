@@ -23,11 +23,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/telemetry"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // ErrProduce wraps a record Kafka refused for good (retriable errors are

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // On a three-broker cluster a topic with one replica is refused with the

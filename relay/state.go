@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
 )
 
 // State is what capture remembers about the Postgres it read last, so that a

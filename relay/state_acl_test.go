@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/internal/kafkaconn"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // A principal without CREATE can save capture state when the state topic

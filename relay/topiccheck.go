@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // ErrTopicConfig marks a data topic whose configuration breaks one of the

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Tracker orders acknowledgements by transaction so that the LSN reported to

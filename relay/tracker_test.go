@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Acks arriving out of order (records of later transactions on faster

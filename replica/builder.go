@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // HotKey is a key of the shared hot set with its read rate over every

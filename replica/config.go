@@ -4,8 +4,8 @@ import (
 	"math"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Config is hot-key replication. Every serve process may run a Builder on

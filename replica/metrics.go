@@ -3,7 +3,7 @@ package replica
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // metrics are the hot-key replica series; the Builder and the Reader of one

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // ReplicaReader is the part of *cache.Client a Reader uses.

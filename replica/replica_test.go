@@ -11,11 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/hotset"
-	"tidemark/internal/wiring"
-	"tidemark/lab/testenv"
-	"tidemark/replica"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/replica"
 )
 
 // cacheConfig has short lifetimes so deadlines pass within a test, and a

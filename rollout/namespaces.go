@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Namespace upgrades (docs/design.md, "Namespace upgrade"): the serve

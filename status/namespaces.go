@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // Namespace is one cache-tier namespace of the serve processes' source

@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // A namespace upgrade in `tidemark status`, the page and status.json: the

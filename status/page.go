@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/internal/config"
-	"tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/svgchart"
 )
 
 // Unknown is the page's verdict while no check has succeeded (the process

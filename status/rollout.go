@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // Rollout is one tenant's serving mode and the shadow comparison of its

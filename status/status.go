@@ -17,12 +17,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/applier"
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/cache"
 
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Verdicts, from the watermark age (the bound on the oldest pending event's age).

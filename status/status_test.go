@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // The verdict is the contract deploy gates read: OK up to --warn, AT RISK up

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // WarmUp is the elected warmer's last or current run (package warm), as

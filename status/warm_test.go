@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/lab/testenv"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // The warmer's progress, as it publishes it in the cache tier, is a line of

@@ -3,8 +3,8 @@ package warm
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/api"
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // Causes of a back-off (the label of tidemark_warm_backoffs_total).

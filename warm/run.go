@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"tidemark/api"
-	"tidemark/hotset"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/hotset"
 )
 
 // refusalNoise is how many more foreground refusals than usual in one step

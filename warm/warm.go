@@ -20,11 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/cache"
-	"tidemark/elect"
-	"tidemark/internal/config"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/elect"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Config of the warmer.

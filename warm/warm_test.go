@@ -15,12 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/cache"
-	"tidemark/hotset"
-	"tidemark/internal/wiring"
-	"tidemark/lab/testenv"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/warm"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"tidemark/adopt"
+	"github.com/tidemark/tidemark/adopt"
 )
 
 // adoptCmd wires flags into adopt.Config and prints what adoption did.

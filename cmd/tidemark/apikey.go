@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/api"
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // apikeyCmd manages API keys; the tenant of every API request comes from its key.

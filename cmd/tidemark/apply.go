@@ -4,12 +4,12 @@ import (
 	"context"
 	"time"
 
-	"tidemark/applier"
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/wiring"
 )
 
 // applyCmd wires flags into applier.Config and runs the group applier with

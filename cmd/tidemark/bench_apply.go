@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/applybench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/applybench"
 )
 
 // benchApplyCmd wires flags into applybench.Config (lab/bench/applybench)

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/cachebench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/cachebench"
 )
 
 // benchCacheCmd wires flags into cachebench.Config; the benchmark itself

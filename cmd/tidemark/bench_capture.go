@@ -5,9 +5,9 @@ import (
 	"runtime"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/capturebench"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/capturebench"
 )
 
 // benchCaptureCmd wires flags into capturebench.Config

@@ -5,8 +5,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/e2ebench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/e2ebench"
 )
 
 // benchE2ECmd wires flags into e2ebench.Config and prints the report.

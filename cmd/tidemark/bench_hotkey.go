@@ -5,8 +5,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/hotkeybench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/hotkeybench"
 )
 
 // benchHotkeyCmd wires flags into hotkeybench.Config.

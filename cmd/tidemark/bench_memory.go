@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/memorybench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/memorybench"
 )
 
 // benchMemoryCmd wires flags into memorybench.Config and prints the report.

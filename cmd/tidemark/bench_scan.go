@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"tidemark/lab/bench/scanbench"
+	"github.com/tidemark/tidemark/lab/bench/scanbench"
 )
 
 // benchScanCmd wires flags into scanbench.Config (lab/bench/scanbench) and prints the report.

@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/servebench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/servebench"
 )
 
 // benchServeCmd wires flags into servebench.Config (lab/bench/servebench) and prints the report.

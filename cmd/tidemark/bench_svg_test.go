@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // Every benchmark that has a chart (lab/bench/<name>.Chart) offers

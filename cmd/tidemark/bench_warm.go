@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/warmbench"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/warmbench"
 )
 
 // benchWarmCmd wires flags into warmbench.Config (lab/bench/warmbench) and prints the report.

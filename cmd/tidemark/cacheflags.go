@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // cacheFlags are the cache-tier protocol settings. Every process that talks

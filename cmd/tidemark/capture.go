@@ -5,12 +5,12 @@ import (
 	"runtime"
 	"time"
 
-	"tidemark/capture"
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/internal/wiring"
-	"tidemark/relay"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/relay"
 )
 
 // captureCmd wires flags into capture.Config and runs the stage with the

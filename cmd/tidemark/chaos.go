@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/chaos"
 )
 
 // chaosCmd wires flags into chaos.Config and prints the report; exit 0 only

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
 // kafkaFlags are how a process reaches and authenticates to Kafka: the same

@@ -6,8 +6,8 @@ import (
 
 	"golang.org/x/term"
 
-	"tidemark/internal/config"
-	"tidemark/lab/dev"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/dev"
 )
 
 type devCmd struct {

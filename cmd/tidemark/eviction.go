@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"tidemark/cache"
+	"github.com/tidemark/tidemark/cache"
 )
 
 // evictionFlag names the flag that overrides a refused eviction policy.

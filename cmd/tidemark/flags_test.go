@@ -10,8 +10,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"tidemark/internal/telemetry"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // command is one leaf command of the CLI as kong sees it: the words that

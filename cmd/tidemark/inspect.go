@@ -10,11 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/hotset"
-	"tidemark/inspect"
-	"tidemark/internal/config"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/inspect"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/schema"
 )
 
 type inspectCmd struct {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/hotset"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // `tidemark inspect --hot` prints the merged hot set, hottest first, with

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"tidemark/internal/config"
-	"tidemark/lab/broker"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/broker"
 )
 
 type kafkaCmd struct {

@@ -14,7 +14,7 @@ import (
 // product, never the other way round. Only the binary (cmd/tidemark) wires
 // both. Test files are exempt: they may start servers through lab/testenv.
 func TestProductDoesNotImportLab(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "tidemark/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/tidemark/tidemark/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -22,12 +22,12 @@ func TestProductDoesNotImportLab(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		pkg := f[0]
-		if pkg == "tidemark/cmd/tidemark" || strings.HasPrefix(pkg, "tidemark/lab/") {
+		if pkg == "github.com/tidemark/tidemark/cmd/tidemark" || strings.HasPrefix(pkg, "github.com/tidemark/tidemark/lab/") {
 			continue
 		}
 		product++
 		for _, imp := range f[1:] {
-			if imp == "tidemark/lab" || strings.HasPrefix(imp, "tidemark/lab/") {
+			if imp == "github.com/tidemark/tidemark/lab" || strings.HasPrefix(imp, "github.com/tidemark/tidemark/lab/") {
 				t.Errorf("product package %s imports lab package %s", pkg, imp)
 			}
 		}
@@ -42,7 +42,7 @@ func TestProductDoesNotImportLab(t *testing.T) {
 // `go test -short` runs exactly what `make test` runs and a missing server
 // fails a test instead of hiding it.
 func TestNoTestSkips(t *testing.T) {
-	out, err := exec.Command("go", "list", "-tags", "realkafka", "-f", `{{.Dir}}{{range .TestGoFiles}} {{.}}{{end}}{{range .XTestGoFiles}} {{.}}{{end}}`, "tidemark/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-tags", "realkafka", "-f", `{{.Dir}}{{range .TestGoFiles}} {{.}}{{end}}{{range .XTestGoFiles}} {{.}}{{end}}`, "github.com/tidemark/tidemark/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

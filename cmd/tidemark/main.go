@@ -15,8 +15,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"tidemark/cache"
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // Exit codes: 0 success, 1 runtime failure (or, for status, a verdict other

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"tidemark/internal/config"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 // pgFlag is the Postgres connection shared by commands that need one.

@@ -12,10 +12,10 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"tidemark/applier"
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // replayCmd wires flags into applier.ReplayConfig, runs the replay with a

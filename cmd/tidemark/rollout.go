@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // rolloutCmd sets and shows the tenants' serving modes (package rollout);

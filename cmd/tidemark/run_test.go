@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"testing"
 
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/status"
 )
 
 // serve, apply and capture run through runProcess: a stage that returns nil

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"tidemark/status"
+	"github.com/tidemark/tidemark/status"
 )
 
 // alertRules is the part of compose/prometheus/alerts.yml the runbook test

@@ -4,16 +4,16 @@ import (
 	"context"
 	"time"
 
-	"tidemark/api"
-	"tidemark/audit"
-	"tidemark/cache"
-	"tidemark/hotset"
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/telemetry"
-	"tidemark/internal/wiring"
-	"tidemark/replica"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/audit"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/replica"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // serveCmd wires flags into api.Config and cache.Config and runs the API,

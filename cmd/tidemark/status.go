@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"tidemark/internal/config"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/status"
 )
 
 type statusCmd struct {

@@ -5,9 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
-	"tidemark/internal/kafkaconn"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/status"
 )
 
 // statusPageFlag is shared by the commands that serve the status page at /

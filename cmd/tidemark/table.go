@@ -1,6 +1,6 @@
 package main
 
-import "tidemark/catalog"
+import "github.com/tidemark/tidemark/catalog"
 
 // tableFlags is the catalog table mapping (catalog.Table): one set of flags,
 // environment variables and config keys taken by every command that touches

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 type versionCmd struct{}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // warmCmd queues a warm request for the elected warmer of a serve process

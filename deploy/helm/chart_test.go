@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/lab/localserver"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -439,8 +439,8 @@ func (r rendered) configMap(t *testing.T, suffix string) *corev1.ConfigMap {
 // chart; `make helm-sync` copies them).
 func TestChartFilesMatchSources(t *testing.T) {
 	for copy, src := range map[string]string{
-		"tidemark/files/alerts.yml":    "../../compose/prometheus/alerts.yml",
-		"tidemark/files/tidemark.json": "../../compose/grafana/dashboards/tidemark.json",
+		"github.com/tidemark/tidemark/files/alerts.yml":    "../../compose/prometheus/alerts.yml",
+		"github.com/tidemark/tidemark/files/tidemark.json": "../../compose/grafana/dashboards/tidemark.json",
 	} {
 		a, err := os.ReadFile(copy)
 		if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tidemark/cache"
-	"tidemark/reader"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/reader"
 )
 
 func main() {

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/chaos"
-	"tidemark/lab/testenv"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

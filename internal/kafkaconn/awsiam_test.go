@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
 // AWS_MSK_IAM cannot be run against MSK here; what can be checked is the

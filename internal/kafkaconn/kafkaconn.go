@@ -22,8 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kslog"
 
-	"tidemark/internal/config"
-	"tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
 // SASL mechanisms.

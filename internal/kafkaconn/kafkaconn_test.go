@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/tlsfiles"
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // saslTLSCluster is a kfake cluster that takes only TLS connections with a

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/svgchart"
-	"tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
 )
 
 // A line chart with markers draws a dot per finite point and leaves gaps

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // NewLogger builds the process logger. format is "text" or "json"; level is

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // TraceConfig is where a process sends its sampled traces (OTLP over
@@ -157,5 +157,5 @@ func Tracer(tp trace.TracerProvider, pkg string) trace.Tracer {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return tp.Tracer("tidemark/" + pkg)
+	return tp.Tracer("github.com/tidemark/tidemark/" + pkg)
 }

@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // Config is a client's TLS settings. The zero value with Enabled set uses

@@ -3,9 +3,9 @@ package wiring
 import (
 	"context"
 
-	"tidemark/api"
-	"tidemark/cache"
-	"tidemark/hotset"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/hotset"
 )
 
 // Counted is the API's cache-tier client with every lookup counted by T

@@ -5,8 +5,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/hotset"
-	"tidemark/replica"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/replica"
 )
 
 // HotKeys feeds a replica.Builder from the namespace's fast hot set (rates

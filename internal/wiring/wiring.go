@@ -18,16 +18,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"tidemark/api"
-	"tidemark/applier"
-	"tidemark/audit"
-	"tidemark/cache"
-	"tidemark/capture"
-	"tidemark/hotset"
-	"tidemark/internal/clockguard"
-	"tidemark/internal/lifecycle"
-	"tidemark/replica"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/audit"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/internal/clockguard"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/replica"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // Group is where the parts are added: a *lifecycle.Group, or a wrapper of

@@ -23,7 +23,7 @@ import (
 	"slices"
 	"time"
 
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // Quantile is the q-quantile (0 <= q <= 1) of sorted by the nearest-rank

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,17 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/internal/config"
-	"tidemark/lab/localserver"
-	"tidemark/migrations"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/migrations"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Stack is what the harnesses that run `tidemark serve` as a separate

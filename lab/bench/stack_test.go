@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The stack the serve-process harnesses share: a migrated Postgres that

@@ -32,9 +32,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/localserver"
 
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // Config of the embedded broker.

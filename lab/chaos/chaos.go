@@ -25,7 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // Deps of a run.

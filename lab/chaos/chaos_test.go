@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

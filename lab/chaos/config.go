@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/api"
-	"tidemark/catalog"
-	"tidemark/internal/config"
-	"tidemark/internal/kafkaconn"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Config of one chaos run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -12,14 +13,13 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // ClockOffsetEnv makes a serve or apply process believe its wall clock is

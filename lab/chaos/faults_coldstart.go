@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidemark/lab/proc"
+	"github.com/tidemark/tidemark/lab/proc"
 )
 
 // FaultColdStart: capture's first start against a cache tier that already

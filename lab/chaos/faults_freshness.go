@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Fault kinds aimed at what may vouch for a value: a clock, a marker, a

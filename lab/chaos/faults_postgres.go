@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tidemark/lab/localserver"
-	"tidemark/lab/seed"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/seed"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // FaultSyncStandbyStall: synchronous_standby_names names a standby that

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
 
-	"tidemark/catalog"
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // load plays merchants and visitors: SQL transactions of 1-20 rows (one in

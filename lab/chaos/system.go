@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/lab/seed"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,19 +15,17 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"tidemark/lab/proc"
-	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/catalog"
-	"tidemark/lab/localserver"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // system is the deployment under test: private Postgres, Redis (one server

@@ -15,10 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidemark/internal/lifecycle"
-	"tidemark/lab/proc"
-	"tidemark/rollout"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/rollout"
+	"github.com/tidemark/tidemark/status"
 )
 
 // Upgrades under load (docs/design.md, "Version skew and rolling upgrades"

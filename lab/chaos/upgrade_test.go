@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
-	"tidemark/rollout"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/rollout"
 )
 
 // upgradeFromCommit is the old build of the rolling-upgrade test: a commit

@@ -14,9 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"tidemark/cache"
-	"tidemark/lab/testenv"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/status"
 )
 
 // TestPipelineAsRedisACLUserOverTLS runs capture, apply and serve as real

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // TestAdoptWalkthrough is README's "Adopt an existing catalog" section as a

@@ -14,15 +14,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/cache"
-	"tidemark/internal/telemetry"
-	"tidemark/internal/wiring"
-	"tidemark/lab/broker"
-	"tidemark/lab/localserver"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/lab/broker"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/migrations"
 
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
 // Config of `tidemark dev`.

@@ -22,11 +22,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/inspect"
-	labproc "tidemark/lab/proc"
-	"tidemark/lab/testenv"
-	"tidemark/schema"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/inspect"
+	labproc "github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
+	"github.com/tidemark/tidemark/status"
 )
 
 // proc is one real `tidemark` process of the pipeline, a lab/proc process

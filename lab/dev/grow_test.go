@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/lab/testenv"
-	"tidemark/schema"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
+	"github.com/tidemark/tidemark/status"
 )
 
 // TestGrowTopicWhileRunning grows the topic from 6 to 9 partitions with the

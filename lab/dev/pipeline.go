@@ -12,17 +12,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/api"
-	"tidemark/applier"
-	"tidemark/audit"
-	"tidemark/cache"
-	"tidemark/capture"
-	"tidemark/hotset"
-	"tidemark/internal/wiring"
-	"tidemark/promise"
-	"tidemark/replica"
-	"tidemark/status"
-	"tidemark/warm"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/audit"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/hotset"
+	"github.com/tidemark/tidemark/internal/wiring"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/replica"
+	"github.com/tidemark/tidemark/status"
+	"github.com/tidemark/tidemark/warm"
 )
 
 // Endpoints are the servers a pipeline talks to.

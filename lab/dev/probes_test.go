@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // healthcheck runs `tidemark healthcheck --url` (the exec probe of the

@@ -6,13 +6,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/seed"
 	"os"
 	"strings"
-	"tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/api"
+	"github.com/tidemark/tidemark/api"
 )
 
 // Demo data: two tenants with the same item ids, so tenant isolation shows.

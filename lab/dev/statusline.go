@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/cache"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/status"
 )
 
 // statsSource reads the process's own metrics, so the status line shows

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tidemark/status"
+	"github.com/tidemark/tidemark/status"
 )
 
 // TestQuantileInterpolatesWithinBuckets: the status line's quantiles follow

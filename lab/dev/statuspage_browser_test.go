@@ -18,8 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"tidemark/lab/testenv"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/status"
 )
 
 // browser starts a headless Debian chromium with a fresh profile and no

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // traceAttrs are the attributes the rendered trees show.

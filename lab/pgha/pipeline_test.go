@@ -20,10 +20,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"tidemark/api"
-	"tidemark/lab/chaos"
-	"tidemark/lab/testenv"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
 )
 
 const (

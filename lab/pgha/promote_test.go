@@ -13,11 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/capture"
-	"tidemark/lab/chaos"
-	"tidemark/lab/testenv"
-	"tidemark/promise"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // writer updates random items through the multi-host DSN, reconnecting on

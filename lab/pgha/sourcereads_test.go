@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/lab/chaos"
 )
 
 // sourceReads samples the source's own count of its reads once a second,

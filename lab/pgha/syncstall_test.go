@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/lab/chaos"
-	"tidemark/lab/testenv"
-	"tidemark/promise"
+	"github.com/tidemark/tidemark/lab/chaos"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // The cache protocol's settings of the stall test: a floor TTL short enough

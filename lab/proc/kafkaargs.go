@@ -3,7 +3,7 @@ package proc
 import (
 	"strings"
 
-	"tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
 )
 
 // KafkaArgs are the command-line flags with which a tidemark process

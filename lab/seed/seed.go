@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"tidemark/catalog"
+	"github.com/tidemark/tidemark/catalog"
 )
 
 // Execer is what Items writes through: a *pgx.Conn, a *pgxpool.Pool or a

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/catalog"
-	"tidemark/lab/seed"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/lab/seed"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/internal/clockguard"
+	"github.com/tidemark/tidemark/internal/clockguard"
 )
 
 // Clock is a process's guarded clock against rdb (and pg, when not nil),

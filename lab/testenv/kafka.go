@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // KafkaEnv is the switch for the Kafka that StartKafka gives: unset or

@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
 // Kafka roles: who a tidemark process is to the brokers' ACLs.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // The README's Kafka ACL table is the one the test above grants.

@@ -20,14 +20,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tidemark/applier"
-	"tidemark/cache"
-	"tidemark/internal/kafkaconn"
-	"tidemark/internal/tlsfiles"
-	"tidemark/lab/testenv"
-	"tidemark/relay"
-	"tidemark/schema"
-	"tidemark/status"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/tlsfiles"
+	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/relay"
+	"github.com/tidemark/tidemark/schema"
+	"github.com/tidemark/tidemark/status"
 )
 
 // Each role (capture, apply, replay, status) does its work over SASL_SSL

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark/lab/localserver"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 // Postgres is a private PostgreSQL server with wal_level=logical (see

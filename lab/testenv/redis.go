@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // Redis is a private redis-server process. Data lives in memory only, so a

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/localserver"
 )
 
 // Main wraps testing.M.Run: it stops the package's shared servers afterwards.

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 func TestMain(m *testing.M) { Main(m) }

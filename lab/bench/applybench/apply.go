@@ -20,11 +20,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/applier"
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/lab/bench"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/applier"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Config configures Run (`tidemark bench apply`).

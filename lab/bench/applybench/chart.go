@@ -3,8 +3,8 @@ package applybench
 import (
 	"fmt"
 
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Chart is the throughput chart of a run: the replay rate beside each

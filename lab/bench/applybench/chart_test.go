@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench/applybench"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench/applybench"
 )
 
 // The chart puts the replay rate beside each of the two ceilings, noted

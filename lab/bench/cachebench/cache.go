@@ -16,10 +16,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Config configures Run (`tidemark bench cache`).

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/cachebench"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/cachebench"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // The benchmark command runs end to end on a small scale, prints the table

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // The chart has one group per throughput row of the table (each a

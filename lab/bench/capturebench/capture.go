@@ -22,12 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"tidemark/capture"
-	"tidemark/internal/config"
-	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
-	"tidemark/lab/seed"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/seed"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 // Config configures Run (`tidemark bench capture`).

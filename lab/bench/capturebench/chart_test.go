@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench/capturebench"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench/capturebench"
 )
 
 // The chart has a capture bar and a pg_recvlogical bar per round plus the

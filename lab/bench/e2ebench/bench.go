@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
 	"log/slog"
 	"net"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"tidemark/lab/proc"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,10 +22,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"tidemark/cache"
-	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
-	"tidemark/migrations"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/migrations"
 )
 
 // Process names in Phase.CPU and Phase.RSS.

@@ -3,8 +3,8 @@ package e2ebench
 import (
 	"fmt"
 
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Chart is the latency chart of a run: commit → applied (p50, p99) and

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
 )
 
 // Every phase is a point of commit → applied p50 and p99 and of

@@ -17,7 +17,7 @@ package e2ebench
 import (
 	"time"
 
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // Config drives Run.

@@ -3,9 +3,9 @@ package e2ebench
 import (
 	"context"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/seed"
 	"sync"
 	"sync/atomic"
-	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // sample is one change's latency, keyed by its commit time (for windows).

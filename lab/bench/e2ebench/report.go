@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Goals, co-located on one 2-core box.

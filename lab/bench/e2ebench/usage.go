@@ -3,11 +3,11 @@ package e2ebench
 import (
 	"bytes"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/proc"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"tidemark/lab/proc"
 	"time"
 )
 

@@ -16,13 +16,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/cache"
-	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
-	"tidemark/lab/seed"
-	"tidemark/migrations"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/seed"
+	"github.com/tidemark/tidemark/migrations"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The from-cold phase: hot-key detection as an operator meets it. Serve

@@ -22,13 +22,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/lifecycle"
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
-	"tidemark/lab/localserver"
-	"tidemark/replica"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/lifecycle"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/replica"
 )
 
 // Config configures Run (`tidemark bench hotkey`).

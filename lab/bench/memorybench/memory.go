@@ -22,11 +22,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/cache"
-	"tidemark/internal/config"
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Config configures Run (`tidemark bench memory`).

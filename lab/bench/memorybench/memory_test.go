@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench"
-	"tidemark/lab/bench/memorybench"
-	"tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/bench/memorybench"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // A small run measures every arm on a real redis-server: each key costs at

@@ -10,6 +10,7 @@ package scanbench
 import (
 	"context"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/seed"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -17,15 +18,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/internal/config"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Config of one run.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // Validate names every broken field, the fill rates and the source budget

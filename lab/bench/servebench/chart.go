@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
-	"tidemark/internal/svgchart"
-	"tidemark/lab/bench"
+	"github.com/tidemark/tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/lab/bench"
 )
 
 // Chart is the latency chart of a run: p50 and p99 of every open-loop step

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
-	"tidemark/lab/bench/servebench"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/lab/bench/servebench"
 )
 
 // Every open-loop step is a p50 and a p99 point at its offered rate, the

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/tidemark/tidemark/lab/seed"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -18,17 +19,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"tidemark/lab/seed"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"tidemark/api"
-	"tidemark/internal/config"
-	"tidemark/lab/bench"
-	"tidemark/migrations"
-	"tidemark/schema"
+	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/migrations"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // Config drives `tidemark bench serve`: a Go load generator against a

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"tidemark/internal/svgchart"
+	"github.com/tidemark/tidemark/internal/svgchart"
 )
 
 // Chart is the recovery chart of a run: each arm's hit ratio per window

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark/internal/svgchart/svgcharttest"
+	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
 )
 
 // Each arm is a line of its windows' hit ratios (a window without GETs a
