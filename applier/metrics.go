@@ -14,6 +14,9 @@ const (
 	resultApplied   = string(cache.InvalidateApplied)
 	resultDuplicate = string(cache.InvalidateDuplicate)
 	resultOlder     = string(cache.InvalidateOlder)
+	// resultRevoked: not above the floor, yet a value observed before the
+	// change (or a lease) was revoked: a write that did not raise the version.
+	resultRevoked = string(cache.InvalidateRevoked)
 	resultPurged    = "purged" // the key refused its invalidation and was deleted instead
 	resultDLQ       = "dlq"
 )
@@ -72,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := in.Err(); err != nil {
 		return nil, err
 	}
-	for _, r := range []string{resultApplied, resultDuplicate, resultOlder, resultPurged, resultDLQ} {
+	for _, r := range []string{resultApplied, resultDuplicate, resultOlder, resultRevoked, resultPurged, resultDLQ} {
 		m.records.WithLabelValues(r) // export zeros so rates work from the start
 	}
 	return m, nil

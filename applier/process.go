@@ -18,17 +18,19 @@ import (
 
 // Counts are record results, as in tidemark_applier_records_total.
 type Counts struct {
-	Applied, Duplicate, Older, Purged, DLQ int64
+	Applied, Duplicate, Older, Revoked, Purged, DLQ int64
 }
 
 // Total is the number of change records counted.
-func (c Counts) Total() int64 { return c.Applied + c.Duplicate + c.Older + c.Purged + c.DLQ }
+func (c Counts) Total() int64 {
+	return c.Applied + c.Duplicate + c.Older + c.Revoked + c.Purged + c.DLQ
+}
 
-type counters struct{ applied, duplicate, older, purged, dlq atomic.Int64 }
+type counters struct{ applied, duplicate, older, revoked, purged, dlq atomic.Int64 }
 
 func (c *counters) snapshot() Counts {
 	return Counts{Applied: c.applied.Load(), Duplicate: c.duplicate.Load(), Older: c.older.Load(),
-		Purged: c.purged.Load(), DLQ: c.dlq.Load()}
+		Revoked: c.revoked.Load(), Purged: c.purged.Load(), DLQ: c.dlq.Load()}
 }
 
 // deadLetter sends a bad record to the DLQ; nil drops it (replay: the live
@@ -402,6 +404,8 @@ func (p *processor) count(result string) {
 		p.counts.duplicate.Add(1)
 	case resultOlder:
 		p.counts.older.Add(1)
+	case resultRevoked:
+		p.counts.revoked.Add(1)
 	case resultPurged:
 		p.counts.purged.Add(1)
 	case resultDLQ:

@@ -55,7 +55,8 @@ func TestFillAfterInvalidationRejected(t *testing.T) {
 }
 
 // (2) Out-of-order and duplicate invalidations: v43 then v42 (and v43
-// again) leave the floor at 43 and say what they did.
+// again) leave the floor at 43 and say what they did; with a value cached,
+// a late one still revokes it.
 func TestOutOfOrderAndDuplicateInvalidations(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c, ctx, tn := newClient(t, b, testConfig()), context.Background(), tenant(t)
@@ -75,15 +76,22 @@ func TestOutOfOrderAndDuplicateInvalidations(t *testing.T) {
 		r := lookup(t, c, tn, "item", 0)
 		mustReject(t, c.Fill(ctx, tn, "item", r.Token, 42, payload(42), time.Now()), "version")
 		mustFill(t, c, tn, "item", r.Token, 43, time.Now())
-		// An older event after the fill changes nothing: still a hit.
-		if res, _ := c.Invalidate(ctx, tn, "item", 42); res != "older" {
-			t.Fatalf("late v42 = %v", res)
+		// An older event after the fill leaves the floor, but it is a change
+		// all the same: the value observed before it is revoked, not served
+		// again until read anew (docs/design.md, "Freshness watermark").
+		if res, _ := c.Invalidate(ctx, tn, "item", 42); res != "revoked" {
+			t.Fatalf("late v42 = %v, want revoked", res)
 		}
-		if r := lookup(t, c, tn, "item", 0); r.Status != "hit" || r.Entry.Version != 43 {
-			t.Fatalf("lookup = %+v", r)
+		r = lookup(t, c, tn, "item", 0)
+		if r.Status != "stale" || r.Entry.Version != 43 || !r.Entry.Stale {
+			t.Fatalf("lookup after late v42 = %+v, want stale v43", r)
 		}
-		if h := hash(t, b, "catalog", tn, "item"); h["floor"] != "43" || h["gen"] != "1" || h["stale"] != "" {
+		if h := hash(t, b, "catalog", tn, "item"); h["floor"] != "43" || h["gen"] != "2" || h["stale"] != "1" {
 			t.Fatalf("hash after late event = %v", h)
+		}
+		mustFill(t, c, tn, "item", r.Token, 43, time.Now())
+		if r := lookup(t, c, tn, "item", 0); r.Status != "hit" || r.Entry.Version != 43 {
+			t.Fatalf("lookup after the refill = %+v", r)
 		}
 	})
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var invalidateResults = [...]InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder}
+var invalidateResults = [...]InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder, InvalidateRevoked}
 
 func parseInvalidate(reply any) (InvalidateResult, error) {
 	n, ok := reply.(int64)
@@ -18,9 +18,12 @@ func parseInvalidate(reply any) (InvalidateResult, error) {
 	return invalidateResults[n], nil
 }
 
-// Invalidate records that (tenant, item) has a new source version: the floor
-// rises to version and, when newer than the cached value, the lease is
-// revoked and the value marked stale. Idempotent.
+// Invalidate records that (tenant, item) changed at version: the floor rises
+// to version and, when newer than the cached value, the lease is revoked and
+// the value marked stale. A version not above the floor is still a change
+// (docs/design.md, "Freshness watermark"): a value observed before it is
+// marked stale and the lease revoked (InvalidateRevoked). Idempotent in
+// effect: applied again, it at most costs one more source read.
 func (c *Client) Invalidate(ctx context.Context, tenant, item string, version int64) (InvalidateResult, error) {
 	reply, err := c.s.invalidate.Run(ctx, c.rdb, []string{c.key(tenant, item)},
 		version, c.cfg.FloorTTL.Milliseconds()).Result()

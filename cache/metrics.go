@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []Reason{ReasonToken, ReasonVersion, ReasonExpired, ReasonClock, ReasonLifetime} {
 		m.fillRejected.WithLabelValues(string(r))
 	}
-	for _, r := range []InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder, "error"} {
+	for _, r := range []InvalidateResult{InvalidateApplied, InvalidateDuplicate, InvalidateOlder, InvalidateRevoked, "error"} {
 		m.invalidations.WithLabelValues(string(r))
 	}
 	return m, nil

@@ -70,7 +70,7 @@ func newScripts() scripts {
 
 		lookup:     redis.NewScript(clockLua + versionLua + lookupLua),
 		fill:       redis.NewScript(versionLua + fillLua),
-		invalidate: redis.NewScript(versionLua + invalidateLua),
+		invalidate: redis.NewScript(clockLua + versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
 		release:    redis.NewScript(releaseLua),
 

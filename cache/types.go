@@ -92,6 +92,9 @@ const (
 	InvalidateApplied   InvalidateResult = "applied"   // floor raised
 	InvalidateDuplicate InvalidateResult = "duplicate" // floor already equal to the version
 	InvalidateOlder     InvalidateResult = "older"     // floor already above the version
+	// InvalidateRevoked: the version was not above the floor, and a value
+	// observed before the change (or a lease) was revoked all the same.
+	InvalidateRevoked InvalidateResult = "revoked"
 )
 
 // Invalidation is one key's new version, for InvalidateBatch.
