@@ -12,8 +12,10 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
-// ErrDecode marks WAL that cannot be turned into events (a column missing
-// from the publication, a NULL key): capture stops rather than skip a change.
+// ErrDecode marks WAL that cannot be turned into events. A malformed
+// message stops capture rather than skip a change; a captured row that
+// cannot become an event (a NULL version, a NULL key) is turned into the
+// safe action instead (undecodable.go), so no row stops the stream.
 var ErrDecode = errors.New("capture: decode")
 
 // relKind says what a relation is to capture.
@@ -32,6 +34,7 @@ type relation struct {
 	name                         string
 	tenant, item, version, state int // column positions, -1 if absent
 	beatAt                       int
+	tenantCol, itemCol           string // the key's column names: neither may be empty
 }
 
 // decoder turns pgoutput row messages into schema changes. Relation messages
@@ -48,7 +51,8 @@ func newDecoder(cfg Config) *decoder {
 
 func (d *decoder) relation(m *pglogrepl.RelationMessage) {
 	name := m.Namespace + "." + m.RelationName
-	r := &relation{name: name, tenant: -1, item: -1, version: -1, state: -1, beatAt: -1}
+	r := &relation{name: name, tenant: -1, item: -1, version: -1, state: -1, beatAt: -1,
+		tenantCol: d.cfg.TenantColumn, itemCol: d.cfg.ItemColumn}
 	switch name {
 	case d.cfg.Table:
 		r.kind = relItems
@@ -97,6 +101,11 @@ func (d *decoder) row(r *relation, t *pglogrepl.TupleData, c *schema.Change) err
 	if c.Version, err = strconv.ParseInt(v, 10, 64); err != nil {
 		return fmt.Errorf("%w: %s.%s = %q is not an integer", ErrDecode, r.name, d.cfg.VersionColumn, v)
 	}
+	if c.Version <= 0 {
+		// Versions start at 1 (a hard delete's event carries 0): a zero or
+		// negative one orders below every floor.
+		return fmt.Errorf("%w: %s.%s = %d is not above 0", ErrDecode, r.name, d.cfg.VersionColumn, c.Version)
+	}
 	c.Op = schema.OpUpsert
 	if r.state >= 0 && r.state < len(t.Columns) && t.Columns[r.state].DataType == pglogrepl.TupleDataTypeText &&
 		string(t.Columns[r.state].Data) == d.cfg.DeletedState {
@@ -128,6 +137,9 @@ func text(r *relation, t *pglogrepl.TupleData, i int, col string) (string, error
 	}
 	if i >= len(t.Columns) || t.Columns[i].DataType != pglogrepl.TupleDataTypeText {
 		return "", fmt.Errorf("%w: %s.%s is NULL or unchanged-TOAST in a change", ErrDecode, r.name, col)
+	}
+	if len(t.Columns[i].Data) == 0 && (col == r.tenantCol || col == r.itemCol) {
+		return "", fmt.Errorf("%w: %s.%s is empty in a change", ErrDecode, r.name, col)
 	}
 	return string(t.Columns[i].Data), nil
 }

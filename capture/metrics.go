@@ -22,6 +22,7 @@ type metrics struct {
 	beatSkipped  prometheus.Counter
 	invisible    prometheus.Counter
 	active       prometheus.Gauge
+	undecodable  *prometheus.CounterVec
 }
 
 // walStatuses are pg_replication_slots.wal_status values; exactly one is 1.
@@ -41,6 +42,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		beatSkipped:  in.Counter("tidemark_capture_heartbeats_skipped_total", "Heartbeat-prefix messages or heartbeat-row updates skipped because they do not carry a time (not written by capture)."),
 		invisible:    in.Counter("tidemark_capture_invisible_wait_seconds_total", "Time the stream was held on a decoded commit not yet visible to new snapshots (a synchronous standby's wait)."),
 		active:       in.Gauge("tidemark_capture_active", "1 while this process holds the slot and streams, 0 while it stands by or retries."),
+		undecodable: in.CounterVec("tidemark_capture_undecodable_rows_total",
+			"Changes of the captured table that could not become events (a NULL, non-integer or non-positive version, a NULL or empty key), by the action taken instead: purge (the key) or reset (every partition).", "action"),
 	}
 	if err := in.Err(); err != nil {
 		return nil, fmt.Errorf("capture: register metrics: %w", err)
@@ -48,7 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, op := range []string{"upsert", "delete", "truncate"} {
 		m.events.WithLabelValues(op)
 	}
-	for _, r := range []string{ReasonSlotMissing, ReasonSlotLost, ReasonSystemIDChanged, ReasonTimelineChanged} {
+	for _, a := range []string{actionPurge, actionReset} {
+		m.undecodable.WithLabelValues(a)
+	}
+	for _, r := range []string{ReasonSlotMissing, ReasonSlotLost, ReasonSystemIDChanged, ReasonTimelineChanged, ReasonUndecodableRow} {
 		m.resets.WithLabelValues(r)
 	}
 	return m, nil

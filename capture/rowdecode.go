@@ -88,6 +88,9 @@ func (d *decoder) fastRow(data []byte, c *schema.Change) bool {
 		}
 		ver = ver*10 + int64(c-'0')
 	}
+	if ver == 0 || len(tenant) == 0 || len(item) == 0 {
+		return false // not an item's change: the general path reports it
+	}
 	c.Tenant, c.Item, c.Version, c.Op = string(tenant), string(item), ver, schema.OpUpsert
 	if stateSet && string(state) == d.cfg.DeletedState {
 		c.Op = schema.OpDelete

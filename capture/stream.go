@@ -192,13 +192,9 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 			if r, err := s.dec.rel(m.RelationID); err == nil && r.kind == relItems {
 				old, cur := s.change(), s.change()
 				if err := s.dec.deleted(r, m.OldTuple, old); err != nil {
-					return err
-				}
-				if err := s.dec.row(r, m.NewTuple, cur); err != nil {
-					return err
-				}
-				if old.Tenant != cur.Tenant || old.Item != cur.Item {
-					s.produceChange(old)
+					s.undecodable(old, err)
+				} else if err := s.dec.row(r, m.NewTuple, cur); err != nil || old.Tenant != cur.Tenant || old.Item != cur.Item {
+					s.produceChange(old) // the new row is judged below
 				}
 			}
 		}
@@ -210,7 +206,8 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 		}
 		ch := s.change()
 		if err := s.dec.deleted(r, m.OldTuple, ch); err != nil {
-			return err
+			s.undecodable(ch, err)
+			return nil
 		}
 		s.produceChange(ch)
 	case *pglogrepl.TruncateMessage:
@@ -271,7 +268,8 @@ func (s *streamer) row(ctx context.Context, relID uint32, t *pglogrepl.TupleData
 		}
 		ch := s.change()
 		if err := s.dec.row(r, t, ch); err != nil {
-			return err
+			s.undecodable(ch, err)
+			return nil
 		}
 		s.produceChange(ch)
 	case relHeartbeat:
