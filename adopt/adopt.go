@@ -165,10 +165,16 @@ func (a *adopter) run(ctx context.Context) error {
 	if err := a.did("create tidemark's own tables (schema "+catalog.OwnSchema+")", migrations.OwnTablesSQL); err != nil {
 		return err
 	}
+	if err := a.versionColumn(ctx); err != nil {
+		return err
+	}
 	if err := a.publication(ctx); err != nil {
 		return err
 	}
-	return a.trigger()
+	if err := a.trigger(); err != nil {
+		return err
+	}
+	return a.otherTriggers(ctx, oid)
 }
 
 // columnTypes maps every live column of the table to its type name.
@@ -331,15 +337,69 @@ func (a *adopter) otherMembers(ctx context.Context, t catalog.Table) string {
 	return out
 }
 
-// trigger installs the version trigger: an UPDATE that changes the payload
-// or the state without raising the version, or that lowers it, gets the next
-// version (a DBA's display-only UPDATE still invalidates, and a version never
-// goes back below a floor the cache holds), and a DELETE becomes a tombstone
-// or is refused, because a deleted row's version could come back lower.
+// TriggerName is the version trigger's name. Postgres fires a table's
+// BEFORE row triggers of one event in name order (bytewise), and a trigger
+// that runs after the version trigger can change the payload once the
+// version is decided: the name sorts after every usual one, and every run
+// checks that no other trigger sorts after it (otherTriggers).
+const TriggerName = "zz_tidemark_version"
+
+// oldTriggerName is the version trigger's name before it had to sort last.
+const oldTriggerName = "tidemark_version"
+
+// versionColumn makes the version column NOT NULL with CHECK (version > 0):
+// capture cannot turn a NULL or non-positive version into an invalidation
+// (it purges the key instead), so the table must not hold one. Rows that
+// already do are the operator's to fix: each is a change.
+func (a *adopter) versionColumn(ctx context.Context) error {
+	t := a.cfg.Table
+	v := pgx.Identifier{t.VersionColumn}.Sanitize()
+	check := name(t) + "_tidemark_version_positive"
+	var notNull, hasCheck bool
+	var bad int64
+	if err := a.conn.QueryRow(ctx, fmt.Sprintf(`SELECT
+		(SELECT attnotnull FROM pg_attribute WHERE attrelid = '%[1]s'::regclass AND attname = $1),
+		EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = '%[1]s'::regclass AND contype = 'c' AND convalidated
+			AND (conname = $2 OR pg_get_constraintdef(oid) = 'CHECK ((' || quote_ident($1) || ' > 0))')),
+		(SELECT count(*) FROM %[1]s WHERE %[2]s IS NULL OR %[2]s <= 0)`, strings.ReplaceAll(t.Qualified(), "'", "''"), v),
+		t.VersionColumn, check).Scan(&notNull, &hasCheck, &bad); err != nil {
+		return fmt.Errorf("adopt: read the version column's constraints: %w", err)
+	}
+	if bad > 0 {
+		a.manual(fmt.Sprintf("%d row(s) of %s have a NULL, zero or negative %s: give each a version above 0 (each UPDATE is a change), then run adopt again to add NOT NULL and CHECK (%s > 0)",
+			bad, t.Name, t.VersionColumn, t.VersionColumn),
+			fmt.Sprintf("UPDATE %s SET %s = 1 WHERE %s IS NULL OR %s <= 0;", t.Qualified(), v, v, v))
+		return nil
+	}
+	if notNull && hasCheck {
+		return a.did(fmt.Sprintf("%s is NOT NULL with CHECK (%s > 0)", t.VersionColumn, t.VersionColumn), "")
+	}
+	var sql []string
+	if !notNull {
+		sql = append(sql, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;", t.Qualified(), v))
+	}
+	if !hasCheck {
+		c := pgx.Identifier{check}.Sanitize()
+		sql = append(sql, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s > 0) NOT VALID;", t.Qualified(), c, v),
+			fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s;", t.Qualified(), c))
+	}
+	return a.did(fmt.Sprintf("make %s NOT NULL with CHECK (%s > 0): a NULL or non-positive version cannot be invalidated by version",
+		t.VersionColumn, t.VersionColumn), strings.Join(sql, "\n"))
+}
+
+// trigger installs the version trigger: an INSERT without a version above 0
+// gets 1; an UPDATE that changes the payload or the state without raising
+// the version, that lowers it or sets it NULL, gets the next version (a
+// DBA's display-only UPDATE still invalidates, and a version never goes back
+// below a floor the cache holds), and a DELETE becomes a tombstone or is
+// refused, because a deleted row's version could come back lower. Both
+// triggers fire ALWAYS, also under session_replication_role = replica
+// (pg_restore, logical replication's apply workers, ETL loaders); a trigger
+// named before TriggerName (older adoptions) is replaced.
 func (a *adopter) trigger() error {
 	t := a.cfg.Table
 	fn := pgx.Identifier{catalog.OwnSchema, "bump_" + schemaOf(t) + "_" + name(t)}.Sanitize()
-	trg := pgx.Identifier{"tidemark_version"}.Sanitize()
+	trg := pgx.Identifier{TriggerName}.Sanitize()
 	del := pgx.Identifier{"tidemark_delete"}.Sanitize()
 	v := pgx.Identifier{t.VersionColumn}.Sanitize()
 	var changed []string
@@ -367,21 +427,105 @@ BEGIN
   IF TG_OP = 'DELETE' THEN
     %[2]s
   END IF;
-  IF NEW.%[3]s < OLD.%[3]s OR (NEW.%[3]s = OLD.%[3]s AND (%[4]s)) THEN
-    NEW.%[3]s := OLD.%[3]s + 1;
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.%[3]s IS NULL OR NEW.%[3]s < 1 THEN
+      NEW.%[3]s := 1;
+    END IF;
+    RETURN NEW;
+  END IF;
+  IF NEW.%[3]s IS NULL OR NEW.%[3]s < coalesce(OLD.%[3]s, 0) OR (NEW.%[3]s IS NOT DISTINCT FROM OLD.%[3]s AND (%[4]s)) THEN
+    NEW.%[3]s := coalesce(OLD.%[3]s, 0) + 1;
   END IF;
   RETURN NEW;
 END $fn$;
-CREATE OR REPLACE TRIGGER %[5]s BEFORE UPDATE ON %[6]s FOR EACH ROW EXECUTE FUNCTION %[1]s();
-CREATE OR REPLACE TRIGGER %[7]s BEFORE DELETE ON %[6]s FOR EACH ROW EXECUTE FUNCTION %[1]s();`,
-		fn, onDelete, v, cond, trg, t.Qualified(), del)
-	what := "install the version trigger: an UPDATE of the payload or state without a higher version gets the next one; a DELETE "
+DROP TRIGGER IF EXISTS %[8]s ON %[6]s;
+CREATE OR REPLACE TRIGGER %[5]s BEFORE INSERT OR UPDATE ON %[6]s FOR EACH ROW EXECUTE FUNCTION %[1]s();
+CREATE OR REPLACE TRIGGER %[7]s BEFORE DELETE ON %[6]s FOR EACH ROW EXECUTE FUNCTION %[1]s();
+ALTER TABLE %[6]s ENABLE ALWAYS TRIGGER %[5]s;
+ALTER TABLE %[6]s ENABLE ALWAYS TRIGGER %[7]s;`,
+		fn, onDelete, v, cond, trg, t.Qualified(), del, pgx.Identifier{oldTriggerName}.Sanitize())
+	what := "install the version trigger " + TriggerName + " (BEFORE INSERT OR UPDATE, ENABLE ALWAYS: also under session_replication_role = replica): " +
+		"an INSERT without a version above 0 gets 1, an UPDATE of the payload or state without a higher version (or with a NULL one) gets the next one; a DELETE "
 	if a.cfg.Deletes == DeletesTombstone {
 		what += "becomes a tombstone"
 	} else {
 		what += "is refused"
 	}
 	return a.did(what, sql)
+}
+
+// Trigger states, pg_trigger.tgenabled.
+var triggerStates = map[string]string{
+	"O": "enabled", "D": "DISABLED", "R": "ENABLE REPLICA (fires only under session_replication_role = replica)",
+	"A": "ENABLE ALWAYS",
+}
+
+// otherTriggers lists the table's other BEFORE row triggers on INSERT or
+// UPDATE with their states, and leaves to the operator every one that
+// sorts after TriggerName: it runs once the version is decided, so a change
+// it makes to the payload keeps the version. The pipeline still invalidates
+// such a change by its event (docs/design.md, "Freshness watermark"); the
+// version no longer says the row changed. It also says what no trigger can
+// guard: ALTER TABLE ... DISABLE TRIGGER.
+func (a *adopter) otherTriggers(ctx context.Context, oid uint32) error {
+	t := a.cfg.Table
+	rows, err := a.conn.Query(ctx, `SELECT tgname::text, tgenabled::text, (tgtype & 4) <> 0, (tgtype & 16) <> 0 FROM pg_trigger
+		WHERE tgrelid = $1 AND NOT tgisinternal AND (tgtype & 1) <> 0 AND (tgtype & 2) <> 0 AND (tgtype & 20) <> 0
+		ORDER BY tgname COLLATE "C"`, oid)
+	if err != nil {
+		return fmt.Errorf("adopt: read triggers: %w", err)
+	}
+	type trig struct {
+		name, state string
+		ins, upd    bool
+	}
+	var list []trig
+	for rows.Next() {
+		var tr trig
+		if err := rows.Scan(&tr.name, &tr.state, &tr.ins, &tr.upd); err != nil {
+			return fmt.Errorf("adopt: read triggers: %w", err)
+		}
+		list = append(list, tr)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("adopt: read triggers: %w", err)
+	}
+	var others []string
+	for _, tr := range list {
+		if tr.name == TriggerName || tr.name == oldTriggerName {
+			if !a.cfg.DryRun && tr.name == TriggerName && tr.state != "A" {
+				return fmt.Errorf("adopt: %s on %s is %s after adoption", TriggerName, t.Name, triggerStates[tr.state])
+			}
+			continue
+		}
+		var ev []string
+		if tr.ins {
+			ev = append(ev, "INSERT")
+		}
+		if tr.upd {
+			ev = append(ev, "UPDATE")
+		}
+		desc := fmt.Sprintf("%s (BEFORE %s, %s)", tr.name, strings.Join(ev, " OR "), triggerStates[tr.state])
+		others = append(others, desc)
+		if tr.name > TriggerName && tr.state != "D" {
+			renamed := "tm_" + tr.name
+			if len(renamed) > 63 {
+				renamed = renamed[:63]
+			}
+			a.manual(fmt.Sprintf("trigger %s sorts after %s, so it runs once the version is decided: a change it makes keeps the version. Rename it to sort before (or have it raise %s itself and rename it), then run adopt again",
+				desc, TriggerName, t.VersionColumn),
+				fmt.Sprintf("ALTER TRIGGER %s ON %s RENAME TO %s;", pgx.Identifier{tr.name}.Sanitize(), t.Qualified(), pgx.Identifier{renamed}.Sanitize()))
+		}
+	}
+	what := "other BEFORE INSERT/UPDATE row triggers of " + t.Name + ": none"
+	if len(others) > 0 {
+		what = "other BEFORE INSERT/UPDATE row triggers of " + t.Name + " (they fire in name order, bytewise): " + strings.Join(others, "; ")
+	}
+	if err := a.did(what, ""); err != nil {
+		return err
+	}
+	return a.did("not guarded by any trigger: ALTER TABLE "+t.Name+" DISABLE TRIGGER (ALL, USER or "+TriggerName+
+		"): writes made while it is disabled keep the version; the pipeline invalidates them by their change events alone", "")
 }
 
 func sameSet(a, b []string) bool {
