@@ -1,6 +1,7 @@
 # tidemark — the two commands a new user needs are `make run` and `make test`.
 GO        ?= go
 BIN       := bin/tidemark
+LAB_BIN   := bin/tidemark-lab
 PKGS      := ./...
 # The local run and the tests need redis-server (and kcat for manual checks);
 # PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin);
@@ -33,13 +34,16 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/tidemark/tidemark/internal/telemetry.version=$(VERSION) -X github.com/tidemark/tidemark/internal/telemetry.revision=$(REVISION)
 
+# Two binaries: tidemark, the product the image ships, and tidemark-lab
+# (dev, kafka, bench, chaos), which runs the product binary beside it.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tidemark
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB_BIN) ./cmd/tidemark-lab
 
 # The main job on its embedded defaults: private Postgres, Redis and Kafka
 # under .tidemark/, demo tenants and load, a live status line.
 run: deps build
-	./$(BIN) dev --demo-load 200
+	./$(LAB_BIN) dev --demo-load 200
 
 # Installs what a fresh Debian machine lacks (needs root; no-op when present).
 deps:
@@ -159,12 +163,12 @@ lint:
 	$(GO) vet -tags realkafka $(PKGS)
 
 bench: build
-	./$(BIN) bench capture --svg bin/bench/capture.svg
-	./$(BIN) bench cache --svg bin/bench/cache.svg
-	./$(BIN) bench apply --svg bin/bench/apply.svg
-	./$(BIN) bench serve --svg bin/bench/serve.svg
-	./$(BIN) bench hotkey --svg bin/bench/hotkey.svg
-	./$(BIN) bench memory --svg bin/bench/memory.svg
+	./$(LAB_BIN) bench capture --svg bin/bench/capture.svg
+	./$(LAB_BIN) bench cache --svg bin/bench/cache.svg
+	./$(LAB_BIN) bench apply --svg bin/bench/apply.svg
+	./$(LAB_BIN) bench serve --svg bin/bench/serve.svg
+	./$(LAB_BIN) bench hotkey --svg bin/bench/hotkey.svg
+	./$(LAB_BIN) bench memory --svg bin/bench/memory.svg
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema

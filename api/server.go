@@ -185,7 +185,7 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// Handler is the API's HTTP handler (for embedding, e.g. by `tidemark dev`).
+// Handler is the API's HTTP handler (for embedding, e.g. by `tidemark-lab dev`).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run listens on cfg.Addr and serves until ctx ends.

@@ -111,7 +111,7 @@ func (a *Applier) Ready(ctx context.Context) error {
 }
 
 // WatermarkKnown reports nil once every partition has a watermark (what
-// `tidemark dev` waits for before its demo load).
+// `tidemark-lab dev` waits for before its demo load).
 func (a *Applier) WatermarkKnown(ctx context.Context) error {
 	wm, err := a.cache.ReadWatermark(ctx)
 	if err != nil {

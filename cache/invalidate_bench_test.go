@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkInvalidateBatch measures the client side of a 500-key batch
-// against a private redis-server (for profiling; `tidemark bench cache`
+// against a private redis-server (for profiling; `tidemark-lab bench cache`
 // reports the figures beside the ceilings).
 func BenchmarkInvalidateBatch(b *testing.B) {
 	r := testenv.StartRedis(b)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 )
 
@@ -27,10 +28,10 @@ func (c *apikeyCreateCmd) Validate() error {
 	if strings.TrimSpace(c.Tenant) == "" {
 		p.Add("Tenant", "is required")
 	}
-	return flagErrors(c, p.Err())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *apikeyCreateCmd) Run(ctx context.Context, e *env) error {
+func (c *apikeyCreateCmd) Run(ctx context.Context, e *cli.Env) error {
 	conn, err := pgx.Connect(ctx, c.PG)
 	if err != nil {
 		return fmt.Errorf("apikey: connect to postgres: %w", err)
@@ -41,6 +42,6 @@ func (c *apikeyCreateCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	// The key alone on the last line, so scripts can take it with tail -n1.
-	fmt.Fprintf(e.stdout, "API key for tenant %q (shown once; only its SHA-256 is stored):\n%s\n", c.Tenant, key)
+	fmt.Fprintf(e.Stdout, "API key for tenant %q (shown once; only its SHA-256 is stored):\n%s\n", c.Tenant, key)
 	return nil
 }

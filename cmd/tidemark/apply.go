@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidemark/tidemark/applier"
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
@@ -17,8 +18,8 @@ import (
 type applyCmd struct {
 	statusPageFlag
 	processFlags
-	kafkaFlags
-	redisFlags
+	cli.KafkaFlags
+	cli.RedisFlags
 	Kafka            string        `field:"applier.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Redis            string        `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
 	Topic            string        `field:"applier.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${applier_Topic}" help:"Kafka topic of invalidation events (bad records go to <topic>.dlq)."`
@@ -34,7 +35,7 @@ type applyCmd struct {
 	TopicInterval    time.Duration `field:"applier.TopicInterval" name:"topic-interval" env:"TIDEMARK_TOPIC_INTERVAL" default:"${applier_TopicInterval}" help:"How often the topic's partition count is re-read."`
 	BackoffMin       time.Duration `field:"applier.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${applier_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
 	BackoffMax       time.Duration `field:"applier.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${applier_BackoffMax}" help:"Longest retry delay."`
-	cacheFlags
+	cli.CacheFlags
 	MetricsAddr   string `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9102" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
 	AllowEviction bool   `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 	PG            string `field:"page.Check.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN (optional): adds replication slot health to the status page."`
@@ -43,7 +44,7 @@ type applyCmd struct {
 
 func (c *applyCmd) config() applier.Config {
 	cfg := applier.DefaultConfig()
-	cfg.Brokers, cfg.Kafka = splitList(c.Kafka), c.kafkaConn()
+	cfg.Brokers, cfg.Kafka = cli.SplitList(c.Kafka), c.KafkaConn()
 	cfg.Topic, cfg.Group, cfg.SessionTimeout = c.Topic, c.Group, c.SessionTimeout
 	cfg.MaxBatch, cfg.Linger, cfg.CommitInterval, cfg.HardLifetime = c.MaxBatch, c.Linger, c.CommitInterval, c.CacheHardLifetime
 	cfg.MaxQueue, cfg.IdentityInterval, cfg.MetricsInterval, cfg.TopicInterval = c.MaxQueue, c.IdentityInterval, c.MetricsInterval, c.TopicInterval
@@ -52,7 +53,7 @@ func (c *applyCmd) config() applier.Config {
 }
 
 func (c *applyCmd) cacheConfig() cache.Config {
-	cfg := c.cacheTier(c.Namespace)
+	cfg := c.CacheTier(c.Namespace)
 	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
@@ -63,19 +64,19 @@ func (c *applyCmd) Validate() error {
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
-	c.validateRedis(&p, c.Redis)
-	validateAs(&p, "applier", c.config().Validate())
-	validateAs(&p, "cache", c.cacheConfig().Validate())
-	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
-	return flagErrors(c, p.Err())
+	c.ValidateRedis(&p, c.Redis)
+	cli.ValidateAs(&p, "applier", c.config().Validate())
+	cli.ValidateAs(&p, "cache", c.cacheConfig().Validate())
+	cli.ValidateAs(&p, "page", c.pageConfig(c.target()).Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *applyCmd) Run(ctx context.Context, e *env) error {
+func (c *applyCmd) Run(ctx context.Context, e *cli.Env) error {
 	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
 	reg := telemetry.NewRegistry(pl)
-	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), nil, e.log, reg)
+	tier, err := wiring.OpenTier(c.RedisConn(c.Redis), c.cacheConfig(), nil, e.Log, reg)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	defer tier.Close()
 	var g lifecycle.Group
@@ -83,7 +84,7 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	app, err := wiring.AddApply(&g, c.config(), tier, e.log, reg, tp)
+	app, err := wiring.AddApply(&g, c.config(), tier, e.Log, reg, tp)
 	if err != nil {
 		return err
 	}
@@ -96,5 +97,5 @@ func (c *applyCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *applyCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis), ""}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.KafkaConn(), c.RedisConn(c.Redis), ""}
 }

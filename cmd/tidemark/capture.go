@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
@@ -19,9 +20,9 @@ type captureCmd struct {
 	pgFlag
 	statusPageFlag
 	processFlags
-	kafkaFlags
-	redisFlags
-	tableFlags
+	cli.KafkaFlags
+	cli.RedisFlags
+	cli.TableFlags
 	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
 	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
 	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
@@ -53,10 +54,10 @@ type captureCmd struct {
 func (c *captureCmd) config() capture.Config {
 	cfg := capture.DefaultConfig()
 	cfg.PG = c.PG
-	cfg.Relay.Brokers, cfg.Relay.Kafka = splitList(c.Kafka), c.kafkaConn()
+	cfg.Relay.Brokers, cfg.Relay.Kafka = cli.SplitList(c.Kafka), c.KafkaConn()
 	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
 	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
-	t := c.table()
+	t := c.CatalogTable()
 	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = t.Name, t.TenantColumn, t.ItemColumn, t.VersionColumn
 	cfg.StateColumn, cfg.DeletedState = t.StateColumn, t.DeletedState
 	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
@@ -70,17 +71,17 @@ func (c *captureCmd) config() capture.Config {
 func (c *captureCmd) Validate() error {
 	var p config.Problems
 	c.processFlags.validate(&p)
-	validateAs(&p, "table", c.table().Validate())
-	validateAs(&p, "capture", c.config().Validate())
-	c.validateRedis(&p, c.Redis)
+	cli.ValidateAs(&p, "table", c.CatalogTable().Validate())
+	cli.ValidateAs(&p, "capture", c.config().Validate())
+	c.ValidateRedis(&p, c.Redis)
 	if c.MaxProcs < 0 {
 		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
-	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "page", c.pageConfig(c.target()).Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *captureCmd) Run(ctx context.Context, e *env) error {
+func (c *captureCmd) Run(ctx context.Context, e *cli.Env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
@@ -91,7 +92,7 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	capt, err := wiring.AddCapture(&g, c.config(), e.log, reg, tp)
+	capt, err := wiring.AddCapture(&g, c.config(), e.Log, reg, tp)
 	if err != nil {
 		return err
 	}
@@ -103,5 +104,5 @@ func (c *captureCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *captureCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis), ""}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.KafkaConn(), c.RedisConn(c.Redis), ""}
 }

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidemark/tidemark/cmd/internal/cli"
+	"github.com/tidemark/tidemark/cmd/internal/cli/clitest"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -73,8 +76,8 @@ func TestConfigFileErrorsNameFileLineKey(t *testing.T) {
 	} {
 		cfg := writeConfig(t, tc.body)
 		code, _, stderr := runCLI(t, "serve", "--config", cfg, "--print-config")
-		if code != exitUsage || !strings.Contains(stderr, cfg+tc.want) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d naming %q", tc.body, code, stderr, exitUsage, cfg+tc.want)
+		if code != cli.ExitUsage || !strings.Contains(stderr, cfg+tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d naming %q", tc.body, code, stderr, cli.ExitUsage, cfg+tc.want)
 		}
 	}
 }
@@ -91,10 +94,10 @@ since: 10m
 session-timeout: 7s
 request-timeout: 3s
 `)
-	_, cmds := commands(t, &cli{})
+	_, cmds := clitest.Commands(t, &root{}, cli.ProductDefaults())
 	for _, c := range cmds {
-		name := strings.Join(c.path, " ")
-		args := append(append([]string{}, c.path...), "--config", cfg, "--print-config")
+		name := strings.Join(c.Path, " ")
+		args := append(append([]string{}, c.Path...), "--config", cfg, "--print-config")
 		code, out, stderr := runCLI(t, args...)
 		if strings.Contains(stderr, "unknown key") || strings.Contains(stderr, cfg+":") {
 			t.Errorf("tidemark %s: the shared file is refused: %s", name, stderr)
@@ -121,8 +124,8 @@ func TestSecretGivenTwiceIsRefused(t *testing.T) {
 	t.Setenv("TIDEMARK_REDIS_PASSWORD_FILE", pw)
 	code, _, stderr := runCLI(t, "serve", "--config", cfg, "--pg", "postgres://u@127.0.0.1:1/db", "--redis", "redis://127.0.0.1:1/0",
 		"--kafka", "127.0.0.1:1", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--kafka-sasl-password-file", pw)
-	if code != exitUsage {
-		t.Fatalf("serve with secrets given twice: exit %d, want %d\n%s", code, exitUsage, stderr)
+	if code != cli.ExitUsage {
+		t.Fatalf("serve with secrets given twice: exit %d, want %d\n%s", code, cli.ExitUsage, stderr)
 	}
 	for _, want := range []string{
 		"--kafka-sasl-password is given twice: as a value (env TIDEMARK_KAFKA_SASL_PASSWORD) and as a file (--kafka-sasl-password-file, flag --kafka-sasl-password-file)",

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 )
 
 // A flag's TIDEMARK_X_FILE variable gives its value from a file (a Secret
@@ -51,12 +53,12 @@ func TestFileEnvReadsFlagValuesFromFiles(t *testing.T) {
 		t.Errorf("exit %d, want --pg from the flag:\n%s%s", code, out, stderr)
 	}
 	t.Setenv("TIDEMARK_PG", "postgres://env@db/catalog")
-	if code, _, stderr := runCLI(t, "serve", "--print-config"); code != exitUsage || !strings.Contains(stderr, "both TIDEMARK_PG and TIDEMARK_PG_FILE are set") {
-		t.Errorf("exit %d, want %d refusing TIDEMARK_PG with TIDEMARK_PG_FILE: %s", code, exitUsage, stderr)
+	if code, _, stderr := runCLI(t, "serve", "--print-config"); code != cli.ExitUsage || !strings.Contains(stderr, "both TIDEMARK_PG and TIDEMARK_PG_FILE are set") {
+		t.Errorf("exit %d, want %d refusing TIDEMARK_PG with TIDEMARK_PG_FILE: %s", code, cli.ExitUsage, stderr)
 	}
 	os.Unsetenv("TIDEMARK_PG")
 	t.Setenv("TIDEMARK_PG_FILE", filepath.Join(dir, "missing"))
-	if code, _, stderr := runCLI(t, "serve", "--print-config"); code != exitUsage || !strings.Contains(stderr, "TIDEMARK_PG_FILE") {
-		t.Errorf("exit %d, want %d naming TIDEMARK_PG_FILE for a missing file: %s", code, exitUsage, stderr)
+	if code, _, stderr := runCLI(t, "serve", "--print-config"); code != cli.ExitUsage || !strings.Contains(stderr, "TIDEMARK_PG_FILE") {
+		t.Errorf("exit %d, want %d naming TIDEMARK_PG_FILE for a missing file: %s", code, cli.ExitUsage, stderr)
 	}
 }

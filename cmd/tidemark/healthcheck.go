@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 )
 
 // healthcheckCmd is an exec probe for images without a shell or curl (the
@@ -16,22 +18,22 @@ type healthcheckCmd struct {
 	Timeout time.Duration `name:"timeout" default:"2s" help:"Bound on the whole request."`
 }
 
-func (c *healthcheckCmd) Run(ctx context.Context, e *env) error {
+func (c *healthcheckCmd) Run(ctx context.Context, e *cli.Env) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
 	if err != nil {
-		return usageError(fmt.Errorf("--url: %w", err))
+		return cli.UsageError(fmt.Errorf("--url: %w", err))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("healthcheck: %v", err)}
+		return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("healthcheck: %v", err)}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 != 2 {
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("healthcheck: %s: %s %s", c.URL, resp.Status, strings.TrimSpace(string(body)))}
+		return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("healthcheck: %s: %s %s", c.URL, resp.Status, strings.TrimSpace(string(body)))}
 	}
-	fmt.Fprint(e.stdout, string(body))
+	fmt.Fprint(e.Stdout, string(body))
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/hotset"
 	"github.com/tidemark/tidemark/inspect"
 	"github.com/tidemark/tidemark/internal/config"
@@ -18,10 +19,10 @@ import (
 )
 
 type inspectCmd struct {
-	tableFlags
+	cli.TableFlags
 	PG    string `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
 	Redis string `field:"inspect.Redis,Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	redisFlags
+	cli.RedisFlags
 	Namespace string        `field:"inspect.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${inspect_Namespace}" help:"Cache-tier key namespace."`
 	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
 	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
@@ -32,8 +33,8 @@ type inspectCmd struct {
 }
 
 func (c *inspectCmd) config() inspect.Config {
-	return inspect.Config{Redis: c.Redis, RedisConn: c.redisConn(c.Redis), PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
-		SLO: c.SLO, Table: c.table()}
+	return inspect.Config{Redis: c.Redis, RedisConn: c.RedisConn(c.Redis), PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
+		SLO: c.SLO, Table: c.CatalogTable()}
 }
 
 func (c *inspectCmd) Validate() error {
@@ -45,29 +46,29 @@ func (c *inspectCmd) Validate() error {
 		if c.Top < 1 {
 			p.Add("Top", "must be at least 1 (got %d)", c.Top)
 		}
-		return flagErrors(c, p.Err())
+		return cli.FlagErrors(c, p.Err())
 	}
 	var p config.Problems
-	validateAs(&p, "inspect", c.config().Validate())
-	c.validateRedis(&p, c.Redis)
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "inspect", c.config().Validate())
+	c.ValidateRedis(&p, c.Redis)
+	return cli.FlagErrors(c, p.Err())
 }
 
 // Run exits 1 when an entry would be served while older than the SLO, 2 when
 // it could not read.
-func (c *inspectCmd) Run(ctx context.Context, e *env) error {
+func (c *inspectCmd) Run(ctx context.Context, e *cli.Env) error {
 	if c.Hot {
 		return c.runHot(ctx, e)
 	}
-	rep, err := inspect.Run(ctx, c.config(), e.log)
+	rep, err := inspect.Run(ctx, c.config(), e.Log)
 	if err != nil {
-		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
-	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
+	if err := cli.WriteReport(e.Stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if rep.Violations > 0 {
-		return &exitError{code: exitFailure, msg: "inspect: entries would be served while older than the SLO"}
+		return &cli.ExitError{Code: cli.ExitFailure, Msg: "inspect: entries would be served while older than the SLO"}
 	}
 	return nil
 }
@@ -75,15 +76,15 @@ func (c *inspectCmd) Run(ctx context.Context, e *env) error {
 // runHot prints the namespace's hot set as merged by the serve processes,
 // with the number of read replicas each key has published, and every
 // master's command rate (how the load spreads over a Cluster).
-func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
-	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
+func (c *inspectCmd) runHot(ctx context.Context, e *cli.Env) error {
+	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	defer rdb.Close()
 	top, err := hotset.ReadTop(ctx, rdb, c.Namespace, c.Top, c.Tenant)
 	if err != nil {
-		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
 	type hotKey struct {
 		hotset.Hot
@@ -94,7 +95,7 @@ func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
 		keys[i].Hot = h
 		rep, err := rdb.HGet(ctx, schema.RedisKey(c.Namespace, h.Tenant, h.Item), cache.FieldReplicas).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+			return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 		}
 		if m, err := cache.ParseManifest(rep); err == nil {
 			keys[i].Replicas = m.N()
@@ -102,17 +103,17 @@ func (c *inspectCmd) runHot(ctx context.Context, e *env) error {
 	}
 	nodes, err := cache.NodeRates(ctx, rdb)
 	if err != nil {
-		return &exitError{code: exitUnreadable, msg: "inspect: " + err.Error()}
+		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
 	if c.JSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Keys  []hotKey         `json:"keys"`
 			Nodes []cache.NodeRate `json:"nodes"`
 		}{keys, nodes})
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	if len(keys) == 0 {
 		fmt.Fprintln(tw, "hot set is empty: no serve process has merged its read counts yet")
 	} else {

@@ -5,14 +5,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestProductDoesNotImportLab holds the tree's one layout rule: the lab
-// (lab/: chaos, benchmarks, local servers, test environment) may import the
-// product, never the other way round. Only the binary (cmd/tidemark) wires
-// both. Test files are exempt: they may start servers through lab/testenv.
+// (lab/: chaos, benchmarks, local servers, test environment, and its binary
+// cmd/tidemark-lab) may import the product, never the other way round. Test
+// files are exempt: they may start servers through lab/testenv.
 func TestProductDoesNotImportLab(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/tidemark/tidemark/...").CombinedOutput()
 	if err != nil {
@@ -22,7 +23,7 @@ func TestProductDoesNotImportLab(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		pkg := f[0]
-		if pkg == "github.com/tidemark/tidemark/cmd/tidemark" || strings.HasPrefix(pkg, "github.com/tidemark/tidemark/lab/") {
+		if pkg == "github.com/tidemark/tidemark/cmd/tidemark-lab" || strings.HasPrefix(pkg, "github.com/tidemark/tidemark/lab/") {
 			continue
 		}
 		product++
@@ -34,6 +35,26 @@ func TestProductDoesNotImportLab(t *testing.T) {
 	}
 	if product < 10 {
 		t.Fatalf("saw only %d product packages in go list's output:\n%s", product, out)
+	}
+}
+
+// TestProductBinaryHoldsNoLab: the binary the image ships, cmd/tidemark,
+// links no lab package and no in-process Kafka (kfake), by its whole
+// dependency list, not only its direct imports.
+func TestProductBinaryHoldsNoLab(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/tidemark/tidemark/cmd/tidemark").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/tidemark/tidemark/api") {
+		t.Fatalf("go list -deps ./cmd/tidemark lacks the api package; is the listing right?\n%s", out)
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/tidemark/tidemark/lab") || strings.Contains(d, "franz-go/pkg/kfake") ||
+			strings.HasPrefix(d, "github.com/tidemark/tidemark/cmd/tidemark-lab") {
+			t.Errorf("the product binary cmd/tidemark depends on %s", d)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -21,22 +22,22 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestUsageErrorsExit2NamingEveryProblem(t *testing.T) {
-	code, _, stderr := runCLI(t, "kafka", "--brokers", "0", "--partitions", "0")
-	if code != exitUsage {
-		t.Fatalf("exit %d, want %d; stderr: %s", code, exitUsage, stderr)
+	code, _, stderr := runCLI(t, "status", "--redis", "redis://127.0.0.1:1/0", "--kafka", "127.0.0.1:1", "--warn=-1s", "--timeout", "0s")
+	if code != cli.ExitUsage {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, cli.ExitUsage, stderr)
 	}
-	for _, want := range []string{"--brokers", "--partitions"} {
+	for _, want := range []string{"--warn", "--timeout"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr does not name %s: %s", want, stderr)
 		}
 	}
-	if code, _, stderr := runCLI(t, "migrate"); code != exitUsage || !strings.Contains(stderr, "--pg") {
+	if code, _, stderr := runCLI(t, "migrate"); code != cli.ExitUsage || !strings.Contains(stderr, "--pg") {
 		t.Fatalf("migrate without --pg: exit %d, stderr %q", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "--log-format", "xml", "version"); code != exitUsage || !strings.Contains(stderr, "--log-format") {
+	if code, _, stderr := runCLI(t, "--log-format", "xml", "version"); code != cli.ExitUsage || !strings.Contains(stderr, "--log-format") {
 		t.Fatalf("bad --log-format: exit %d, stderr %q", code, stderr)
 	}
-	if code, _, _ := runCLI(t, "no-such-command"); code != exitUsage {
+	if code, _, _ := runCLI(t, "no-such-command"); code != cli.ExitUsage {
 		t.Fatalf("unknown command: exit %d", code)
 	}
 }
@@ -67,7 +68,7 @@ func TestVersion(t *testing.T) {
 func TestVersionNamesModuleAndCommit(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tidemark")
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin,
-		"-ldflags", "-X tidemark/internal/telemetry.version=v9.8.7 -X tidemark/internal/telemetry.revision=abc123", ".")
+		"-ldflags", "-X github.com/tidemark/tidemark/internal/telemetry.version=v9.8.7 -X github.com/tidemark/tidemark/internal/telemetry.revision=abc123", ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/migrations"
 )
@@ -28,18 +29,18 @@ type migrateCmd struct {
 func (c *migrateCmd) Validate() error {
 	var p config.Problems
 	c.require(&p)
-	return flagErrors(c, p.Err())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *migrateCmd) Run(ctx context.Context, e *env) error {
-	res, err := migrations.Up(ctx, c.PG, e.log.With("component", "migrate"))
+func (c *migrateCmd) Run(ctx context.Context, e *cli.Env) error {
+	res, err := migrations.Up(ctx, c.PG, e.Log.With("component", "migrate"))
 	if err != nil {
 		return err
 	}
 	if len(res.Applied) == 0 {
-		fmt.Fprintf(e.stdout, "nothing to do: schema is at version %d\n", res.Current)
+		fmt.Fprintf(e.Stdout, "nothing to do: schema is at version %d\n", res.Current)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "applied %d migration(s); schema is at version %d\n", len(res.Applied), res.Current)
+	fmt.Fprintf(e.Stdout, "applied %d migration(s); schema is at version %d\n", len(res.Applied), res.Current)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/applier"
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 )
@@ -31,9 +32,9 @@ type replayCmd struct {
 	Window     int           `field:"replay.Window" name:"window" default:"${replay_Window}" help:"Records a partition gathers and dedupes by key before applying."`
 	BackoffMin time.Duration `field:"replay.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${replay_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
 	BackoffMax time.Duration `field:"replay.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${replay_BackoffMax}" help:"Longest retry delay."`
-	cacheFlags
-	kafkaFlags
-	redisFlags
+	cli.CacheFlags
+	cli.KafkaFlags
+	cli.RedisFlags
 
 	now time.Time // fixed at Validate, so --since is resolved once
 }
@@ -61,7 +62,7 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 		c.now = time.Now()
 	}
 	cfg := applier.DefaultReplayConfig()
-	cfg.Brokers, cfg.Kafka = splitList(c.Kafka), c.kafkaConn()
+	cfg.Brokers, cfg.Kafka = cli.SplitList(c.Kafka), c.KafkaConn()
 	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
 	cfg.BackoffMin, cfg.BackoffMax = c.BackoffMin, c.BackoffMax
 	var err error
@@ -69,12 +70,12 @@ func (c *replayCmd) config() (applier.ReplayConfig, error) {
 	return cfg, err
 }
 
-func (c *replayCmd) cacheConfig() cache.Config { return c.cacheTier(c.Namespace) }
+func (c *replayCmd) cacheConfig() cache.Config { return c.CacheTier(c.Namespace) }
 
 func (c *replayCmd) Validate() error {
 	cfg, err := c.config()
 	var p config.Problems
-	c.validateRedis(&p, c.Redis)
+	c.ValidateRedis(&p, c.Redis)
 	if c.Redis == "" {
 		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
 	}
@@ -83,42 +84,42 @@ func (c *replayCmd) Validate() error {
 		p.Add("replay.Since", "%v", err)
 		cfg.Since = c.now // reported above; keep Validate from repeating it
 	}
-	validateAs(&p, "replay", cfg.Validate())
-	validateAs(&p, "cache", ccfg.Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "replay", cfg.Validate())
+	cli.ValidateAs(&p, "cache", ccfg.Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *replayCmd) Run(ctx context.Context, e *env) error {
+func (c *replayCmd) Run(ctx context.Context, e *cli.Env) error {
 	cfg, err := c.config()
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
-	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
+	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	defer rdb.Close()
 	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
-	cc, err := cache.New(c.cacheConfig(), cache.Deps{Redis: rdb, Log: e.log, Registerer: reg})
+	cc, err := cache.New(c.cacheConfig(), cache.Deps{Redis: rdb, Log: e.Log, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	r, err := applier.NewReplay(cfg, applier.Deps{Cache: cc, Log: e.log, Registerer: reg})
+	r, err := applier.NewReplay(cfg, applier.Deps{Cache: cc, Log: e.Log, Registerer: reg})
 	if err != nil {
 		return err
 	}
 	var sum applier.ReplaySummary
 	var g lifecycle.Group
 	g.Add(lifecycle.Apply, "replay", func(ctx context.Context) (err error) { sum, err = r.Run(ctx); return err })
-	g.Add(lifecycle.Observe, "progress", func(ctx context.Context) error { showProgress(ctx, e.stderr, r); return nil })
+	g.Add(lifecycle.Observe, "progress", func(ctx context.Context) error { showProgress(ctx, e.Stderr, r); return nil })
 	if err := g.Run(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "replayed %d records from %s in %s (%.0f records/s): applied %d, duplicate %d, older %d, dlq %d\n",
+	fmt.Fprintf(e.Stdout, "replayed %d records from %s in %s (%.0f records/s): applied %d, duplicate %d, older %d, dlq %d\n",
 		sum.Records, cfg.Since.UTC().Format(time.RFC3339), sum.Elapsed.Round(time.Millisecond),
 		float64(sum.Records)/max(sum.Elapsed.Seconds(), 1e-9), sum.Applied, sum.Duplicate, sum.Older, sum.DLQ)
 	if len(sum.Gaps) > 0 {
-		fmt.Fprintf(e.stdout, "retention gap: %d partition(s) had records from %s on deleted by the topic's retention before this replay; "+
+		fmt.Fprintf(e.Stdout, "retention gap: %d partition(s) had records from %s on deleted by the topic's retention before this replay; "+
 			"reset_at raised to %s, so cached entries observed before it expire at their hard lifetime instead of being extended\n",
 			len(sum.Gaps), cfg.Since.UTC().Format(time.RFC3339), sum.ResetAt.UTC().Format(time.RFC3339Nano))
 	}

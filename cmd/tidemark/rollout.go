@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/rollout"
 )
@@ -22,14 +23,14 @@ type rolloutCmd struct {
 
 type rolloutStore struct {
 	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	redisFlags
+	cli.RedisFlags
 	Pool string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_Namespace}" help:"The serve processes' --source-pool (their --namespace when they set none)."`
 }
 
-func (r *rolloutStore) open(e *env) (*rollout.Store, func(), error) {
-	rdb, err := cache.OpenRedis(r.redisConn(r.Redis), e.log)
+func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
+	rdb, err := cache.OpenRedis(r.RedisConn(r.Redis), e.Log)
 	if err != nil {
-		return nil, nil, usageError(err)
+		return nil, nil, cli.UsageError(err)
 	}
 	return rollout.NewStore(rdb, r.Pool), func() { rdb.Close() }, nil
 }
@@ -48,14 +49,14 @@ func (c *rolloutSetCmd) Validate() error {
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
-	c.validateRedis(&p, c.Redis)
+	c.ValidateRedis(&p, c.Redis)
 	if (c.Tenant == "") == !c.All {
 		p.Add("Tenant", "give exactly one of a tenant and --all")
 	}
 	if !(c.Ramp >= 0 && c.Ramp <= 100) {
 		p.Add("Ramp", "must be between 0 and 100 (got %v)", c.Ramp)
 	}
-	return flagErrors(c, p.Err())
+	return cli.FlagErrors(c, p.Err())
 }
 
 func (c *rolloutStatusCmd) Validate() error {
@@ -63,11 +64,11 @@ func (c *rolloutStatusCmd) Validate() error {
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
-	c.validateRedis(&p, c.Redis)
-	return flagErrors(c, p.Err())
+	c.ValidateRedis(&p, c.Redis)
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *rolloutSetCmd) Run(ctx context.Context, e *env) error {
+func (c *rolloutSetCmd) Run(ctx context.Context, e *cli.Env) error {
 	st, closeFn, err := c.open(e)
 	if err != nil {
 		return err
@@ -75,7 +76,7 @@ func (c *rolloutSetCmd) Run(ctx context.Context, e *env) error {
 	defer closeFn()
 	mode, err := rollout.ParseMode(c.Mode)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	tenant := c.Tenant
 	if c.All {
@@ -85,7 +86,7 @@ func (c *rolloutSetCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s: %s (every serve process follows within its --rollout-poll)\n", tenant, set)
+	fmt.Fprintf(e.Stdout, "%s: %s (every serve process follows within its --rollout-poll)\n", tenant, set)
 	return nil
 }
 
@@ -94,7 +95,7 @@ type rolloutStatusCmd struct {
 	JSON bool `name:"json" help:"Print JSON."`
 }
 
-func (c *rolloutStatusCmd) Run(ctx context.Context, e *env) error {
+func (c *rolloutStatusCmd) Run(ctx context.Context, e *cli.Env) error {
 	st, closeFn, err := c.open(e)
 	if err != nil {
 		return err
@@ -102,18 +103,18 @@ func (c *rolloutStatusCmd) Run(ctx context.Context, e *env) error {
 	defer closeFn()
 	all, err := st.Status(ctx)
 	if err != nil {
-		return &exitError{code: exitUnreadable, msg: err.Error()}
+		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: err.Error()}
 	}
 	if c.JSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(all)
 	}
 	if len(all) == 0 {
-		fmt.Fprintln(e.stdout, "no rollout settings: every tenant is served through the cache (100 %) unless serve's --rollout-default says otherwise")
+		fmt.Fprintln(e.Stdout, "no rollout settings: every tenant is served through the cache (100 %) unless serve's --rollout-default says otherwise")
 		return nil
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tMODE\tSHADOW (this step)")
 	for _, t := range all {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Tenant, t.Setting, t.Shadow)

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
@@ -26,7 +26,7 @@ func (f processFlags) validate(p *config.Problems) {
 	if f.ShutdownDelay < 0 {
 		p.Add("ShutdownDelay", "must not be negative (got %s)", f.ShutdownDelay)
 	}
-	validateAs(p, "trace", f.traceConfig("", telemetry.Pipeline{}).Validate())
+	cli.ValidateAs(p, "trace", f.traceConfig("", telemetry.Pipeline{}).Validate())
 }
 
 func (f processFlags) traceConfig(service string, pl telemetry.Pipeline) telemetry.TraceConfig {
@@ -42,11 +42,11 @@ func (f processFlags) traceConfig(service string, pl telemetry.Pipeline) telemet
 // tracing is the process's tracer provider, nil without --trace-endpoint
 // (the stages then start no span at all); its exporter runs in g's
 // Telemetry phase, stopped last, so the spans of the shutdown are sent too.
-func (f processFlags) tracing(e *env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
+func (f processFlags) tracing(e *cli.Env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
 	if f.TraceEndpoint == "" {
 		return nil, nil
 	}
-	t, err := telemetry.NewTracing(f.traceConfig("tidemark-"+role, pl), e.log)
+	t, err := telemetry.NewTracing(f.traceConfig("tidemark-"+role, pl), e.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +69,8 @@ func ready(fs ...telemetry.ReadyFunc) []telemetry.ReadyFunc { return fs }
 // service: one that returns by itself fails the process. When ctx ends,
 // /readyz fails at once and the actors are stopped only after
 // --shutdown-delay.
-func runProcess(ctx context.Context, e *env, pf processFlags, metricsAddr string, reg prometheus.Gatherer, page *status.Page, g *lifecycle.Group, pr probes) error {
-	tel, err := telemetry.NewServer(metricsAddr, reg, e.log, pr.ready...)
+func runProcess(ctx context.Context, e *cli.Env, pf processFlags, metricsAddr string, reg prometheus.Gatherer, page *status.Page, g *lifecycle.Group, pr probes) error {
+	tel, err := telemetry.NewServer(metricsAddr, reg, e.Log, pr.ready...)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func runProcess(ctx context.Context, e *env, pf processFlags, metricsAddr string
 
 // drainFirst is ctx, ended delay after ctx ends; in between the process
 // drains (/readyz fails, everything else still runs).
-func drainFirst(ctx context.Context, e *env, tel *telemetry.Server, delay time.Duration) context.Context {
+func drainFirst(ctx context.Context, e *cli.Env, tel *telemetry.Server, delay time.Duration) context.Context {
 	if delay <= 0 {
 		return ctx
 	}
@@ -91,20 +91,9 @@ func drainFirst(ctx context.Context, e *env, tel *telemetry.Server, delay time.D
 	go func() {
 		<-ctx.Done()
 		tel.Drain()
-		e.log.Info("draining: /readyz fails; stopping after the shutdown delay", "delay", delay)
+		e.Log.Info("draining: /readyz fails; stopping after the shutdown delay", "delay", delay)
 		time.Sleep(delay)
 		cancel()
 	}()
 	return dctx
-}
-
-// splitList splits a comma-separated flag value (--kafka), dropping empty parts.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

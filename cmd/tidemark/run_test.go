@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/status"
@@ -16,8 +17,8 @@ import (
 // by itself there is an error exit, not a quiet exit 0.
 func TestRunProcessFailsWhenAServiceStops(t *testing.T) {
 	reg := telemetry.NewRegistry(telemetry.Pipeline{Namespace: "catalog", Topic: "tidemark.invalidations"})
-	e := &env{log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
-	page, err := status.NewPage(status.DefaultPageConfig(), status.PageDeps{Gatherer: reg, Log: e.log})
+	e := &cli.Env{Log: slog.New(slog.DiscardHandler), Stdout: io.Discard, Stderr: io.Discard}
+	page, err := status.NewPage(status.DefaultPageConfig(), status.PageDeps{Gatherer: reg, Log: e.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/audit"
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/hotset"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
@@ -24,9 +25,9 @@ type serveCmd struct {
 	pgFlag
 	statusPageFlag
 	processFlags
-	kafkaFlags
-	tableFlags
-	redisFlags
+	cli.KafkaFlags
+	cli.TableFlags
+	cli.RedisFlags
 	Redis       string `field:"Redis,page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Redis URL of the cache tier (redis://host:port/0, or a comma-separated seed list for Cluster)."`
 	Namespace   string `field:"api.Namespace,cache.Namespace,audit.Namespace,warm.Namespace,replica.Namespace,page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"Cache namespace (Redis key prefix); also names the shared source budget unless --source-pool does."`
 	Addr        string `field:"api.Addr" name:"addr" env:"TIDEMARK_ADDR" default:"${api_Addr}" help:"Listen address of the API."`
@@ -66,7 +67,7 @@ type serveCmd struct {
 	AuthTTL              time.Duration `field:"api.AuthTTL" name:"auth-ttl" env:"TIDEMARK_AUTH_TTL" default:"${api_AuthTTL}" help:"How long a resolved API key is trusted before Postgres is asked again."`
 	AuthStale            time.Duration `field:"api.AuthStale" name:"auth-stale" env:"TIDEMARK_AUTH_STALE" default:"${api_AuthStale}" help:"How long a known API key keeps working while Postgres cannot be asked."`
 
-	cacheFlags
+	cli.CacheFlags
 	AllowEviction bool `field:"cache.AllowAllKeysEviction" name:"allow-allkeys-eviction" env:"TIDEMARK_ALLOW_ALLKEYS_EVICTION" help:"Start even if Redis's maxmemory-policy is allkeys-*, which may evict the watermark hash (use volatile-lru instead)."`
 
 	HotThreshold   float64       `field:"replica.Threshold" name:"hot-threshold" env:"TIDEMARK_HOT_THRESHOLD" default:"${replica_Threshold}" help:"Read rate (reads/s over every serve process, from the fast hot-set estimate) from which a key gets read replicas on other Redis masters (0: off)."`
@@ -81,7 +82,7 @@ type serveCmd struct {
 
 func (c *serveCmd) apiConfig() api.Config {
 	cfg := api.DefaultConfig()
-	cfg.Addr, cfg.Namespace, cfg.Table = c.Addr, c.Namespace, c.table()
+	cfg.Addr, cfg.Namespace, cfg.Table = c.Addr, c.Namespace, c.CatalogTable()
 	cfg.RequestTimeout, cfg.SourceTimeout, cfg.WriteTimeout = c.RequestTimeout, c.SourceTimeout, c.WriteTimeout
 	cfg.LookupTimeout = c.LookupTimeout
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.BudgetBurst = c.ForegroundRate, c.BackgroundRate, c.Burst
@@ -106,7 +107,7 @@ func (c *serveCmd) replicaConfig() replica.Config {
 }
 
 func (c *serveCmd) cacheConfig() cache.Config {
-	cfg := c.cacheTier(c.Namespace)
+	cfg := c.CacheTier(c.Namespace)
 	cfg.AllowAllKeysEviction = c.AllowEviction
 	return cfg
 }
@@ -114,7 +115,7 @@ func (c *serveCmd) cacheConfig() cache.Config {
 // auditConfig is the elected auditor's; --audit-rate 0 runs none.
 func (c *serveCmd) auditConfig() audit.Config {
 	cfg := audit.DefaultConfig()
-	cfg.Namespace, cfg.Grace, cfg.Table = c.Namespace, c.AuditGrace, c.table()
+	cfg.Namespace, cfg.Grace, cfg.Table = c.Namespace, c.AuditGrace, c.CatalogTable()
 	if c.AuditRate > 0 {
 		cfg.Rate = c.AuditRate
 	}
@@ -135,9 +136,9 @@ func (c *serveCmd) warmConfig() warm.Config {
 func (c *serveCmd) Validate() error {
 	var p config.Problems
 	c.require(&p)
-	c.validateRedis(&p, c.Redis)
+	c.ValidateRedis(&p, c.Redis)
 	c.processFlags.validate(&p)
-	validateAs(&p, "table", c.table().Validate())
+	cli.ValidateAs(&p, "table", c.CatalogTable().Validate())
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -147,17 +148,17 @@ func (c *serveCmd) Validate() error {
 	if c.WarmTop < 0 {
 		p.Add("WarmTop", "must not be negative (0 turns the warmer off)")
 	}
-	validateAs(&p, "api", c.apiConfig().Validate())
-	validateAs(&p, "cache", c.cacheConfig().Validate())
-	validateAs(&p, "audit", c.auditConfig().Validate())
-	validateAs(&p, "warm", c.warmConfig().Validate())
-	validateAs(&p, "replica", c.replicaConfig().Validate())
-	validateAs(&p, "page", c.pageConfig(c.target()).Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "api", c.apiConfig().Validate())
+	cli.ValidateAs(&p, "cache", c.cacheConfig().Validate())
+	cli.ValidateAs(&p, "audit", c.auditConfig().Validate())
+	cli.ValidateAs(&p, "warm", c.warmConfig().Validate())
+	cli.ValidateAs(&p, "replica", c.replicaConfig().Validate())
+	cli.ValidateAs(&p, "page", c.pageConfig(c.target()).Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *serveCmd) Run(ctx context.Context, e *env) error {
-	log := e.log
+func (c *serveCmd) Run(ctx context.Context, e *cli.Env) error {
+	log := e.Log
 	acfg := c.apiConfig()
 	pool, err := api.NewPool(ctx, c.PG, acfg)
 	if err != nil {
@@ -166,9 +167,9 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 	defer pool.Close()
 	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
 	reg := telemetry.NewRegistry(pl)
-	tier, err := wiring.OpenTier(c.redisConn(c.Redis), c.cacheConfig(), pool, log, reg)
+	tier, err := wiring.OpenTier(c.RedisConn(c.Redis), c.cacheConfig(), pool, log, reg)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	defer tier.Close()
 	hcfg := hotset.DefaultConfig()
@@ -192,5 +193,5 @@ func (c *serveCmd) Run(ctx context.Context, e *env) error {
 }
 
 func (c *serveCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.kafkaConn(), c.redisConn(c.Redis), c.SourcePool}
+	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.KafkaConn(), c.RedisConn(c.Redis), c.SourcePool}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/status"
 )
@@ -20,35 +21,35 @@ type statusCmd struct {
 	SLO       time.Duration `field:"status.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${status_SLO}" help:"Freshness SLO: BREACHED when the watermark is older."`
 	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`
 	Timeout   time.Duration `field:"status.Timeout" name:"timeout" env:"TIDEMARK_STATUS_TIMEOUT" default:"${status_Timeout}" help:"Give up reading after this long (exit 2)."`
-	kafkaFlags
-	redisFlags
+	cli.KafkaFlags
+	cli.RedisFlags
 	JSON bool `name:"json" help:"Print the report as JSON."`
 }
 
 func (c *statusCmd) config() status.Config {
-	return status.Config{Brokers: splitList(c.Kafka), Kafka: c.kafkaConn(), Redis: c.Redis, RedisConn: c.redisConn(c.Redis), PG: c.PG, Topic: c.Topic, Group: c.Group,
+	return status.Config{Brokers: cli.SplitList(c.Kafka), Kafka: c.KafkaConn(), Redis: c.Redis, RedisConn: c.RedisConn(c.Redis), PG: c.PG, Topic: c.Topic, Group: c.Group,
 		Namespace: c.Namespace, SourcePool: c.Pool, Slot: c.Slot, SLO: c.SLO, Warn: c.Warn, Timeout: c.Timeout}
 }
 
 func (c *statusCmd) Validate() error {
 	var p config.Problems
-	validateAs(&p, "status", c.config().Validate())
-	c.validateRedis(&p, c.Redis)
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "status", c.config().Validate())
+	c.ValidateRedis(&p, c.Redis)
+	return cli.FlagErrors(c, p.Err())
 }
 
 // Run exits 0 when OK, 1 when AT RISK or BREACHED, 2 when the state could
 // not be read: the contract deploy scripts and alerts gate on.
-func (c *statusCmd) Run(ctx context.Context, e *env) error {
+func (c *statusCmd) Run(ctx context.Context, e *cli.Env) error {
 	rep, err := status.Check(ctx, c.config())
 	if err != nil {
-		return &exitError{code: exitUnreadable, msg: "status: could not read the pipeline's state: " + err.Error()}
+		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "status: could not read the pipeline's state: " + err.Error()}
 	}
-	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
+	if err := cli.WriteReport(e.Stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if rep.Verdict != status.OK {
-		return &exitError{code: exitFailure}
+		return &cli.ExitError{Code: cli.ExitFailure}
 	}
 	return nil
 }

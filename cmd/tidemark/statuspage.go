@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/kafkaconn"
 	"github.com/tidemark/tidemark/status"
 )
@@ -26,10 +27,10 @@ type statusTarget struct {
 
 // page builds the status page of a process (a page without Kafka or Redis
 // says what it cannot read).
-func (f statusPageFlag) page(e *env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
+func (f statusPageFlag) page(e *cli.Env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
 	cfg := f.pageConfig(t)
 	cfg.Process = process
-	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.log})
+	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.Log})
 }
 
 // pageConfig is the status page's config for a process that knows t.
@@ -37,7 +38,7 @@ func (f statusPageFlag) pageConfig(t statusTarget) status.PageConfig {
 	cfg := status.DefaultPageConfig()
 	cfg.Every = f.StatusEvery
 	c := &cfg.Check
-	c.Brokers, c.Kafka, c.Redis, c.RedisConn, c.PG = splitList(t.kafka), t.kafkaConn, t.redis, t.redisConn, t.pg
+	c.Brokers, c.Kafka, c.Redis, c.RedisConn, c.PG = cli.SplitList(t.kafka), t.kafkaConn, t.redis, t.redisConn, t.pg
 	c.Topic, c.Group, c.Namespace, c.Slot, c.SourcePool = t.topic, t.group, t.namespace, t.slot, t.pool
 	return cfg
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/warm"
 )
@@ -17,13 +18,13 @@ type warmCmd struct {
 	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
 	Top       int    `field:"Top" name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
 	Tenant    string `name:"tenant" help:"Only this tenant's hottest keys."`
-	redisFlags
+	cli.RedisFlags
 	Wait time.Duration `field:"Wait" name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
 }
 
 func (c *warmCmd) Validate() error {
 	var p config.Problems
-	c.validateRedis(&p, c.Redis)
+	c.ValidateRedis(&p, c.Redis)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -33,20 +34,20 @@ func (c *warmCmd) Validate() error {
 	if c.Wait < 0 {
 		p.Add("Wait", "must not be negative (got %s)", c.Wait)
 	}
-	return flagErrors(c, p.Err())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *warmCmd) Run(ctx context.Context, e *env) error {
-	rdb, err := cache.OpenRedis(c.redisConn(c.Redis), e.log)
+func (c *warmCmd) Run(ctx context.Context, e *cli.Env) error {
+	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	defer rdb.Close()
 	at := time.Now()
 	if err := warm.Enqueue(ctx, rdb, c.Namespace, warm.Request{Top: c.Top, Tenant: c.Tenant, At: at.UnixMilli()}); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "queued: warm the %d hottest keys; the elected warmer of a running serve process picks it up within a second\n", c.Top)
+	fmt.Fprintf(e.Stdout, "queued: warm the %d hottest keys; the elected warmer of a running serve process picks it up within a second\n", c.Top)
 	if c.Wait == 0 {
 		return nil
 	}
@@ -63,10 +64,10 @@ func (c *warmCmd) Run(ctx context.Context, e *env) error {
 		if err != nil || !ok || p.Started.Before(at.Add(-time.Second)) {
 			continue // not picked up yet
 		}
-		fmt.Fprintln(e.stdout, p)
+		fmt.Fprintln(e.Stdout, p)
 		if p.State == "done" {
 			return nil
 		}
 	}
-	return &exitError{code: exitFailure, msg: fmt.Sprintf("warm: not finished after %s (is a serve process running?)", c.Wait)}
+	return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("warm: not finished after %s (is a serve process running?)", c.Wait)}
 }

@@ -20,7 +20,7 @@
 //
 // Each phase is stopped (its actors' contexts cancelled) only once every
 // actor of the phases before it has returned. What uses a process's API
-// from outside the group (tidemark dev's demo load) stops before the group.
+// from outside the group (tidemark-lab dev's demo load) stops before the group.
 //
 // A group of services (RunServices: serve, apply, capture, dev) treats an
 // actor that returns by itself, even with nil, as a failure: a server that

@@ -12,7 +12,7 @@ import (
 // or VCS information (a `go build -buildvcs=false` in a container, or any
 // build in a git worktree, which Go does not stamp):
 //
-//	go build -ldflags "-X tidemark/internal/telemetry.version=v0.1.0 -X tidemark/internal/telemetry.revision=$(git rev-parse HEAD)" ./cmd/tidemark
+//	go build -ldflags "-X github.com/tidemark/tidemark/internal/telemetry.version=v0.1.0 -X github.com/tidemark/tidemark/internal/telemetry.revision=$(git rev-parse HEAD)" ./cmd/tidemark
 //
 // Left empty, they come from the binary's build information: the module
 // version (a tagged release, or the pseudo-version Go derives from the

@@ -1,7 +1,7 @@
 // Package wiring builds the object graph of each tidemark process role
 // (capture, apply, serve) onto one lifecycle.Group, in the phases the group
 // stops them in. cmd/tidemark's capture, apply and serve commands and
-// `tidemark dev` (all three roles in one process) call the same functions, so
+// `tidemark-lab dev` (all three roles in one process) call the same functions, so
 // dev runs what the stand-alone processes run: the same parts, the same
 // checks, the same shutdown order.
 package wiring

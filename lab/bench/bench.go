@@ -1,4 +1,4 @@
-// Package bench holds what every `tidemark bench` harness shares: quantiles
+// Package bench holds what every `tidemark-lab bench` harness shares: quantiles
 // and medians of measurements, a runner for redis-benchmark (the ceiling
 // several stages are measured against) and the Markdown table their reports
 // print. Each stage's harness lives in its own subpackage

@@ -1,5 +1,5 @@
 // Package broker runs an embedded Kafka broker (kfake) for local multi-process
-// runs, `tidemark dev` and manual testing. It is not a production Kafka: it
+// runs, `tidemark-lab dev` and manual testing. It is not a production Kafka: it
 // has no replication, and its durability is one process's disk. With Real it
 // runs Apache Kafka itself instead (see localserver.NewKafka): one JVM per
 // broker, replicated, for checking behaviour and latency against the real
@@ -54,7 +54,7 @@ type Config struct {
 	Real bool
 }
 
-// DefaultConfig is what `tidemark kafka` runs with no flags.
+// DefaultConfig is what `tidemark-lab kafka` runs with no flags.
 func DefaultConfig() Config {
 	return Config{DataDir: ".tidemark/kafka", Port: 9092, Brokers: 1, Partitions: 12}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
-// TestPersistsAcrossRestart proves what `tidemark kafka --data-dir` promises
+// TestPersistsAcrossRestart proves what `tidemark-lab kafka --data-dir` promises
 // in both durability modes: records survive a restart on the same fixed port.
 func TestPersistsAcrossRestart(t *testing.T) {
 	for _, sync := range []bool{false, true} {
@@ -47,11 +47,11 @@ func TestPersistsAcrossRestart(t *testing.T) {
 	}
 }
 
-// TestKill9KeepsAckedRecords runs `tidemark kafka` as a process, kills it
+// TestKill9KeepsAckedRecords runs `tidemark-lab kafka` as a process, kills it
 // with SIGKILL after records were acknowledged and restarts it: both modes
 // keep every acknowledged record (the page cache outlives the process).
 func TestKill9KeepsAckedRecords(t *testing.T) {
-	bin := testenv.Binary(t)
+	bin := testenv.LabBinary(t)
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
 			dir, port := t.TempDir(), testenv.FreePort(t)
@@ -66,7 +66,7 @@ func TestKill9KeepsAckedRecords(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-				testenv.Eventually(t, 30*time.Second, "tidemark kafka listens", func() error {
+				testenv.Eventually(t, 30*time.Second, "tidemark-lab kafka listens", func() error {
 					c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 					if err == nil {
 						c.Close()

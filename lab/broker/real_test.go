@@ -14,7 +14,7 @@ import (
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
-// `tidemark kafka --real` serves Apache Kafka on the fixed ports it was
+// `tidemark-lab kafka --real` serves Apache Kafka on the fixed ports it was
 // given, auto-creating topics with the configured partitions.
 func TestRealServesOnFixedPort(t *testing.T) {
 	port := testenv.FreePort(t)

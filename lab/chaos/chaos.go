@@ -1,4 +1,4 @@
-// Package chaos is `tidemark chaos`: it runs the whole pipeline as separate
+// Package chaos is `tidemark-lab chaos`: it runs the whole pipeline as separate
 // processes on private servers, drives writers and readers against it,
 // injects faults on a seeded schedule, and checks the freshness promise on
 // every answer from two histories only — the API answers with their send

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // testConfig is a run the shared 2-core CI box holds next to other tests.
 func testConfig(t *testing.T, binary string) Config {
 	cfg := DefaultConfig()
-	cfg.Binary = binary
+	cfg.Binary, cfg.LabBinary = binary, testenv.LabBinary(t)
 	cfg.RateUpdates, cfg.RateReads = 150, 400
 	if testenv.RealKafka() { // TIDEMARK_TEST_KAFKA=real: the 3-broker Apache Kafka cluster
 		// over SASL_SSL with ACLs enforced, as one user holding the

@@ -27,7 +27,8 @@ type Config struct {
 	// KafkaConn is how the stages reach the external brokers (TLS, SASL),
 	// given to them as the flags a user would write (a password as a file).
 	KafkaConn kafkaconn.Config
-	Binary    string // the tidemark binary run as capture, apply, serve and kafka
+	Binary    string // the tidemark binary run as capture, apply and serve
+	LabBinary string // the tidemark-lab binary run as the embedded broker (kafka) when Kafka is empty
 	Dir       string // work directory (servers' data and process logs)
 	Keep      string // write the histories here as JSON lines ("" = not kept)
 	Tenants   int
@@ -54,7 +55,7 @@ type Config struct {
 	UpgradeNamespace string
 }
 
-// DefaultConfig is `tidemark chaos` with no flags.
+// DefaultConfig is `tidemark-lab chaos` with no flags.
 func DefaultConfig() Config {
 	return Config{Duration: 2 * time.Minute, Seed: 1, RateUpdates: 1000, RateReads: 3000, FaultEvery: 20 * time.Second,
 		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400, Table: catalog.DefaultTable()}
@@ -161,6 +162,9 @@ func (c Config) Validate() error {
 	}
 	if c.Binary == "" {
 		p.Add("Binary", "the tidemark binary to run the stages is not set")
+	}
+	if c.LabBinary == "" && len(c.Kafka) == 0 {
+		p.Add("LabBinary", "the tidemark-lab binary to run the embedded broker is not set")
 	}
 	if c.UpgradeFrom != "" && c.UpgradeNamespace != "" {
 		p.Add("UpgradeFrom", "a run does either a rolling upgrade or a namespace upgrade, not both")

@@ -104,7 +104,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Cluster {
 		redisKind = "Redis Cluster (3 masters)"
 	}
-	fmt.Fprintf(&b, "tidemark chaos: %s — %d violations of the %s freshness promise, %d of the source budget\n\n", verdict,
+	fmt.Fprintf(&b, "tidemark-lab chaos: %s — %d violations of the %s freshness promise, %d of the source budget\n\n", verdict,
 		r.Violations-r.ByKind[KindBudget], r.Bound, r.ByKind[KindBudget])
 	fmt.Fprintf(&b, "run          seed %d, %s, %s, kafka %s\n", r.Seed, r.Duration, redisKind, r.Kafka)
 	fmt.Fprintf(&b, "load         asked %g updates/s, %g reads/s; achieved %.0f updates/s, %.0f answers/s\n", r.RateUpdates, r.RateReads, r.UpdatesPerSec, r.AnswersPerSec)

@@ -301,9 +301,9 @@ func waitTCP(ctx context.Context, a string, within time.Duration) error {
 }
 
 func (s *system) stage(name string, args ...string) *proc.Process {
-	bin := s.cfg.stageBinary() // the old build of a rolling upgrade (upgrade.go); the embedded broker is the harness's
+	bin := s.cfg.stageBinary() // the old build of a rolling upgrade (upgrade.go); the embedded broker is the lab's
 	if name == "kafka" {
-		bin = s.cfg.Binary
+		bin = s.cfg.LabBinary
 	}
 	return proc.New(proc.Config{Name: name, Bin: bin, Args: args, Env: s.cfg.StageEnv, Log: filepath.Join(s.dir, name+".log"), Group: true})
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
-// Config of `tidemark dev`.
+// Config of `tidemark-lab dev`.
 type Config struct {
 	DataDir     string   // --data-dir: private servers' data, reused across runs
 	PG          string   // --pg: use this catalog database instead of a private Postgres
@@ -37,7 +37,7 @@ type Config struct {
 	Pipeline    PipelineConfig
 }
 
-// DefaultConfig is `tidemark dev` with no flags.
+// DefaultConfig is `tidemark-lab dev` with no flags.
 func DefaultConfig() Config {
 	return Config{DataDir: ".tidemark", MetricsAddr: "127.0.0.1:9100", Pipeline: DefaultPipelineConfig()}
 }
@@ -72,7 +72,7 @@ type Deps struct {
 	Ready func(Endpoints)
 }
 
-// Dev is one `tidemark dev` run.
+// Dev is one `tidemark-lab dev` run.
 type Dev struct {
 	cfg   Config
 	base  *slog.Logger // for the stages, which add their own component

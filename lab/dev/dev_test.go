@@ -17,7 +17,7 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
-// runDev runs `tidemark dev` in-process until check returns, then stops it
+// runDev runs `tidemark-lab dev` in-process until check returns, then stops it
 // and returns what it printed.
 func runDev(t *testing.T, cfg Config, check func(Endpoints)) string {
 	t.Helper()
@@ -37,7 +37,7 @@ func runDev(t *testing.T, cfg Config, check func(Endpoints)) string {
 	return out.String()
 }
 
-// TestRestartReusesDataDir: a second `tidemark dev` on the same data dir
+// TestRestartReusesDataDir: a second `tidemark-lab dev` on the same data dir
 // reuses the database, slot and topic, prints no new keys, and sends no
 // reset marker (a clean restart is not a gap).
 func TestRestartReusesDataDir(t *testing.T) {

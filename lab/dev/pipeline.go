@@ -1,6 +1,6 @@
 // Package dev runs the whole tidemark pipeline in one process: capture +
 // relay, the applier, the cache tier client and the API, on servers it is
-// given or starts itself (Dev.servers). `tidemark dev` is this package.
+// given or starts itself (Dev.servers). `tidemark-lab dev` is this package.
 package dev
 
 import (
@@ -124,7 +124,7 @@ func (s *Stages) ServeConfig() wiring.Serve {
 // registry.
 func (s *Stages) StatusPage(g prometheus.Gatherer) (*status.Page, error) {
 	cfg := status.DefaultPageConfig()
-	cfg.Process = "tidemark dev"
+	cfg.Process = "tidemark-lab dev"
 	cfg.Every = s.cfg.StatusEvery
 	c := &cfg.Check
 	c.Brokers, c.Redis, c.PG = s.ep.Brokers, s.ep.Redis, s.ep.PG

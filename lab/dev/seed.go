@@ -54,7 +54,7 @@ func seedDemo(ctx context.Context, dsn, keysFile string) (keys []apiKey, fresh b
 	}
 	keys = keys[:0]
 	var b strings.Builder
-	b.WriteString("# tidemark dev demo API keys: tenant key\n")
+	b.WriteString("# tidemark-lab dev demo API keys: tenant key\n")
 	for _, t := range demoTenants {
 		key, err := api.CreateAPIKey(ctx, conn, t)
 		if err != nil {

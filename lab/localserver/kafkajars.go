@@ -12,7 +12,7 @@ import (
 )
 
 // KafkaVersion is the Apache Kafka release that the real-Kafka tests,
-// `tidemark kafka --real` and compose/ run.
+// `tidemark-lab kafka --real` and compose/ run.
 const KafkaVersion = "4.4.0"
 
 // kafkaPom names the broker and a log4j binding for its slf4j logging; Maven

@@ -1,5 +1,5 @@
 // Package localserver runs private Postgres and Redis server processes from
-// the installed binaries, for `tidemark dev`, the benchmarks and (through
+// the installed binaries, for `tidemark-lab dev`, the benchmarks and (through
 // lab/testenv) the tests. It is not a way to run production servers.
 package localserver
 

@@ -21,13 +21,22 @@ var builds struct {
 	m  map[string]*build
 }
 
-// Binary builds cmd/tidemark once per test binary and returns its path, for tests that kill -9 a real process.
+// Binary builds cmd/tidemark (and cmd/tidemark-lab beside it) once per test
+// binary and returns the product binary's path, for tests that kill -9 a
+// real process.
 func Binary(t testing.TB) string {
 	t.Helper()
 	return BinaryWithTags(t)
 }
 
-// BinaryWithTags builds cmd/tidemark with build tags (test-only switches,
+// LabBinary is tidemark-lab, built beside Binary's tidemark: the embedded
+// broker (kafka), dev, bench and chaos commands.
+func LabBinary(t testing.TB, tags ...string) string {
+	t.Helper()
+	return filepath.Join(filepath.Dir(BinaryWithTags(t, tags...)), "tidemark-lab")
+}
+
+// BinaryWithTags builds cmd/tidemark and cmd/tidemark-lab with build tags (test-only switches,
 // e.g. a deliberately broken component), once per test binary and tag set.
 func BinaryWithTags(t testing.TB, tags ...string) string {
 	t.Helper()
@@ -68,14 +77,16 @@ func buildBinary(tags []string) (string, error) {
 	path := filepath.Join(dir, "tidemark")
 	// Built without -race: the in-process tests cover races, and a race
 	// build of the whole binary would cost CI a minute per package.
-	args := []string{"build", "-o", path}
+	args := []string{"build"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	cmd := exec.Command("go", append(args, "./cmd/tidemark")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %v ./cmd/tidemark: %v\n%s", tags, err, out)
+	for _, pkg := range []string{"tidemark", "tidemark-lab"} {
+		cmd := exec.Command("go", append(args, "-o", filepath.Join(dir, pkg), "./cmd/"+pkg)...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %v ./cmd/%s: %v\n%s", tags, pkg, err, out)
+		}
 	}
 	return path, nil
 }

@@ -47,7 +47,7 @@ func buildCommit(commit string) (string, error) {
 	// build info has no such variable).
 	// -trimpath: the temporary directory is then no part of the build, so
 	// a later run's build of the same commit comes from the build cache.
-	cmd := exec.Command("go", "build", "-trimpath", "-o", path, "-ldflags", "-X tidemark/internal/telemetry.revision="+commit, "./cmd/tidemark")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", path, "-ldflags", "-X github.com/tidemark/tidemark/internal/telemetry.revision="+commit, "./cmd/tidemark")
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/tidemark at %s: %v\n%s", commit, err, out)

@@ -1,4 +1,4 @@
-// Package applybench is `tidemark bench apply`: replay throughput of the applier
+// Package applybench is `tidemark-lab bench apply`: replay throughput of the applier
 // into Redis against the pipelined EVALSHA ceiling redis-benchmark measures
 // on the same server, and commit-to-apply latency at a steady rate.
 package applybench
@@ -27,7 +27,7 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
-// Config configures Run (`tidemark bench apply`).
+// Config configures Run (`tidemark-lab bench apply`).
 type Config struct {
 	Brokers    []string      // --kafka; empty starts an in-process kfake
 	RedisURL   string        // --redis: a standalone Redis, also the EVALSHA ceiling's (redis-benchmark); "" starts a private redis-server

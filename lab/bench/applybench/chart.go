@@ -15,7 +15,7 @@ func Chart(res Result) svgchart.BarChart {
 		return svgchart.BarGroup{Label: label, Values: []float64{res.ReplayRate, ceiling}, Note: bench.RatioNote(res.ReplayRate, ceiling)}
 	}
 	return svgchart.BarChart{
-		Title: fmt.Sprintf("tidemark bench apply: replay throughput against redis-benchmark ceilings\n"+
+		Title: fmt.Sprintf("tidemark-lab bench apply: replay throughput against redis-benchmark ceilings\n"+
 			"%d events over %d keys, %d partitions; ratio: replay / ceiling", res.Events, cfg.Keys, cfg.Partitions),
 		YLabel: "events/s (replay), requests/s (ceiling)",
 		Series: []string{"tidemark applier replay", "redis-benchmark -P 100 -c 50 (ceiling)"},

@@ -1,4 +1,4 @@
-// Package cachebench is `tidemark bench cache`: batched INVALIDATE throughput and
+// Package cachebench is `tidemark-lab bench cache`: batched INVALIDATE throughput and
 // LOOKUP hit latency of the cache-tier client, each round measured beside
 // redis-benchmark ceilings on the same server.
 package cachebench
@@ -22,7 +22,7 @@ import (
 	"github.com/tidemark/tidemark/lab/bench"
 )
 
-// Config configures Run (`tidemark bench cache`).
+// Config configures Run (`tidemark-lab bench cache`).
 type Config struct {
 	RedisURL      string // --redis; "" starts a private redis-server from PATH
 	Keys          int    // distinct keys invalidated per round
@@ -250,7 +250,7 @@ func Chart(res Result) svgchart.BarChart {
 			Note: fmt.Sprintf("%.2fx", bench.Median(t.ratios()))})
 	}
 	return svgchart.BarChart{
-		Title: fmt.Sprintf("tidemark bench cache: InvalidateBatch throughput against redis-benchmark ceilings\n"+
+		Title: fmt.Sprintf("tidemark-lab bench cache: InvalidateBatch throughput against redis-benchmark ceilings\n"+
 			"%d keys per round in batches of %d; bars: medians of %d rounds; ratio: median of the rounds' ratios",
 			cfg.Keys, cfg.Batch, len(rounds)),
 		YLabel: "keys/s (tidemark), requests/s (ceiling)",

@@ -1,4 +1,4 @@
-// Package capturebench is `tidemark bench capture`: capture-to-Kafka rate against
+// Package capturebench is `tidemark-lab bench capture`: capture-to-Kafka rate against
 // pg_recvlogical draining the same WAL with the same publication, and
 // commit-to-produced latency at a steady rate.
 package capturebench
@@ -30,7 +30,7 @@ import (
 	"github.com/tidemark/tidemark/migrations"
 )
 
-// Config configures Run (`tidemark bench capture`).
+// Config configures Run (`tidemark-lab bench capture`).
 type Config struct {
 	PG          string        // a database tidemark may migrate and write to; "" starts a private Postgres
 	Rows        int           // row changes in the fixed WAL workload
@@ -41,7 +41,7 @@ type Config struct {
 	Rounds      int // drains of each kind, alternating; the median is reported
 }
 
-// DefaultConfig is `tidemark bench capture` with no flags.
+// DefaultConfig is `tidemark-lab bench capture` with no flags.
 func DefaultConfig() Config {
 	return Config{Rows: 500_000, Rate: 2000, Duration: 10 * time.Second, Partitions: 12, Rounds: 3}
 }

@@ -22,7 +22,7 @@ func Chart(res Result) svgchart.BarChart {
 	}
 	groups = append(groups, group("median", res.CaptureRate(), res.RecvlogicalRate()))
 	return svgchart.BarChart{
-		Title: fmt.Sprintf("tidemark bench capture: drain rate against pg_recvlogical's\n"+
+		Title: fmt.Sprintf("tidemark-lab bench capture: drain rate against pg_recvlogical's\n"+
 			"%d row changes (pgoutput, same WAL); bars: each round, then the medians; ratio: capture / ceiling", res.Rows),
 		YLabel: "row changes/s",
 		Series: []string{"tidemark capture → kfake (acked)", "pg_recvlogical, same WAL (ceiling)"},

@@ -322,12 +322,12 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 		if cfg.SyncWrites {
 			args = append(args, "--sync-writes")
 		}
-		if st.broker, err = startProc(dir, "broker", diag{cfg.Profile, cfg.Trace}, cfg.Binary, args...); err != nil {
+		if st.broker, err = startProc(dir, "broker", diag{cfg.Profile, cfg.Trace}, cfg.LabBinary, args...); err != nil {
 			return st, err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		st.brokers = []string{addr}
-		if err := waitFor(30*time.Second, "tidemark kafka listens", st.broker, func() error {
+		if err := waitFor(30*time.Second, "tidemark-lab kafka listens", st.broker, func() error {
 			c, err := net.Dial("tcp", addr)
 			if err == nil {
 				c.Close()

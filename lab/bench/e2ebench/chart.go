@@ -29,7 +29,7 @@ func Chart(res Result) svgchart.Chart {
 		ceiling.Points = append(ceiling.Points, svgchart.Point{X: float64(cfg.TxRate), Y: bench.MsOf(res.Ceiling.P99)})
 	}
 	return svgchart.Chart{
-		Title: fmt.Sprintf("tidemark bench e2e: commit → applied latency against offered rate\n"+
+		Title: fmt.Sprintf("tidemark-lab bench e2e: commit → applied latency against offered rate\n"+
 			"each phase %s; capture, apply and the broker as separate processes; exact per-change samples", cfg.Duration),
 		XLabel: "offered row changes/s",
 		YLabel: "latency (log scale)",

@@ -1,4 +1,4 @@
-// Package e2e is `tidemark bench e2e`: capture, apply and the embedded broker
+// Package e2e is `tidemark-lab bench e2e`: capture, apply and the embedded broker
 // run as separate processes of the tidemark binary (as users run them) against
 // a private Postgres and redis-server, and the end-to-end latency of every
 // change is measured from its commit timestamp in Postgres:
@@ -23,9 +23,10 @@ import (
 // Config drives Run.
 type Config struct {
 	Binary      string        // the tidemark executable the stages run from
+	LabBinary   string        // the tidemark-lab executable that runs the broker when Brokers is empty
 	Dir         string        // work directory (servers' data, process logs); "" = a temp dir, removed after
-	Brokers     []string      // an external Kafka; empty starts `tidemark kafka`
-	SyncWrites  bool          // the started broker fsyncs every batch (`tidemark kafka --sync-writes`)
+	Brokers     []string      // an external Kafka; empty starts `tidemark-lab kafka`
+	SyncWrites  bool          // the started broker fsyncs every batch (`tidemark-lab kafka --sync-writes`)
 	TxRate      int           // single-row transactions/s of the first phase and the ceiling
 	ChangeRate  int           // changes/s of the multi-row phase
 	RowsPerTx   int           // rows per transaction of the multi-row phase
@@ -55,6 +56,9 @@ func (c Config) Validate() error {
 	var p config.Problems
 	if c.Binary == "" {
 		p.Add("Binary", "the tidemark binary path is required")
+	}
+	if c.LabBinary == "" && len(c.Brokers) == 0 {
+		p.Add("LabBinary", "the tidemark-lab binary path is required to start a broker")
 	}
 	for _, f := range []struct {
 		field string

@@ -34,12 +34,12 @@ func verdict(ok bool) string {
 // Report writes the run as Markdown tables and the goals' verdicts.
 func (res Result) WriteTable(out io.Writer) error {
 	w, cfg := &bench.ErrWriter{W: out}, res.Config
-	broker := "`tidemark kafka` (page cache)"
+	broker := "`tidemark-lab kafka` (page cache)"
 	switch {
 	case len(cfg.Brokers) > 0:
 		broker = "external Kafka " + strings.Join(cfg.Brokers, ",")
 	case cfg.SyncWrites:
-		broker = "`tidemark kafka --sync-writes`"
+		broker = "`tidemark-lab kafka --sync-writes`"
 	}
 	fmt.Fprintf(w, "broker: %s; each phase %s; ceiling load %d single-row tx (%.0f/s achieved); tidemark timed on rows numbered a multiple of %d\n\n",
 		broker, cfg.Duration, res.CeilingLoad.Commits, float64(res.CeilingLoad.Commits)/res.CeilingLoad.Elapsed.Seconds(), cfg.ObserveEvery)

@@ -1,4 +1,4 @@
-// Package hotkey is `tidemark bench hotkey`: one key read at the highest rate
+// Package hotkey is `tidemark-lab bench hotkey`: one key read at the highest rate
 // the box sustains with the API's L1 off, on a Redis Cluster, with hot-key
 // replicas off and then on (N copies), alternating in rounds. Each round
 // first finds the ceiling: closed-loop readers with replicas off (every read
@@ -31,7 +31,7 @@ import (
 	"github.com/tidemark/tidemark/replica"
 )
 
-// Config configures Run (`tidemark bench hotkey`).
+// Config configures Run (`tidemark-lab bench hotkey`).
 type Config struct {
 	RedisURL  string        // --redis: Cluster seeds; "" starts a private cluster of Masters masters
 	Masters   int           // --masters: size of the private cluster
@@ -427,7 +427,7 @@ func (res Result) WriteTable(out io.Writer) error {
 			perMaster(medianMode(ms)), fmt.Sprintf("%.2f", medianOf(ms, mode.spread)),
 			fmt.Sprintf("%.0f%%", medianOf(ms, func(m mode) float64 { return m.replicaPct })))
 	}
-	fmt.Fprintf(w, "## tidemark bench hotkey\n\nOne key, %d readers over %d processes, L1 off, on %s; %d rounds of %s per mode (medians).\n\n",
+	fmt.Fprintf(w, "## tidemark-lab bench hotkey\n\nOne key, %d readers over %d processes, L1 off, on %s; %d rounds of %s per mode (medians).\n\n",
 		cfg.Workers, cfg.Processes, url, cfg.Rounds, d)
 	t.WriteTo(w)
 	spreadOn := medianOf(on, mode.spread)
@@ -481,7 +481,7 @@ func Chart(res Result) svgchart.BarChart {
 		groups = append(groups, svgchart.BarGroup{Label: fmt.Sprintf("master %d", i+1), Values: []float64{mo.perMaster[a], mn.perMaster[a]}})
 	}
 	return svgchart.BarChart{
-		Title:  fmt.Sprintf("tidemark bench hotkey: commands/s per master, one key, L1 off (max/avg %.2f off, %.2f with N=%d)", mo.spread(), mn.spread(), cfg.Replicas),
+		Title:  fmt.Sprintf("tidemark-lab bench hotkey: commands/s per master, one key, L1 off (max/avg %.2f off, %.2f with N=%d)", mo.spread(), mn.spread(), cfg.Replicas),
 		YLabel: "commands/s",
 		Width:  900,
 		Series: []string{"replicas off", fmt.Sprintf("replicas N=%d", cfg.Replicas)},

@@ -1,4 +1,4 @@
-// Package memorybench is `tidemark bench memory`: the Redis memory a cached
+// Package memorybench is `tidemark-lab bench memory`: the Redis memory a cached
 // entry costs, against a plain SET of the same payload under the same key in
 // the same run. Each arm writes its keys, reads the allocator's count
 // (INFO memory used_memory) before and after, samples MEMORY USAGE, and
@@ -29,7 +29,7 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
-// Config configures Run (`tidemark bench memory`).
+// Config configures Run (`tidemark-lab bench memory`).
 type Config struct {
 	RedisURL string // --redis: a standalone server; "" starts a private redis-server from PATH
 	Entries  int    // --entries: keys per arm
@@ -541,7 +541,7 @@ func Chart(res Result) svgchart.BarChart {
 		groups = append(groups, svgchart.BarGroup{Label: bytesOf(r.Payload) + " payload", Values: v, Note: pct(r.Overhead())})
 	}
 	return svgchart.BarChart{
-		Title: fmt.Sprintf("tidemark bench memory: Redis bytes per key, %d keys per arm (INFO memory)\n"+
+		Title: fmt.Sprintf("tidemark-lab bench memory: Redis bytes per key, %d keys per arm (INFO memory)\n"+
 			"note: entry over plain SET; goal <= %.0f %% at %s", cfg.Entries, Goal*100, bytesOf(GoalPayload)),
 		YLabel: "bytes per key",
 		Width:  900,

@@ -1,4 +1,4 @@
-// Package scan is the scan-isolation benchmark (`tidemark bench scan`):
+// Package scan is the scan-isolation benchmark (`tidemark-lab bench scan`):
 // tenant B reads its hot set (zipf) through real `tidemark serve` processes
 // from a full cache (redis-server with a tight maxmemory and volatile-lru)
 // while tenant A scans a large range of cold ids at its fair share of the

@@ -33,7 +33,7 @@ func Chart(rep Result) svgchart.Chart {
 			saturated = r.Rate
 		}
 	}
-	title := "tidemark bench serve: cache-hit GET latency against offered rate\np50 and p99 of each open-loop step; the ceiling is /healthz of the same process"
+	title := "tidemark-lab bench serve: cache-hit GET latency against offered rate\np50 and p99 of each open-loop step; the ceiling is /healthz of the same process"
 	c := svgchart.Chart{
 		XLabel: "offered requests/s (open loop)",
 		YLabel: "latency (log scale)",

@@ -1,4 +1,4 @@
-// Package servebench is `tidemark bench serve`: cache-hit GET throughput and
+// Package servebench is `tidemark-lab bench serve`: cache-hit GET throughput and
 // latency of `tidemark serve` (run as a separate process, as in production)
 // over a zipf key set, a closed-loop saturation step and open-loop steps
 // below it, and the share of GETs that read the source.
@@ -31,7 +31,7 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
-// Config drives `tidemark bench serve`: a Go load generator against a
+// Config drives `tidemark-lab bench serve`: a Go load generator against a
 // `tidemark serve` process, cache-hit GETs over a zipf-distributed key set.
 type Config struct {
 	PG          string        // --pg; empty: start a private Postgres
@@ -50,7 +50,7 @@ type Config struct {
 	Profile     bool          // --profile: serve writes its CPU profile of the whole run to Dir/serve.pprof
 }
 
-// DefaultConfig is `tidemark bench serve` with no flags: 10,000 items,
+// DefaultConfig is `tidemark-lab bench serve` with no flags: 10,000 items,
 // zipf 1.1, 10 s steps at 25-85% of the saturated rate, a 10 ms p99 goal.
 func DefaultConfig() Config {
 	return Config{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,

@@ -27,7 +27,7 @@ func Chart(res Result) svgchart.Chart {
 		rules = append(rules, svgchart.Rule{Y: 90 * a.HitBefore, Label: "90 % of before, warmer " + onOff(a.Warmer)})
 	}
 	return svgchart.Chart{
-		Title: fmt.Sprintf("tidemark bench warm: hit ratio after redis-server is killed, with and without the warmer\n"+
+		Title: fmt.Sprintf("tidemark-lab bench warm: hit ratio after redis-server is killed, with and without the warmer\n"+
 			"%d items, zipf s=%.2f, %d serve processes, %s windows", cfg.Items, cfg.Zipf, cfg.Serves, cfg.Window),
 		XLabel: "seconds since the kill",
 		YLabel: "hit ratio %",

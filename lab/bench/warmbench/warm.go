@@ -1,4 +1,4 @@
-// Package warm is the warm-up benchmark (`tidemark bench warm`): zipf reads
+// Package warm is the warm-up benchmark (`tidemark-lab bench warm`): zipf reads
 // through two real `tidemark serve` processes against a private Postgres and
 // redis-server (no persistence). The redis-server is killed under load and
 // restarted empty twice in the same run, first with the serve processes'

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import "io"
 
@@ -9,7 +9,7 @@ type report interface {
 }
 
 // writeReport prints rep as JSON (--json) or as text for a person.
-func writeReport(w io.Writer, rep report, asJSON bool) error {
+func WriteReport(w io.Writer, rep report, asJSON bool) error {
 	if asJSON {
 		return rep.WriteJSON(w)
 	}

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench/scanbench"
 )
 
@@ -28,19 +28,21 @@ type benchScanCmd struct {
 
 func (c *benchScanCmd) config() scanbench.Config {
 	cfg := scanbench.DefaultConfig()
-	cfg.Binary, _ = os.Executable()
+	cfg.Binary, _ = tidemarkBinary()
 	cfg.HotItems, cfg.Zipf, cfg.Clients, cfg.ColdIDs, cfg.Scanners = c.HotItems, c.ZipfS, c.Clients, c.ColdIDs, c.Scanners
 	cfg.ValueBytes, cfg.Serves, cfg.ForegroundRate, cfg.FillRates, cfg.Headroom = c.ValueBytes, c.Serves, c.ForegroundRate, c.FillRates, c.Headroom
 	cfg.Baseline, cfg.After, cfg.GoalDrop = c.Baseline, c.After, c.GoalDrop
 	return cfg
 }
 
-func (c *benchScanCmd) Validate() error { return validateOne(c, "benchscan", c.config().Validate()) }
+func (c *benchScanCmd) Validate() error {
+	return cli.ValidateOne(c, "benchscan", c.config().Validate())
+}
 
-func (c *benchScanCmd) Run(ctx context.Context, e *env) error {
-	res, err := scanbench.Run(ctx, c.config(), scanbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
+func (c *benchScanCmd) Run(ctx context.Context, e *cli.Env) error {
+	res, err := scanbench.Run(ctx, c.config(), scanbench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
 	if len(res.Arms) > 0 {
-		err = errors.Join(err, res.WriteTable(e.stdout))
+		err = errors.Join(err, res.WriteTable(e.Stdout))
 	}
 	return err
 }

@@ -1,11 +1,11 @@
-package main
+package cli
 
 import "github.com/tidemark/tidemark/catalog"
 
-// tableFlags is the catalog table mapping (catalog.Table): one set of flags,
+// TableFlags is the catalog table mapping (catalog.Table): one set of flags,
 // environment variables and config keys taken by every command that touches
 // the catalog (capture, serve, inspect, adopt, chaos).
-type tableFlags struct {
+type TableFlags struct {
 	Table           string   `field:"table.Name,capture.Table,api.Table.Name,audit.Table.Name,inspect.Table.Name,adopt.Table.Name,chaos.Table.Name" name:"table" env:"TIDEMARK_TABLE" default:"${table_Name}" help:"Catalog table (schema.table)."`
 	TenantColumn    string   `field:"table.TenantColumn,capture.TenantColumn,api.Table.TenantColumn,audit.Table.TenantColumn,inspect.Table.TenantColumn,adopt.Table.TenantColumn,chaos.Table.TenantColumn" name:"tenant-column" env:"TIDEMARK_TENANT_COLUMN" default:"${table_TenantColumn}" help:"Tenant column of the catalog table."`
 	ItemColumn      string   `field:"table.ItemColumn,capture.ItemColumn,api.Table.ItemColumn,audit.Table.ItemColumn,inspect.Table.ItemColumn,adopt.Table.ItemColumn,chaos.Table.ItemColumn" name:"item-column" env:"TIDEMARK_ITEM_COLUMN" default:"${table_ItemColumn}" help:"Item column of the catalog table."`
@@ -18,7 +18,7 @@ type tableFlags struct {
 	PayloadSQL      string   `field:"table.PayloadSQL,api.Table.PayloadSQL,audit.Table.PayloadSQL,inspect.Table.PayloadSQL,adopt.Table.PayloadSQL,chaos.Table.PayloadSQL" name:"payload-sql" env:"TIDEMARK_PAYLOAD_SQL" help:"A SQL expression over the row (json or jsonb) used as display instead of --payload-columns."`
 }
 
-func (f tableFlags) table() catalog.Table {
+func (f TableFlags) CatalogTable() catalog.Table {
 	return catalog.Table{Name: f.Table, TenantColumn: f.TenantColumn, ItemColumn: f.ItemColumn, VersionColumn: f.VersionColumn,
 		StateColumn: f.StateColumn, DeletedState: f.DeletedState, ActiveState: f.ActiveState, UpdatedAtColumn: f.UpdatedAtColumn, Payload: f.PayloadColumns, PayloadSQL: f.PayloadSQL}
 }

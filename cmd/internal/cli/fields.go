@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -20,18 +20,6 @@ import (
 	"github.com/tidemark/tidemark/inspect"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/telemetry"
-	"github.com/tidemark/tidemark/lab/bench/applybench"
-	"github.com/tidemark/tidemark/lab/bench/cachebench"
-	"github.com/tidemark/tidemark/lab/bench/capturebench"
-	"github.com/tidemark/tidemark/lab/bench/e2ebench"
-	"github.com/tidemark/tidemark/lab/bench/hotkeybench"
-	"github.com/tidemark/tidemark/lab/bench/memorybench"
-	"github.com/tidemark/tidemark/lab/bench/scanbench"
-	"github.com/tidemark/tidemark/lab/bench/servebench"
-	"github.com/tidemark/tidemark/lab/bench/warmbench"
-	"github.com/tidemark/tidemark/lab/broker"
-	"github.com/tidemark/tidemark/lab/chaos"
-	"github.com/tidemark/tidemark/lab/dev"
 	"github.com/tidemark/tidemark/relay"
 	"github.com/tidemark/tidemark/replica"
 	"github.com/tidemark/tidemark/status"
@@ -47,26 +35,26 @@ import (
 // can report to having such a flag.
 
 // validateAs collects the field errors of one config under name ("api").
-func validateAs(p *config.Problems, name string, err error) { p.Nested(name, err) }
+func ValidateAs(p *config.Problems, name string, err error) { p.Nested(name, err) }
 
 // validateOne is Validate for a command whose flags fill one config, err
 // its Validate, with its fields named name.Field.
-func validateOne(cmd any, name string, err error) error {
+func ValidateOne(cmd any, name string, err error) error {
 	var p config.Problems
-	validateAs(&p, name, err)
-	return flagErrors(cmd, p.Err())
+	ValidateAs(&p, name, err)
+	return FlagErrors(cmd, p.Err())
 }
 
 // flagErrors words every field error of err with the flag of cmd that fills
 // the field: "--request-timeout: must be positive (got 0s)". Other errors
 // are kept as they are.
-func flagErrors(cmd any, err error) error {
+func FlagErrors(cmd any, err error) error {
 	if err == nil {
 		return nil
 	}
-	flags := fieldFlags(cmd)
+	flags := FieldFlags(cmd)
 	var lines []string
-	for _, e := range unjoin(err) {
+	for _, e := range Unjoin(err) {
 		msg := e.Error()
 		var fe *config.FieldError
 		if errors.As(e, &fe) {
@@ -83,7 +71,7 @@ func flagErrors(cmd any, err error) error {
 
 // fieldFlags maps "api.RequestTimeout" to "--request-timeout (TIDEMARK_REQUEST_TIMEOUT)"
 // for every flag of cmd (a pointer to a kong command struct) with a field tag.
-func fieldFlags(cmd any) map[string]string {
+func FieldFlags(cmd any) map[string]string {
 	out := map[string]string{}
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
@@ -110,11 +98,11 @@ func fieldFlags(cmd any) map[string]string {
 	return out
 }
 
-func unjoin(err error) []error {
+func Unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range j.Unwrap() {
-			out = append(out, unjoin(e)...)
+			out = append(out, Unjoin(e)...)
 		}
 		return out
 	}
@@ -130,33 +118,28 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// defaultConfigs are the package defaults flags take theirs from, by the
-// name their field tags use.
-func defaultConfigs() map[string]any {
+// ProductDefaults are the product packages' defaults that flags take
+// theirs from, by the name their field tags use; a binary adds its own
+// (the lab's harnesses) before handing them to Main.
+func ProductDefaults() map[string]any {
 	return map[string]any{
 		"capture": capture.DefaultConfig(), "applier": applier.DefaultConfig(), "replay": applier.DefaultReplayConfig(),
 		"cache": cache.DefaultConfig(), "redis": cache.DefaultRedisConfig(), "api": api.DefaultConfig(), "status": status.DefaultConfig(),
-		"inspect": inspect.DefaultConfig(), "broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(),
+		"inspect": inspect.DefaultConfig(),
 		"require": relay.DefaultTopicRequirements(), // capture.Relay.Require when left zero
 		"table":   catalog.DefaultTable(), "adopt": adopt.DefaultConfig(),
 		"page": status.DefaultPageConfig(), "audit": audit.DefaultConfig(), "warm": warm.DefaultConfig(),
-		"chaos": chaos.DefaultConfig(), "benchcache": cachebench.DefaultConfig(), "benchapply": applybench.DefaultConfig(),
-		"benchserve": servebench.DefaultConfig(), "e2e": e2ebench.DefaultConfig(), "replica": replica.DefaultConfig(),
-		"benchwarm":    warmbench.DefaultConfig(),
-		"benchhotkey":  hotkeybench.DefaultConfig(),
-		"benchscan":    scanbench.DefaultConfig(),
-		"benchcapture": capturebench.DefaultConfig(),
-		"benchmemory":  memorybench.DefaultConfig(),
-		"trace":        telemetry.DefaultTraceConfig(),
+		"replica": replica.DefaultConfig(),
+		"trace":   telemetry.DefaultTraceConfig(),
 	}
 }
 
 // defaultVars are the package defaults as kong variables, so a flag says
 // default:"${api_RequestTimeout}" and the value has one source: the
 // package's DefaultConfig. Names are the field tag with '.' as '_'.
-func defaultVars() kong.Vars {
+func defaultVars(defaults map[string]any) kong.Vars {
 	vars := kong.Vars{}
-	for name, cfg := range defaultConfigs() {
+	for name, cfg := range defaults {
 		var walk func(prefix string, v reflect.Value)
 		walk = func(prefix string, v reflect.Value) {
 			for i := 0; i < v.NumField(); i++ {
@@ -196,6 +179,10 @@ func defaultVars() kong.Vars {
 	return vars
 }
 
+// Defaults is the kong option that fills each flag's default:"${name}"
+// from defaults (ProductDefaults and a binary's own).
+func Defaults(defaults map[string]any) kong.Option { return packageDefaults(defaultVars(defaults)) }
+
 // packageDefaults fills each flag's default:"${name}" from vars before kong
 // interpolates. Given to kong as variables instead, every variable would be
 // interpolated for every flag of every command (flags times variables): each
@@ -223,3 +210,14 @@ func packageDefaults(vars kong.Vars) kong.Option {
 
 // varRef is a package default's reference, as in default:"${api_RequestTimeout}".
 var varRef = regexp.MustCompile(`\$\{([[:alpha:]_][[:word:]]*)\}`)
+
+// SplitList splits a comma-separated flag value (--kafka), dropping empty parts.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

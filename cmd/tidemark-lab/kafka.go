@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/broker"
 )
@@ -22,12 +23,12 @@ func (c *kafkaCmd) config() broker.Config {
 
 func (c *kafkaCmd) Validate() error {
 	var p config.Problems
-	validateAs(&p, "broker", c.config().Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "broker", c.config().Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *kafkaCmd) Run(ctx context.Context, e *env) error {
-	b, err := broker.New(c.config(), broker.Deps{Log: e.log})
+func (c *kafkaCmd) Run(ctx context.Context, e *cli.Env) error {
+	b, err := broker.New(c.config(), broker.Deps{Log: e.Log})
 	if err != nil {
 		return err
 	}

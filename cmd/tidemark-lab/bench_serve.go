@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/servebench"
 )
@@ -30,19 +30,21 @@ type benchServeCmd struct {
 
 func (c *benchServeCmd) config() servebench.Config {
 	cfg := servebench.DefaultConfig()
-	cfg.Binary, _ = os.Executable()
+	cfg.Binary, _ = tidemarkBinary()
 	cfg.PG, cfg.Redis, cfg.ServeArgs, cfg.Items, cfg.ZipfS = c.PG, c.Redis, c.ServeArg, c.Items, c.ZipfS
 	cfg.Warmup, cfg.Duration, cfg.Concurrency, cfg.Workers, cfg.Steps, cfg.P99Goal = c.Warmup, c.Duration, c.Concurrency, c.Workers, c.Steps, c.P99Goal
 	cfg.Dir, cfg.Profile = c.Dir, c.Profile
 	return cfg
 }
 
-func (c *benchServeCmd) Validate() error { return validateOne(c, "benchserve", c.config().Validate()) }
+func (c *benchServeCmd) Validate() error {
+	return cli.ValidateOne(c, "benchserve", c.config().Validate())
+}
 
-func (c *benchServeCmd) Run(ctx context.Context, e *env) error {
-	res, err := servebench.Run(ctx, c.config(), servebench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
+func (c *benchServeCmd) Run(ctx context.Context, e *cli.Env) error {
+	res, err := servebench.Run(ctx, c.config(), servebench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
 	if len(res.Rows) > 0 {
-		err = errors.Join(err, bench.Print(e.stdout, res, c.SVG, servebench.Chart))
+		err = errors.Join(err, bench.Print(e.Stdout, res, c.SVG, servebench.Chart))
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/cachebench"
 )
@@ -29,12 +30,14 @@ func (c *benchCacheCmd) config() cachebench.Config {
 	}
 }
 
-func (c *benchCacheCmd) Validate() error { return validateOne(c, "benchcache", c.config().Validate()) }
+func (c *benchCacheCmd) Validate() error {
+	return cli.ValidateOne(c, "benchcache", c.config().Validate())
+}
 
-func (c *benchCacheCmd) Run(ctx context.Context, e *env) error {
+func (c *benchCacheCmd) Run(ctx context.Context, e *cli.Env) error {
 	res, err := cachebench.Run(ctx, c.config(), cachebench.Deps{})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, cachebench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, cachebench.Chart)
 }

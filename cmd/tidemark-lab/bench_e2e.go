@@ -5,14 +5,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/e2ebench"
 )
 
 // benchE2ECmd wires flags into e2ebench.Config and prints the report.
 type benchE2ECmd struct {
-	Kafka        string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark kafka."`
-	SyncWrites   bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark kafka with --sync-writes (fsync every batch)."`
+	Kafka        string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark-lab kafka."`
+	SyncWrites   bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark-lab kafka with --sync-writes (fsync every batch)."`
 	TxRate       int           `field:"e2e.TxRate" name:"tx-rate" default:"${e2e_TxRate}" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
 	ChangeRate   int           `field:"e2e.ChangeRate" name:"change-rate" default:"${e2e_ChangeRate}" help:"Changes/s of the multi-row phase."`
 	RowsPerTx    int           `field:"e2e.RowsPerTx" name:"rows-per-tx" default:"${e2e_RowsPerTx}" help:"Rows per transaction of the multi-row phase."`
@@ -31,26 +32,29 @@ type benchE2ECmd struct {
 
 func (c *benchE2ECmd) config() e2ebench.Config {
 	cfg := e2ebench.DefaultConfig()
-	cfg.Brokers, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
+	cfg.Brokers, cfg.SyncWrites = cli.SplitList(c.Kafka), c.SyncWrites
 	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
 	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile, cfg.Trace = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile, c.Trace
 	cfg.ObserveEvery = c.ObserveEvery
-	cfg.Binary = "-" // resolved in Run; validated here for the other fields
+	cfg.Binary, cfg.LabBinary = "-", "-" // resolved in Run; validated here for the other fields
 	return cfg
 }
 
-func (c *benchE2ECmd) Validate() error { return validateOne(c, "e2e", c.config().Validate()) }
+func (c *benchE2ECmd) Validate() error { return cli.ValidateOne(c, "e2e", c.config().Validate()) }
 
-func (c *benchE2ECmd) Run(ctx context.Context, e *env) error {
+func (c *benchE2ECmd) Run(ctx context.Context, e *cli.Env) error {
 	cfg := c.config()
-	bin, err := os.Executable()
+	bin, err := tidemarkBinary()
 	if err != nil {
+		return err
+	}
+	if cfg.LabBinary, err = os.Executable(); err != nil {
 		return err
 	}
 	cfg.Binary = bin
-	res, err := e2ebench.Run(ctx, cfg, e2ebench.Deps{Log: e.log.With("component", "bench")})
+	res, err := e2ebench.Run(ctx, cfg, e2ebench.Deps{Log: e.Log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, e2ebench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, e2ebench.Chart)
 }

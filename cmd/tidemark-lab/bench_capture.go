@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/capturebench"
@@ -33,20 +34,20 @@ func (c *benchCaptureCmd) config() capturebench.Config {
 
 func (c *benchCaptureCmd) Validate() error {
 	var p config.Problems
-	validateAs(&p, "benchcapture", c.config().Validate())
+	cli.ValidateAs(&p, "benchcapture", c.config().Validate())
 	if c.MaxProcs < 0 {
 		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
 	}
-	return flagErrors(c, p.Err())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *benchCaptureCmd) Run(ctx context.Context, e *env) error {
+func (c *benchCaptureCmd) Run(ctx context.Context, e *cli.Env) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	res, err := capturebench.Run(ctx, c.config(), capturebench.Deps{Log: e.log.With("component", "bench")})
+	res, err := capturebench.Run(ctx, c.config(), capturebench.Deps{Log: e.Log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, capturebench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, capturebench.Chart)
 }

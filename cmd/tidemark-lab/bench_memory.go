@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/memorybench"
 )
@@ -25,14 +26,14 @@ func (c *benchMemoryCmd) config() memorybench.Config {
 }
 
 func (c *benchMemoryCmd) Validate() error {
-	return validateOne(c, "benchmemory", c.config().Validate())
+	return cli.ValidateOne(c, "benchmemory", c.config().Validate())
 }
 
-func (c *benchMemoryCmd) Run(ctx context.Context, e *env) error {
+func (c *benchMemoryCmd) Run(ctx context.Context, e *cli.Env) error {
 	cfg := c.config()
-	res, err := memorybench.Run(ctx, cfg, memorybench.Deps{Log: e.log.With("component", "bench")})
+	res, err := memorybench.Run(ctx, cfg, memorybench.Deps{Log: e.Log.With("component", "bench")})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, memorybench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, memorybench.Chart)
 }

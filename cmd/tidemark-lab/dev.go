@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/dev"
 )
@@ -22,27 +23,27 @@ type devCmd struct {
 	Topic       string  `field:"dev.Pipeline.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${dev_Pipeline_Topic}" help:"Kafka topic."`
 	Namespace   string  `field:"dev.Pipeline.Cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${dev_Pipeline_Cache_Namespace}" help:"Cache-tier key namespace."`
 	Partitions  int     `field:"dev.Pipeline.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${dev_Pipeline_Partitions}" help:"Partitions of the topic when it is created."`
-	cacheFlags
+	cli.CacheFlags
 }
 
 func (c *devCmd) config() dev.Config {
 	cfg := dev.DefaultConfig()
 	cfg.DataDir, cfg.PG, cfg.Redis = c.DataDir, c.PG, c.Redis
-	cfg.Kafka, cfg.SyncWrites = splitList(c.Kafka), c.SyncWrites
+	cfg.Kafka, cfg.SyncWrites = cli.SplitList(c.Kafka), c.SyncWrites
 	cfg.MetricsAddr, cfg.DemoLoad = c.MetricsAddr, c.DemoLoad
 	cfg.Pipeline.APIAddr, cfg.Pipeline.Topic, cfg.Pipeline.Namespace, cfg.Pipeline.Partitions = c.APIAddr, c.Topic, c.Namespace, c.Partitions
-	cfg.Pipeline.Cache = c.cacheTier(c.Namespace)
+	cfg.Pipeline.Cache = c.CacheTier(c.Namespace)
 	return cfg
 }
 
 func (c *devCmd) Validate() error {
 	var p config.Problems
-	validateAs(&p, "dev", c.config().Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "dev", c.config().Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *devCmd) Run(ctx context.Context, e *env) error {
-	d, err := dev.New(c.config(), dev.Deps{Log: e.log, Out: e.stdout, Terminal: e.stdout == os.Stdout && term.IsTerminal(int(os.Stdout.Fd()))})
+func (c *devCmd) Run(ctx context.Context, e *cli.Env) error {
+	d, err := dev.New(c.config(), dev.Deps{Log: e.Log, Out: e.Stdout, Terminal: e.Stdout == os.Stdout && term.IsTerminal(int(os.Stdout.Fd()))})
 	if err != nil {
 		return err
 	}

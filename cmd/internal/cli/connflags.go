@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"github.com/tidemark/tidemark/cache"
@@ -7,11 +7,11 @@ import (
 	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
-// kafkaFlags are how a process reaches and authenticates to Kafka: the same
+// KafkaFlags are how a process reaches and authenticates to Kafka: the same
 // flags in every command that talks to it (capture, apply, replay, status,
 // and serve's status page). Secrets are taken from files too (--…-file,
 // *_FILE), so none needs to sit in argv or the environment.
-type kafkaFlags struct {
+type KafkaFlags struct {
 	KafkaTLS              bool   `field:"applier.Kafka.TLS.Enabled,capture.Relay.Kafka.TLS.Enabled,replay.Kafka.TLS.Enabled,status.Kafka.TLS.Enabled,page.Check.Kafka.TLS.Enabled,chaos.KafkaConn.TLS.Enabled" name:"kafka-tls" env:"TIDEMARK_KAFKA_TLS" help:"Connect to Kafka with TLS (implied by any other --kafka-tls-* or --kafka-ca-file flag)."`
 	KafkaCAFile           string `field:"applier.Kafka.TLS.CAFile,capture.Relay.Kafka.TLS.CAFile,replay.Kafka.TLS.CAFile,status.Kafka.TLS.CAFile,page.Check.Kafka.TLS.CAFile,chaos.KafkaConn.TLS.CAFile" name:"kafka-ca-file" env:"TIDEMARK_KAFKA_CA_FILE" help:"PEM CA bundle the brokers' certificates are checked against (default: the system's)."`
 	KafkaCertFile         string `field:"applier.Kafka.TLS.CertFile,capture.Relay.Kafka.TLS.CertFile,replay.Kafka.TLS.CertFile,status.Kafka.TLS.CertFile,page.Check.Kafka.TLS.CertFile,chaos.KafkaConn.TLS.CertFile" name:"kafka-cert-file" env:"TIDEMARK_KAFKA_CERT_FILE" help:"PEM client certificate (mTLS)."`
@@ -25,7 +25,7 @@ type kafkaFlags struct {
 	KafkaOAuthTokenFile   string `field:"applier.Kafka.OAuthTokenFile,capture.Relay.Kafka.OAuthTokenFile,replay.Kafka.OAuthTokenFile,status.Kafka.OAuthTokenFile,page.Check.Kafka.OAuthTokenFile,chaos.KafkaConn.OAuthTokenFile" name:"kafka-oauth-token-file" env:"TIDEMARK_KAFKA_OAUTH_TOKEN_FILE" help:"File holding the OAUTHBEARER token, read again when it changes."`
 }
 
-func (f kafkaFlags) kafkaConn() kafkaconn.Config {
+func (f KafkaFlags) KafkaConn() kafkaconn.Config {
 	return kafkaconn.Config{
 		TLS: tlsfiles.Config{Enabled: f.KafkaTLS, CAFile: f.KafkaCAFile, CertFile: f.KafkaCertFile, KeyFile: f.KafkaKeyFile,
 			ServerName: f.KafkaServerName, InsecureSkipVerify: f.KafkaInsecure},
@@ -34,9 +34,9 @@ func (f kafkaFlags) kafkaConn() kafkaconn.Config {
 	}
 }
 
-// redisFlags are how a process reaches and authenticates to the cache tier,
+// RedisFlags are how a process reaches and authenticates to the cache tier,
 // beyond the URL: the same flags wherever --redis is taken.
-type redisFlags struct {
+type RedisFlags struct {
 	RedisMode                 string   `field:"redis.Mode" name:"redis-mode" env:"TIDEMARK_REDIS_MODE" default:"${redis_Mode}" enum:"auto,standalone,cluster,sentinel" help:"auto (ask a single address whether it is a Cluster node: a Cluster configuration endpoint gets a Cluster client), standalone, cluster or sentinel (the URL's addresses are Sentinels)."`
 	RedisUser                 string   `field:"redis.Username" name:"redis-user" env:"TIDEMARK_REDIS_USER" help:"Redis ACL user (default: the URL's, else default)."`
 	RedisPassword             string   `field:"redis.Password" name:"redis-password" env:"TIDEMARK_REDIS_PASSWORD" secret:"true" help:"Redis password; prefer --redis-password-file (a password in --redis shows in ps)."`
@@ -55,7 +55,7 @@ type redisFlags struct {
 }
 
 // redisConn is the cache tier's connection settings for url.
-func (f redisFlags) redisConn(url string) cache.RedisConfig {
+func (f RedisFlags) RedisConn(url string) cache.RedisConfig {
 	return cache.RedisConfig{URL: url, Mode: f.RedisMode, Username: f.RedisUser, Password: f.RedisPassword, PasswordFile: f.RedisPasswordFile,
 		TLS: tlsfiles.Config{Enabled: f.RedisTLS, CAFile: f.RedisCAFile, CertFile: f.RedisCertFile, KeyFile: f.RedisKeyFile,
 			ServerName: f.RedisServerName, InsecureSkipVerify: f.RedisInsecure},
@@ -65,8 +65,8 @@ func (f redisFlags) redisConn(url string) cache.RedisConfig {
 
 // validateRedis checks the connection settings when a URL is given (a
 // command that requires one says so itself).
-func (f redisFlags) validateRedis(p *config.Problems, url string) {
+func (f RedisFlags) ValidateRedis(p *config.Problems, url string) {
 	if url != "" {
-		validateAs(p, "redis", f.redisConn(url).Validate())
+		ValidateAs(p, "redis", f.RedisConn(url).Validate())
 	}
 }

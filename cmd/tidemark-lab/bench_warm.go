@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/warmbench"
 )
@@ -28,19 +28,21 @@ type benchWarmCmd struct {
 
 func (c *benchWarmCmd) config() warmbench.Config {
 	cfg := warmbench.DefaultConfig()
-	cfg.Binary, _ = os.Executable()
+	cfg.Binary, _ = tidemarkBinary()
 	cfg.Items, cfg.Zipf, cfg.Clients, cfg.Serves = c.Items, c.ZipfS, c.Clients, c.Serves
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.WarmTop = c.ForegroundRate, c.BackgroundRate, c.WarmTop
 	cfg.Prime, cfg.Warmup, cfg.Observe, cfg.Window = c.Prime, c.Warmup, c.Observe, c.Window
 	return cfg
 }
 
-func (c *benchWarmCmd) Validate() error { return validateOne(c, "benchwarm", c.config().Validate()) }
+func (c *benchWarmCmd) Validate() error {
+	return cli.ValidateOne(c, "benchwarm", c.config().Validate())
+}
 
-func (c *benchWarmCmd) Run(ctx context.Context, e *env) error {
-	res, err := warmbench.Run(ctx, c.config(), warmbench.Deps{Log: e.log.With("component", "bench"), Progress: e.stderr})
+func (c *benchWarmCmd) Run(ctx context.Context, e *cli.Env) error {
+	res, err := warmbench.Run(ctx, c.config(), warmbench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
 	if len(res.Arms) > 0 {
-		err = errors.Join(err, bench.Print(e.stdout, res, c.SVG, warmbench.Chart))
+		err = errors.Join(err, bench.Print(e.Stdout, res, c.SVG, warmbench.Chart))
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/applybench"
 )
@@ -23,17 +24,19 @@ type benchApplyCmd struct {
 
 func (c *benchApplyCmd) config() applybench.Config {
 	cfg := applybench.DefaultConfig()
-	cfg.Brokers, cfg.RedisURL = splitList(c.Kafka), c.Redis
+	cfg.Brokers, cfg.RedisURL = cli.SplitList(c.Kafka), c.Redis
 	cfg.Events, cfg.Keys, cfg.Partitions, cfg.Rate, cfg.Duration = c.Events, c.Keys, c.Partitions, c.Rate, c.Duration
 	return cfg
 }
 
-func (c *benchApplyCmd) Validate() error { return validateOne(c, "benchapply", c.config().Validate()) }
+func (c *benchApplyCmd) Validate() error {
+	return cli.ValidateOne(c, "benchapply", c.config().Validate())
+}
 
-func (c *benchApplyCmd) Run(ctx context.Context, e *env) error {
-	res, err := applybench.Run(ctx, c.config(), applybench.Deps{Log: e.log})
+func (c *benchApplyCmd) Run(ctx context.Context, e *cli.Env) error {
+	res, err := applybench.Run(ctx, c.config(), applybench.Deps{Log: e.Log})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, applybench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, applybench.Chart)
 }

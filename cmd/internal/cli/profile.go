@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 )
 
 // profileEnv names a file to write this process's CPU profile to, from start
-// to exit, and traceEnv one for its execution trace (`tidemark bench e2e
+// to exit, and traceEnv one for its execution trace (`tidemark-lab bench e2e
 // --profile` and `--trace` set them for the stages it runs; read them with
 // `go tool pprof -top` and `go tool trace`).
 const (

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/hotkeybench"
 )
@@ -27,20 +27,20 @@ type benchHotkeyCmd struct {
 }
 
 func (c *benchHotkeyCmd) config() hotkeybench.Config {
-	bin, _ := os.Executable()
+	bin, _ := tidemarkBinary()
 	return hotkeybench.Config{RedisURL: c.Redis, Masters: c.Masters, Replicas: c.Replicas, Workers: c.Workers,
 		Processes: c.Processes, Duration: c.Duration, Load: c.Load, Rounds: c.Rounds,
 		ColdRounds: c.ColdRounds, ColdThreshold: c.ColdThreshold, ColdFactor: c.ColdFactor, Binary: bin}
 }
 
 func (c *benchHotkeyCmd) Validate() error {
-	return validateOne(c, "benchhotkey", c.config().Validate())
+	return cli.ValidateOne(c, "benchhotkey", c.config().Validate())
 }
 
-func (c *benchHotkeyCmd) Run(ctx context.Context, e *env) error {
+func (c *benchHotkeyCmd) Run(ctx context.Context, e *cli.Env) error {
 	res, err := hotkeybench.Run(ctx, c.config(), hotkeybench.Deps{})
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.stdout, res, c.SVG, hotkeybench.Chart)
+	return bench.Print(e.Stdout, res, c.SVG, hotkeybench.Chart)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"time"
@@ -6,10 +6,10 @@ import (
 	"github.com/tidemark/tidemark/cache"
 )
 
-// cacheFlags are the cache-tier protocol settings. Every process that talks
+// CacheFlags are the cache-tier protocol settings. Every process that talks
 // to one namespace (serve, apply, replay, dev) must use the same values, so
 // they are one set of flags with one meaning wherever they appear.
-type cacheFlags struct {
+type CacheFlags struct {
 	CacheLease        time.Duration `field:"cache.Lease,dev.Pipeline.Cache.Lease" name:"cache-lease" env:"TIDEMARK_CACHE_LEASE" default:"${cache_Lease}" help:"Fill lease lifetime, on the Redis server clock."`
 	CacheHardLifetime time.Duration `field:"cache.HardLifetime,applier.HardLifetime,dev.Pipeline.Cache.HardLifetime" name:"cache-hard-lifetime" env:"TIDEMARK_CACHE_HARD_LIFETIME" default:"${cache_HardLifetime}" help:"Hard lifetime of a cached value from its effective observation (also the applier's rewind span after a failover)."`
 	CacheSoftMin      time.Duration `field:"cache.SoftMin,dev.Pipeline.Cache.SoftMin" name:"cache-soft-min" env:"TIDEMARK_CACHE_SOFT_MIN" default:"${cache_SoftMin}" help:"Soft expiry lower bound (jittered up to --cache-soft-max)."`
@@ -21,7 +21,7 @@ type cacheFlags struct {
 }
 
 // cacheTier is cache.DefaultConfig with these flags and namespace.
-func (f cacheFlags) cacheTier(namespace string) cache.Config {
+func (f CacheFlags) CacheTier(namespace string) cache.Config {
 	cfg := cache.DefaultConfig()
 	cfg.Namespace = namespace
 	cfg.Lease, cfg.HardLifetime, cfg.SoftMin, cfg.SoftMax = f.CacheLease, f.CacheHardLifetime, f.CacheSoftMin, f.CacheSoftMax

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/chaos"
 )
@@ -13,7 +14,7 @@ import (
 // chaosCmd wires flags into chaos.Config and prints the report; exit 0 only
 // with zero violations.
 type chaosCmd struct {
-	tableFlags
+	cli.TableFlags
 	Duration    time.Duration `field:"chaos.Duration" name:"duration" env:"TIDEMARK_CHAOS_DURATION" default:"${chaos_Duration}" help:"How long load and faults run (setup and the final check come on top)."`
 	Seed        int64         `field:"chaos.Seed" name:"seed" env:"TIDEMARK_CHAOS_SEED" default:"${chaos_Seed}" help:"Seed of the fault schedule and the load."`
 	Faults      string        `field:"chaos.Faults" name:"faults" env:"TIDEMARK_CHAOS_FAULTS" default:"all" help:"Fault kinds, comma-separated, or all / none. Kinds: kill-capture, kill-apply, kill-serve, stop-capture, stop-apply, stop-serve, redis-restart, redis-old-snapshot, redis-refuse-writes, redis-hung, pg-restart, source-stall, slot-drop, broker-restart, clock-offset, cold-burst, cluster-reshard, cluster-kill-master, long-outage, redis-loss-appliers-down, future-heartbeat, malformed-heartbeat, truncate-fast-clock, min-version-expired-floors, shared-http-cache, sync-standby-stall, primary-promotion, cold-start (all includes primary-promotion only in runs of 5m or more)."`
@@ -22,7 +23,7 @@ type chaosCmd struct {
 	RateReads   float64       `field:"chaos.RateReads" name:"rate-reads" env:"TIDEMARK_CHAOS_RATE_READS" default:"${chaos_RateReads}" help:"API reads per second."`
 	Cluster     bool          `field:"chaos.Cluster" name:"cluster" env:"TIDEMARK_CHAOS_CLUSTER" help:"Run a 3-master Redis Cluster (adds resharding and master kills)."`
 	Kafka       string        `field:"chaos.Kafka" name:"kafka" env:"TIDEMARK_CHAOS_KAFKA" help:"Use these Kafka brokers (comma-separated) instead of an embedded broker process (no broker faults then)."`
-	kafkaFlags
+	cli.KafkaFlags
 	Keep        string        `field:"chaos.Keep" name:"keep" env:"TIDEMARK_CHAOS_KEEP" help:"Write the histories (answers, commits, violations) as JSON lines and the process logs here."`
 	JSON        bool          `name:"json" help:"Print the report as JSON."`
 	Bound       time.Duration `field:"chaos.Bound" name:"bound" env:"TIDEMARK_CHAOS_BOUND" default:"${chaos_Bound}" help:"The freshness promise checked on every answer."`
@@ -36,42 +37,48 @@ type chaosCmd struct {
 func (c *chaosCmd) config() chaos.Config {
 	cfg := chaos.DefaultConfig()
 	cfg.Duration, cfg.Seed, cfg.FaultEvery = c.Duration, c.Seed, c.FaultEvery
-	cfg.Faults = splitList(c.Faults)
+	cfg.Faults = cli.SplitList(c.Faults)
 	cfg.RateUpdates, cfg.RateReads = c.RateUpdates, c.RateReads
-	cfg.Cluster, cfg.Kafka, cfg.KafkaConn, cfg.Keep = c.Cluster, splitList(c.Kafka), c.kafkaConn(), c.Keep
+	cfg.Cluster, cfg.Kafka, cfg.KafkaConn, cfg.Keep = c.Cluster, cli.SplitList(c.Kafka), c.KafkaConn(), c.Keep
 	cfg.Bound, cfg.Items, cfg.SourceBudget = c.Bound, c.Items, c.Budget
 	cfg.Binary, cfg.UpgradeFrom, cfg.UpgradeNamespace = c.Binary, c.UpgradeFrom, c.UpgradeNS
-	cfg.Table = c.table()
+	cfg.Table = c.CatalogTable()
 	if cfg.Binary == "" {
-		cfg.Binary, _ = os.Executable()
+		cfg.Binary, _ = tidemarkBinary() // not found: Validate says Binary is not set, Run says why
 	}
+	cfg.LabBinary, _ = os.Executable()
 	return cfg
 }
 
 func (c *chaosCmd) Validate() error {
 	var p config.Problems
-	validateAs(&p, "table", c.table().Validate())
-	validateAs(&p, "chaos", c.config().Validate())
-	return flagErrors(c, p.Err())
+	cli.ValidateAs(&p, "table", c.CatalogTable().Validate())
+	cli.ValidateAs(&p, "chaos", c.config().Validate())
+	return cli.FlagErrors(c, p.Err())
 }
 
-func (c *chaosCmd) Run(ctx context.Context, e *env) error {
-	r, err := chaos.New(c.config(), chaos.Deps{Log: e.log})
+func (c *chaosCmd) Run(ctx context.Context, e *cli.Env) error {
+	if c.Binary == "" {
+		if _, err := tidemarkBinary(); err != nil {
+			return cli.UsageError(err)
+		}
+	}
+	r, err := chaos.New(c.config(), chaos.Deps{Log: e.Log})
 	if err != nil {
-		return usageError(err)
+		return cli.UsageError(err)
 	}
 	rep, err := r.Run(ctx)
 	if err != nil {
 		return err
 	}
-	if err := writeReport(e.stdout, rep, c.JSON); err != nil {
+	if err := cli.WriteReport(e.Stdout, rep, c.JSON); err != nil {
 		return err
 	}
 	if !rep.Pass() && rep.Violations == 0 {
-		return &exitError{code: exitFailure, msg: "chaos: the upgrade was not carried out: " + rep.Upgrade.Error}
+		return &cli.ExitError{Code: cli.ExitFailure, Msg: "chaos: the upgrade was not carried out: " + rep.Upgrade.Error}
 	}
 	if !rep.Pass() {
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("chaos: %d answers broke the freshness promise, %d seconds the source budget",
+		return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("chaos: %d answers broke the freshness promise, %d seconds the source budget",
 			rep.Violations-rep.ByKind[chaos.KindBudget], rep.ByKind[chaos.KindBudget])}
 	}
 	return nil
