@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -14,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdkresource "go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -23,17 +24,22 @@ import (
 
 // TraceConfig is where a process sends its sampled traces (OTLP over
 // HTTP, to a collector) and how many it keeps. Tracing is off unless an
-// endpoint is given.
+// endpoint is given, here or in the OpenTelemetry SDK's own environment
+// variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).
 type TraceConfig struct {
 	// Endpoint is the collector's OTLP/HTTP URL (http://collector:4318;
-	// spans are posted to /v1/traces under it); empty: no tracing.
+	// spans are posted to /v1/traces under it); empty: the SDK's
+	// environment variables, and no tracing when they name none either.
 	Endpoint string
 	// SampleRatio is the share (0-1) of new traces kept: a GET without a
 	// sampled traceparent, a change capture reads. A span with a traced
 	// parent (an applied change, a GET from a traced client) follows the
 	// parent's decision, so a trace is kept whole or not at all.
+	// OTEL_TRACES_SAMPLER, when set, replaces it (the SDK reads it).
 	SampleRatio float64
-	// Service is the resource's service.name (tidemark-serve...).
+	// Service is the resource's service.name (tidemark-serve...);
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the resource's
+	// attributes, as the SDK's resource detection has it.
 	Service string
 	// Pipeline is recorded as resource attributes beside the build.
 	Pipeline Pipeline
@@ -87,10 +93,14 @@ func NewTracing(cfg TraceConfig, log *slog.Logger) (*Tracing, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracing{provider: noop.NewTracerProvider(), log: log.With("component", "tracing")}
-	if cfg.Endpoint == "" {
+	var opts []otlptracehttp.Option // none: the SDK reads OTEL_EXPORTER_OTLP_* itself
+	switch {
+	case cfg.Endpoint != "":
+		opts = append(opts, otlptracehttp.WithEndpointURL(endpointURL(cfg.Endpoint)))
+	case !envEndpoint():
 		return t, nil
 	}
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpointURL(cfg.Endpoint)))
+	exp, err := otlptracehttp.New(context.Background(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: OTLP exporter: %w", err)
 	}
@@ -103,17 +113,39 @@ func NewTracing(cfg TraceConfig, log *slog.Logger) (*Tracing, error) {
 	if cfg.Pipeline.Topic != "" {
 		attrs = append(attrs, attribute.String("tidemark.topic", cfg.Pipeline.Topic))
 	}
-	res := sdkresource.NewWithAttributes(semconv.SchemaURL, attrs...)
-	t.sdk = sdktrace.NewTracerProvider(
+	// The environment's attributes come last, so they win over ours
+	// (OTEL_SERVICE_NAME over OTEL_RESOURCE_ATTRIBUTES' service.name).
+	res, err := sdkresource.New(context.Background(), sdkresource.WithSchemaURL(semconv.SchemaURL),
+		sdkresource.WithTelemetrySDK(), sdkresource.WithAttributes(attrs...), sdkresource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: trace resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
+	popts := []sdktrace.TracerProviderOption{
 		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(cfg.BatchTimeout)),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
-	)
+	}
+	if _, ok := os.LookupEnv("OTEL_TRACES_SAMPLER"); !ok {
+		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))))
+	}
+	t.sdk = sdktrace.NewTracerProvider(popts...)
 	t.provider = t.sdk
 	// The SDK reports export failures through the global handler.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { t.log.Warn("trace export failed", "err", err) }))
 	return t, nil
 }
+
+// envEndpoint says whether the SDK's environment names a collector.
+func envEndpoint() bool {
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Enabled says whether spans are recorded and exported.
+func (t *Tracing) Enabled() bool { return t.sdk != nil }
 
 // endpointURL is the collector URL with the OTLP traces path, unless the
 // URL already names a path.

@@ -30,6 +30,7 @@ type OTLP struct {
 // Span is one received span, flattened.
 type Span struct {
 	Service           string
+	Resource          map[string]string // the resource's attributes (service.name too)
 	TraceID, SpanID   string
 	ParentID          string // "" for a root
 	Name, Kind        string
@@ -78,10 +79,11 @@ func (o *OTLP) export(w http.ResponseWriter, r *http.Request) {
 	}
 	var got []Span
 	for _, rs := range req.GetResourceSpans() {
-		service := attrs(rs.GetResource().GetAttributes())["service.name"]
+		res := attrs(rs.GetResource().GetAttributes())
+		service := res["service.name"]
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
-				sp := Span{Service: service, TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
+				sp := Span{Service: service, Resource: res, TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
 					Name: s.GetName(), Kind: strings.TrimPrefix(s.GetKind().String(), "SPAN_KIND_"),
 					Start: time.Unix(0, int64(s.GetStartTimeUnixNano())), End: time.Unix(0, int64(s.GetEndTimeUnixNano())),
 					Attrs: attrs(s.GetAttributes()), StatusCode: strings.TrimPrefix(s.GetStatus().GetCode().String(), "STATUS_CODE_"),
