@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,6 +25,7 @@ import (
 	"github.com/tidemark/tidemark/internal/clockguard"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/migrations"
 	"github.com/tidemark/tidemark/reader"
 )
 
@@ -67,6 +69,7 @@ type Server struct {
 	tracer       trace.Tracer
 	clock        *clockguard.Guard
 	hardLifetime time.Duration // of values read from the source now
+	schemaOK     atomic.Bool   // the database was seen holding the schema this binary needs (Ready)
 
 	base   context.Context // parent of background work; cancelled by Run's end
 	cancel context.CancelFunc
@@ -230,7 +233,19 @@ func (s *Server) close() {
 // the cache) or Postgres does (reads go to the source within the budget).
 // A Postgres blip alone does not take every serve process out of its
 // Service at once: the cache still answers.
+//
+// Before that, the database must hold the schema this binary needs: against
+// an unmigrated (or older) one every read would fail, so the process stays
+// out of its Service with the reason (migrations.Check) until migrate has
+// run. Once seen current it is not read again: a schema is not migrated
+// down under a running release.
 func (s *Server) Ready(ctx context.Context) error {
+	if !s.schemaOK.Load() {
+		if err := migrations.Check(ctx, s.pool); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+		s.schemaOK.Store(true)
+	}
 	if err := s.clock.Ready(ctx); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}

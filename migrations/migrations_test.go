@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +153,39 @@ func TestOwnTablesMatchMigrations(t *testing.T) {
 	m, a := shape(migrated), shape(adopted)
 	if m != a || !strings.Contains(m, "api_keys.key_sha256") {
 		t.Fatalf("tidemark schema differs:\nmigrations:\n%s\n\nOwnTablesSQL:\n%s", m, a)
+	}
+}
+
+// Check tells a database without tidemark's schema, or with an older one,
+// from a migrated or adopted one: what keeps a process not ready.
+func TestCheckSaysWhetherTheSchemaIsCurrent(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	ctx := testenv.Context(t, time.Minute)
+	db := pg.NewDatabase(t)
+	conn := pg.Connect(t, db)
+	behind := func(step, want string) {
+		t.Helper()
+		err := migrations.Check(ctx, conn)
+		if !errors.Is(err, migrations.ErrSchemaBehind) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: Check = %v, want ErrSchemaBehind saying %q", step, err, want)
+		}
+	}
+	behind("unmigrated", "not migrated")
+	if _, err := migrations.Up(ctx, pg.DSN(db), testenv.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, conn); err != nil {
+		t.Fatalf("migrated: Check = %v", err)
+	}
+	latest := migrations.Latest()
+	pg.Exec(t, db, `DELETE FROM `+migrations.VersionTable+` WHERE version_id = $1`, latest)
+	behind("one migration behind", fmt.Sprintf("at version %d, this binary needs %d", latest-1, latest))
+
+	adopted := pg.Connect(t, pg.NewDatabase(t))
+	if err := migrations.EnsureOwnTables(ctx, adopted); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, adopted); err != nil {
+		t.Fatalf("adopted: Check = %v", err)
 	}
 }
