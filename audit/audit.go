@@ -26,6 +26,9 @@ const (
 	KindBehindServable = "behind_servable" // behind the source past Grace, not invalidated, still servable
 	KindAhead          = "ahead_of_source" // newer than the source row: a rollback or a bug
 	KindWrongTenant    = "wrong_tenant"    // a value cached under a tenant that has no such row: it came from elsewhere
+	// KindContent: the source's version, another display (a write that did
+	// not raise the version, or another table's reader in this namespace).
+	KindContent = "content_mismatch"
 )
 
 // Deps are the auditor's connections; the caller owns them and runs the
@@ -47,6 +50,8 @@ type Auditor struct {
 	log   *slog.Logger
 	m     *metrics
 	lease *elect.Lease
+
+	contentSQL string // sourceRows' statement (content.go)
 
 	mu      sync.Mutex
 	cursors map[string]uint64 // per master address
@@ -79,7 +84,7 @@ func New(cfg Config, d Deps) (*Auditor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	return &Auditor{cfg: cfg, d: d, log: log, m: m, lease: lease, cursors: map[string]uint64{},
+	return &Auditor{cfg: cfg, d: d, log: log, m: m, lease: lease, cursors: map[string]uint64{}, contentSQL: contentSQL(cfg.Table),
 		sweep: sweepState{tenants: map[string]*tenantCount{}}}, nil
 }
 
@@ -167,22 +172,40 @@ func (a *Auditor) Round(ctx context.Context) error {
 	// One statement per admission: the source never sees more rows at once
 	// than the budget admitted at once (a batch admitted in parts over a
 	// second, then read in one statement, was a burst past the budget's).
-	rows := make(map[string]inspect.SourceRow, len(entries))
+	rows := make(map[string]sourceRow, len(entries))
 	for part := range slices.Chunk(entries, max(1, a.d.Budget.BackgroundReadsAtOnce())) {
 		if err := a.d.Budget.AcquireBackground(ctx, len(part)); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		got, err := inspect.SourceRows(ctx, a.d.DB, a.cfg.Table, part)
+		got, err := a.sourceRows(ctx, part)
 		if err != nil {
-			return fmt.Errorf("audit: %w", err)
+			return err
 		}
 		maps.Copy(rows, got)
+	}
+	// The content of an entry at the source's version: its payload's digest
+	// against the display's (read after the entry, as the versions are).
+	var same []inspect.Entry
+	for _, e := range entries {
+		if r := rows[schema.Key(e.Tenant, e.Item)]; r.Found && r.digest != "" && !e.NF && !e.Stale && e.V == r.Version {
+			same = append(same, e)
+		}
+	}
+	digests, err := a.cachedDigests(ctx, same)
+	if err != nil {
+		return err
 	}
 	wm, now := a.d.Cache.Watermark(), time.Now()
 	violations := 0
 	for _, e := range entries {
-		row := rows[schema.Key(e.Tenant, e.Item)]
-		kind, f := a.classify(e, row, wm, now)
+		key := schema.Key(e.Tenant, e.Item)
+		row := rows[key]
+		kind, f := a.classify(e, row.SourceRow, wm, now)
+		if kind == "" {
+			if d, ok := digests[key]; ok && d != row.digest {
+				kind = KindContent
+			}
+		}
 		if kind == "" {
 			continue
 		}
@@ -191,8 +214,7 @@ func (a *Auditor) Round(ctx context.Context) error {
 		if kind == KindBehindServable {
 			a.repair(ctx, f, e)
 		} else {
-			a.log.Error("audit: cached entry disagrees with the source", "kind", kind, "tenant", f.Tenant, "item", f.Item,
-				"cached_version", f.CachedVersion, "source_version", f.SourceVersion, "source_state", f.SourceState)
+			a.evict(ctx, kind, e, row.SourceRow)
 		}
 	}
 	a.m.checked.Add(float64(len(entries)))
@@ -229,6 +251,24 @@ func (a *Auditor) repair(ctx context.Context, f *inspect.Finding, e inspect.Entr
 	}
 	a.m.repairs.Inc()
 	a.log.Error("audit: behind entry was servable; floor raised to the source version", append(attrs, "result", res)...)
+}
+
+// evict deletes an entry the source cannot vouch for: one cached under a
+// key this table has no row for (another table's reader in the namespace,
+// a tenant mix-up), one ahead of its row (a restore, or another mapping),
+// or one at the row's version with another display (a write that did not
+// raise the version, or another mapping). Its floor and lease go with it,
+// so no fill of a read started before lands; the next reader reads the
+// source. When unsure, drop the cached value.
+func (a *Auditor) evict(ctx context.Context, kind string, e inspect.Entry, row inspect.SourceRow) {
+	attrs := []any{"kind", kind, "tenant", e.Tenant, "item", e.Item, "cached_version", e.V, "source_found", row.Found,
+		"source_version", row.Version, "source_state", row.State, "observed_at", time.UnixMilli(e.Obs).UTC()}
+	if err := a.d.Cache.Purge(ctx, e.Tenant, e.Item); err != nil {
+		a.log.Error("audit: cached entry disagrees with the source; eviction failed", append(attrs, "err", err)...)
+		return
+	}
+	a.m.evictions.WithLabelValues(kind).Inc()
+	a.log.Error("audit: cached entry disagrees with the source; evicted", attrs...)
 }
 
 // record adds a round to the window and updates the consistency gauges.

@@ -72,7 +72,7 @@ func (e *env) fill(tenant, item string, version int64) {
 	if err != nil || lr.Token.IsZero() {
 		e.t.Fatalf("lookup %s/%s: %+v %v", tenant, item, lr, err)
 	}
-	if err := e.cc.Fill(ctx, tenant, item, lr.Token, version, []byte(`{"v":`+strconv.FormatInt(version, 10)+`}`), time.Now()); err != nil {
+	if err := e.cc.Fill(ctx, tenant, item, lr.Token, version, []byte(`{"v": `+strconv.FormatInt(version, 10)+`}`), time.Now()); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -251,7 +251,7 @@ func TestAuditQuietOnHealthyPipelineUnderLoad(t *testing.T) {
 	if checked < 1000 {
 		t.Errorf("checked only %v entries", checked)
 	}
-	for _, kind := range []string{audit.KindBehindServable, audit.KindAhead, audit.KindWrongTenant} {
+	for _, kind := range []string{audit.KindBehindServable, audit.KindAhead, audit.KindWrongTenant, audit.KindContent} {
 		if got := counter(t, reg, "tidemark_audit_violations_total", "kind", kind); got != 0 {
 			t.Errorf("violations{%s} = %v on a healthy pipeline", kind, got)
 		}

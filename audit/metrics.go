@@ -10,6 +10,7 @@ type metrics struct {
 	checked      prometheus.Counter
 	violations   *prometheus.CounterVec
 	repairs      prometheus.Counter
+	evictions    *prometheus.CounterVec
 	ratio        prometheus.Gauge
 	nines        prometheus.Gauge
 	leader       prometheus.Gauge
@@ -24,10 +25,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		checked: in.Counter("tidemark_audit_checked_total",
 			"Cached entries the auditor compared with the source."),
 		violations: in.CounterVec("tidemark_audit_violations_total",
-			"Cached entries found inconsistent with the source, by kind: behind_servable, ahead_of_source, wrong_tenant.",
+			"Cached entries found inconsistent with the source, by kind: behind_servable, ahead_of_source, wrong_tenant, content_mismatch.",
 			"kind"),
 		repairs: in.Counter("tidemark_audit_repairs_total",
 			"Behind-and-servable entries whose floor the auditor raised to the source version."),
+		evictions: in.CounterVec("tidemark_audit_evictions_total",
+			"Cached entries the auditor deleted because the source cannot vouch for them, by kind: ahead_of_source, wrong_tenant, content_mismatch.",
+			"kind"),
 		ratio: in.Gauge("tidemark_audit_consistency_ratio",
 			"Consistent share of the entries checked over the audit window."),
 		nines: in.Gauge("tidemark_audit_consistency_nines",
@@ -46,8 +50,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := in.Err(); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{KindBehindServable, KindAhead, KindWrongTenant} {
+	for _, k := range []string{KindBehindServable, KindAhead, KindWrongTenant, KindContent} {
 		m.violations.WithLabelValues(k)
+	}
+	for _, k := range []string{KindAhead, KindWrongTenant, KindContent} {
+		m.evictions.WithLabelValues(k)
 	}
 	return m, nil
 }
