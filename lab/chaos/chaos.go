@@ -158,7 +158,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		faults []FaultRecord
 		fwg    sync.WaitGroup
 	)
-	for _, f := range schedule(cfg.Kinds(), cfg.Duration, cfg.FaultEvery, cfg.Seed) {
+	for _, f := range cfg.plan() {
 		fwg.Add(1)
 		go func() {
 			defer fwg.Done()
@@ -219,6 +219,8 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	rep.Faults, rep.Recovery = faults, recoveryStats(faults)
 	rep.summarise(&rec.stats, samples, obs.bounds, ws, start, end)
 	rep.judgeBudget(cfg.Limits(), obs.sourceSeconds(), faults, start, end)
+	rep.judgeSLO(sloInput{Reads: rec.reads, Samples: samples, LatBounds: obs.latBounds, Faults: faults, Start: start, End: end,
+		Target: ReadSLO, Judged: cfg.Schedule == ScheduleSparse})
 	if len(restarts) > 0 {
 		rep.Restarts = restarts
 	}

@@ -20,7 +20,7 @@ type Config struct {
 	Faults      []string      // fault kinds to inject; empty or "all" = every kind that applies
 	RateUpdates float64       // source row updates per second (SQL transactions and API PATCHes)
 	RateReads   float64       // API reads per second
-	FaultEvery  time.Duration // mean spacing of faults (shortened so every kind fits the run)
+	FaultEvery  time.Duration // mean spacing of faults (dense schedule: shortened so every kind fits the run)
 	Bound       time.Duration // the freshness promise checked on every answer
 	Cluster     bool          // a 3-master Redis Cluster instead of one redis-server
 	Kafka       []string      // external brokers; empty = an embedded broker process the faults may kill
@@ -53,12 +53,18 @@ type Config struct {
 	// UpgradeNamespace moves the run from the default cache namespace to
 	// this one during the run (a namespace upgrade on one source pool).
 	UpgradeNamespace string
+
+	// Schedule is ScheduleDense (every kind, as close as that needs) or
+	// ScheduleSparse (FaultEvery apart, steady state between them: the
+	// read SLO is judged).
+	Schedule string
 }
 
 // DefaultConfig is `tidemark-lab chaos` with no flags.
 func DefaultConfig() Config {
 	return Config{Duration: 2 * time.Minute, Seed: 1, RateUpdates: 1000, RateReads: 3000, FaultEvery: 20 * time.Second,
-		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400, Table: catalog.DefaultTable()}
+		Bound: promise.Bound, Tenants: 2, Items: 2000, SourceBudget: 400, Table: catalog.DefaultTable(),
+		Schedule: ScheduleDense}
 }
 
 // Fault kinds.
@@ -150,6 +156,15 @@ func (c Config) Validate() error {
 		p.Add("RateReads", "must be a positive rate per second (got %g)", c.RateReads)
 	}
 	p.Positive("FaultEvery", c.FaultEvery)
+	switch c.Schedule {
+	case ScheduleDense:
+	case ScheduleSparse:
+		if c.FaultEvery < SparseMinEvery {
+			p.Add("FaultEvery", "%s is too close for the sparse schedule (at least %s: a recovery and some steady state between faults)", c.FaultEvery, SparseMinEvery)
+		}
+	default:
+		p.Add("Schedule", "must be %q or %q (got %q)", ScheduleDense, ScheduleSparse, c.Schedule)
+	}
 	p.Positive("Bound", c.Bound)
 	if c.Tenants < 2 {
 		p.Add("Tenants", "must be at least 2 (got %d): the tenant check needs two tenants sharing item ids", c.Tenants)

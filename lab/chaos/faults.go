@@ -41,6 +41,10 @@ type FaultRecord struct {
 	// the fault was lifted (zero: not within the run).
 	Recovered time.Time `json:"recovered,omitempty"`
 	Error     string    `json:"error,omitempty"`
+
+	// Back is when the read SLO's recovery ended (slo.go): the watermark
+	// fresh, the hit ratio back and failures at their steady rate.
+	Back time.Time `json:"back,omitzero"`
 }
 
 // RecoveredAge is the watermark age under which the pipeline counts as

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,11 @@ type sample struct {
 	APISourceReads float64 // per second, as the serve processes counted them (for comparison with the source's own count)
 	Interval       time.Duration
 	C2A            []float64 // commit-to-apply observations per bucket (not cumulative) since the previous sample
+	// APILat is the serve processes' own count of item reads by latency
+	// bucket (tidemark_api_request_seconds, route get_item; not
+	// cumulative) since the previous sample: the read SLO's latency from
+	// the API's entry, beside the harness's own measure.
+	APILat []float64
 }
 
 type srcScrape struct {
@@ -42,15 +48,17 @@ type observer struct {
 	src    *sourceCounter // nil: the source's reads are not sampled
 	source []SourceSecond // what the source served, sample by sample
 
-	bounds   []float64            // commit-to-apply bucket upper bounds
-	prevHist map[string][]uint64  // per applier endpoint, cumulative
-	prevSrc  map[string]srcScrape // per serve endpoint
-	prevAt   time.Time
+	bounds    []float64            // commit-to-apply bucket upper bounds
+	prevHist  map[string][]uint64  // per applier endpoint, cumulative
+	latBounds []float64            // API read latency bucket upper bounds
+	prevLat   map[string][]uint64  // per serve endpoint, cumulative
+	prevSrc   map[string]srcScrape // per serve endpoint
+	prevAt    time.Time
 }
 
 func newObserver(sys *system, src *sourceCounter) *observer {
 	return &observer{sys: sys, src: src, client: &http.Client{Timeout: 800 * time.Millisecond},
-		prevHist: map[string][]uint64{}, prevSrc: map[string]srcScrape{}}
+		prevHist: map[string][]uint64{}, prevSrc: map[string]srcScrape{}, prevLat: map[string][]uint64{}}
 }
 
 func (o *observer) run(ctx context.Context) {
@@ -115,6 +123,7 @@ func (o *observer) observe(ctx context.Context) {
 			s.APISourceReads += (total - prev.total) / at.Sub(prev.at).Seconds()
 		}
 		o.prevSrc[u] = srcScrape{total, at}
+		o.apiLatency(&s, u, fams)
 	}
 	for _, u := range o.sys.applyMetrics {
 		fams, err := o.scrape(ctx, u)
@@ -163,6 +172,48 @@ func (o *observer) observe(ctx context.Context) {
 	o.mu.Lock()
 	o.samples = append(o.samples, s)
 	o.mu.Unlock()
+}
+
+// apiLatency adds one serve process's item reads by latency bucket since
+// its previous scrape to s (nothing on its first scrape or after a restart,
+// whose counts are not the interval's).
+func (o *observer) apiLatency(s *sample, u string, fams map[string]*dto.MetricFamily) {
+	f := fams["tidemark_api_request_seconds"]
+	if f == nil {
+		return
+	}
+	for _, m := range f.Metric {
+		if !slices.ContainsFunc(m.Label, func(l *dto.LabelPair) bool { return l.GetName() == "route" && l.GetValue() == "get_item" }) {
+			continue
+		}
+		h := m.GetHistogram()
+		var bounds []float64
+		var cur []uint64
+		for _, b := range h.Bucket {
+			if !math.IsInf(b.GetUpperBound(), 1) {
+				bounds = append(bounds, b.GetUpperBound())
+				cur = append(cur, b.GetCumulativeCount())
+			}
+		}
+		cur = append(cur, h.GetSampleCount())
+		if o.latBounds == nil {
+			o.latBounds = bounds
+		}
+		prev := o.prevLat[u]
+		o.prevLat[u] = cur
+		if !slices.Equal(bounds, o.latBounds) || prev == nil || cur[len(cur)-1] < prev[len(prev)-1] {
+			return
+		}
+		if s.APILat == nil {
+			s.APILat = make([]float64, len(cur))
+		}
+		var below uint64
+		for i := range cur {
+			d := cur[i] - prev[i]
+			s.APILat[i] += float64(d - below)
+			below = d
+		}
+	}
 }
 
 func (o *observer) all() []sample {

@@ -34,6 +34,7 @@ type recorder struct {
 	// a commit it did not see was not visible then.
 	snapAfter time.Time
 	stats     answerStats
+	reads     readSeconds // the read SLO's figures, by second
 
 	keep                       bool
 	answersF, commitsF, violsF *os.File
@@ -63,7 +64,7 @@ type answerStats struct {
 }
 
 func newRecorder(bound time.Duration, pool *pgxpool.Pool, keep string) (*recorder, error) {
-	r := &recorder{checker: Checker{Bound: bound}, pool: pool, src: NewSource(),
+	r := &recorder{checker: Checker{Bound: bound}, pool: pool, src: NewSource(), reads: readSeconds{},
 		stats: answerStats{ByStatus: map[int]int64{}, ByKind: map[Kind]int64{}, perSecond: map[int64]*[2]int64{}}}
 	if keep == "" {
 		return r, nil
@@ -192,6 +193,7 @@ func (r *recorder) judgeOne(a Answer) {
 	if a.Status != 0 && a.Status != 503 {
 		sec[1]++
 	}
+	r.reads.add(a)
 	if r.keep {
 		r.answersE.Encode(a)
 	}

@@ -59,6 +59,10 @@ type Report struct {
 	CommitToApplyP50 Duration `json:"commit_to_apply_p50_outside_faults"`
 	CommitToApplyP99 Duration `json:"commit_to_apply_p99_outside_faults"`
 
+	// SLO is the read SLO over warm-up, fault and recovery, and steady
+	// state (slo.go).
+	SLO *SLOReport `json:"read_slo,omitempty"`
+
 	Faults   []FaultRecord           `json:"faults"`
 	Recovery map[string]RecoveryStat `json:"recovery_by_kind"`
 	Restarts map[string]int          `json:"unplanned_restarts,omitempty"` // stages that exited by themselves
@@ -86,6 +90,12 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // was asked for was carried out).
 func (r *Report) Pass() bool { return r.Violations == 0 && (r.Upgrade == nil || r.Upgrade.Done()) }
 
+// FreshnessViolations is the answers that broke the freshness promise (the
+// violations that are not the budget's or the read SLO's).
+func (r *Report) FreshnessViolations() int64 {
+	return r.Violations - r.ByKind[KindBudget] - r.ByKind[KindSLO]
+}
+
 // WriteJSON writes the report as one JSON document.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -104,14 +114,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Cluster {
 		redisKind = "Redis Cluster (3 masters)"
 	}
-	fmt.Fprintf(&b, "tidemark-lab chaos: %s — %d violations of the %s freshness promise, %d of the source budget\n\n", verdict,
-		r.Violations-r.ByKind[KindBudget], r.Bound, r.ByKind[KindBudget])
+	fmt.Fprintf(&b, "tidemark-lab chaos: %s — %d violations of the %s freshness promise, %d of the source budget, %d of the read SLO\n\n", verdict,
+		r.FreshnessViolations(), r.Bound, r.ByKind[KindBudget], r.ByKind[KindSLO])
 	fmt.Fprintf(&b, "run          seed %d, %s, %s, kafka %s\n", r.Seed, r.Duration, redisKind, r.Kafka)
 	fmt.Fprintf(&b, "load         asked %g updates/s, %g reads/s; achieved %.0f updates/s, %.0f answers/s\n", r.RateUpdates, r.RateReads, r.UpdatesPerSec, r.AnswersPerSec)
 	fmt.Fprintf(&b, "source       %d commits, %d events (row versions), %d rolled back, %d API PATCHes, %d API creates, %d failed writes\n", r.Commits, r.Events, r.RolledBack, r.Patches, r.Creates, r.WriteErrors)
 	fmt.Fprintf(&b, "answers      %d, checked %d; by status %s\n", r.Answers, r.Checked, statusLine(r.ByStatus))
 	fmt.Fprintf(&b, "violations   %d", r.Violations)
-	for _, k := range append(slices.Clone(Kinds), KindBudget) {
+	for _, k := range append(slices.Clone(Kinds), KindBudget, KindSLO) {
 		if n := r.ByKind[k]; n > 0 {
 			fmt.Fprintf(&b, "  %s %d", k, n)
 		}
@@ -135,6 +145,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(&b, "unplanned restarts (stage exited by itself): %v\n", r.Restarts)
 	}
+	r.SLO.writeText(&b)
 	b.WriteString("\nrecovery by fault kind (lifted -> watermark age < 5s)\n")
 	kinds := make([]string, 0, len(r.Recovery))
 	for k := range r.Recovery {
@@ -161,6 +172,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "  %7s  %-20s %-40s held %-7s %s", "+"+f.Injected.Sub(start).Round(time.Second).String(), f.Kind, f.Target,
 			f.Lifted.Sub(f.Injected).Round(100*time.Millisecond), rec)
+		if !f.Back.IsZero() {
+			fmt.Fprintf(&b, ", back +%s", f.Back.Sub(f.Lifted).Round(time.Second))
+		}
 		if f.Error != "" {
 			fmt.Fprintf(&b, "  error: %s", f.Error)
 		}
