@@ -220,6 +220,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	rep.summarise(&rec.stats, samples, obs.bounds, ws, start, end)
 	rep.judgeBudget(cfg.Limits(), obs.sourceSeconds(), faults, start, end)
 	rep.judgeSLO(sloInput{Reads: rec.reads, Samples: samples, LatBounds: obs.latBounds, Faults: faults, Start: start, End: end,
+		Keys: &rec.keys, Source: obs.sourceSeconds(), Foreground: cfg.SourceBudget,
 		Target: ReadSLO, Judged: cfg.Schedule == ScheduleSparse})
 	if len(restarts) > 0 {
 		rep.Restarts = restarts

@@ -35,6 +35,7 @@ type recorder struct {
 	snapAfter time.Time
 	stats     answerStats
 	reads     readSeconds // the read SLO's figures, by second
+	keys      keyReads    // which keys were read when (the refill a fault may need)
 
 	keep                       bool
 	answersF, commitsF, violsF *os.File
@@ -194,6 +195,9 @@ func (r *recorder) judgeOne(a Answer) {
 		sec[1]++
 	}
 	r.reads.add(a)
+	if !a.Cold {
+		r.keys.add(a)
+	}
 	if r.keep {
 		r.answersE.Encode(a)
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tidemark/tidemark/promise"
 )
 
 // The read SLO is the third thing a run judges, beside freshness and the
@@ -135,6 +137,48 @@ func (rs readSeconds) add(a Answer) {
 	}
 }
 
+// keyReads records, per cache key, the seconds it was read in (a bit per
+// second from the first read of the run): how many keys a fault may have
+// to refill is how many were read shortly before it.
+type keyReads struct {
+	base int64 // unix second of bit 0
+	bits map[itemKey][]uint64
+}
+
+func (k *keyReads) add(a Answer) {
+	sec := a.Sent.Unix()
+	if k.bits == nil {
+		k.base, k.bits = sec, map[itemKey][]uint64{}
+	}
+	i := sec - k.base
+	if i < 0 {
+		return
+	}
+	key := itemKey{a.Tenant, a.Item}
+	b := k.bits[key]
+	for int64(len(b)) <= i/64 {
+		b = append(b, 0)
+	}
+	b[i/64] |= 1 << (i % 64)
+	k.bits[key] = b
+}
+
+// before counts the keys read in the span seconds before at.
+func (k *keyReads) before(at time.Time, span time.Duration) int {
+	to := at.Unix() - k.base
+	from := max(0, to-int64(span/time.Second))
+	n := 0
+	for _, b := range k.bits {
+		for i := from; i < to; i++ {
+			if i/64 < int64(len(b)) && b[i/64]&(1<<(i%64)) != 0 {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // readAgg sums seconds.
 type readAgg struct {
 	Seconds       int
@@ -250,6 +294,12 @@ type SLOKindStat struct {
 	AfterLiftMax Duration      `json:"after_lift_max"`
 	AfterLiftAvg Duration      `json:"after_lift_mean"`
 	Figures      WindowFigures `json:"figures"` // over every second of this kind's windows
+	// BudgetNeeds is the longest refill the budget itself requires of this
+	// kind's faults (keys read in the hard lifetime before it ÷ spare
+	// foreground budget): a recovery after the lift longer than this (and
+	// settleWindow) is slower than the budget explains.
+	BudgetNeeds Duration `json:"budget_needs,omitempty"`
+	Slower      bool     `json:"slower_than_budget_needs,omitempty"`
 }
 
 // SLOReport is the read SLO judged over a run's three windows.
@@ -265,6 +315,9 @@ type SLOReport struct {
 	SteadyHit float64 `json:"steady_hit_ratio"`
 	HitFloor  float64 `json:"settled_hit_ratio_floor"`
 	FailCeil  float64 `json:"steady_failure_ceiling"`
+	// SpareBudget is the foreground budget steady state left unused
+	// (reads/s): what a refill after a fault can use.
+	SpareBudget float64 `json:"spare_foreground_budget"`
 
 	WarmUp   WindowFigures          `json:"warm_up"`
 	Steady   WindowFigures          `json:"steady_state"`
@@ -276,10 +329,18 @@ type SLOReport struct {
 // synthetic history without a server: reads by second, watermark samples,
 // the faults, and the run's span.
 type sloInput struct {
-	Reads      readSeconds
-	Samples    []sample
-	Faults     []FaultRecord // Back is filled in
-	LatBounds  []float64     // the bucket bounds of the samples' APILat
+	Reads     readSeconds
+	Samples   []sample
+	Faults    []FaultRecord // Back is filled in
+	LatBounds []float64     // the bucket bounds of the samples' APILat
+	// Keys, Source and Foreground give each fault the time the budget
+	// itself needs to refill the cache: the keys read in the hard
+	// lifetime before it, over the foreground budget steady state left
+	// spare (Foreground less its foreground reads a second, as the source
+	// counted them).
+	Keys       *keyReads
+	Source     []SourceSecond
+	Foreground float64
 	Start, End time.Time
 	Target     SLO
 	Judged     bool
@@ -391,6 +452,7 @@ func judgeSLO(in sloInput) *SLOReport {
 		}
 	}
 	r.WarmUp, r.Steady = warm.figures(in.LatBounds, in.Target.P99), steady.figures(in.LatBounds, in.Target.P99)
+	in.budgetNeeds(r, warmEnd, inFault)
 	switch {
 	case time.Duration(r.Steady.Length) < minSteady:
 		r.Misses = append(r.Misses, fmt.Sprintf("steady state lasted %s, less than the %s needed to judge the SLO (faults closer than their recoveries?)",
@@ -406,6 +468,33 @@ func judgeSLO(in sloInput) *SLOReport {
 		}
 	}
 	return r
+}
+
+// budgetNeeds fills SpareBudget and each kind's BudgetNeeds and Slower.
+func (in *sloInput) budgetNeeds(r *SLOReport, warmEnd int64, inFault map[int64]bool) {
+	if in.Keys == nil || in.Foreground <= 0 {
+		return
+	}
+	var reads, secs float64
+	for _, x := range in.Source {
+		if s := x.At.Unix(); s >= warmEnd && !inFault[s] && x.Interval > 0 {
+			reads += x.Reads[ClassForeground]
+			secs += time.Duration(x.Interval).Seconds()
+		}
+	}
+	r.SpareBudget = in.Foreground
+	if secs > 0 {
+		r.SpareBudget = max(in.Foreground-reads/secs, in.Foreground/100)
+	}
+	for _, f := range in.Faults {
+		st := r.Recovery[f.Kind]
+		need := time.Duration(float64(in.Keys.before(f.Injected, promise.HardLifetime)) / r.SpareBudget * float64(time.Second))
+		st.BudgetNeeds = max(st.BudgetNeeds, Duration(need))
+		if f.Back.IsZero() || f.Back.Sub(f.Lifted) > need+settleWindow*time.Second {
+			st.Slower = true
+		}
+		r.Recovery[f.Kind] = st
+	}
 }
 
 // span sums the seconds [from, to).
@@ -500,7 +589,8 @@ func (s *SLOReport) writeText(b *strings.Builder) {
 	if len(s.Recovery) == 0 {
 		return
 	}
-	b.WriteString("  fault and recovery by kind (injected -> back; after lift = lifted -> back)\n")
+	fmt.Fprintf(b, "  fault and recovery by kind (injected -> back; after lift = lifted -> back; budget needs = keys read in the %s before ÷ %.0f reads/s of spare foreground budget)\n",
+		promise.HardLifetime, s.SpareBudget)
 	kinds := make([]string, 0, len(s.Recovery))
 	for k := range s.Recovery {
 		kinds = append(kinds, k)
@@ -509,8 +599,11 @@ func (s *SLOReport) writeText(b *strings.Builder) {
 	for _, k := range kinds {
 		st := s.Recovery[k]
 		f := st.Figures
-		fmt.Fprintf(b, "  %-26s x%-2d window max %-6s mean %-6s after lift max %-6s mean %-6s %8d reads success %9.4f%% p99 %-8s hit %.1f%%%s",
-			k, st.Count, rnd(st.WindowMax), rnd(st.WindowMean), rnd(st.AfterLiftMax), rnd(st.AfterLiftAvg), f.Reads, 100*f.Success, time.Duration(f.P99), 100*f.Hit, apiText(f))
+		fmt.Fprintf(b, "  %-26s x%-2d window max %-6s mean %-6s after lift max %-6s mean %-6s budget needs %-6s %8d reads success %9.4f%% p99 %-8s hit %.1f%%%s",
+			k, st.Count, rnd(st.WindowMax), rnd(st.WindowMean), rnd(st.AfterLiftMax), rnd(st.AfterLiftAvg), rnd(st.BudgetNeeds), f.Reads, 100*f.Success, time.Duration(f.P99), 100*f.Hit, apiText(f))
+		if st.Slower {
+			b.WriteString(" SLOWER than the budget needs")
+		}
 		if st.NotRecovered > 0 {
 			fmt.Fprintf(b, " not back %d", st.NotRecovered)
 		}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -24,12 +25,12 @@ type sloSecondPlan struct {
 var apiBounds = []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
 func sloHistory(t0 time.Time, secs, perSec int, at func(s int) sloSecondPlan, stale func(s int) bool) sloInput {
-	in := sloInput{Reads: readSeconds{}, LatBounds: apiBounds, Start: t0, End: t0.Add(time.Duration(secs) * time.Second), Target: ReadSLO, Judged: true}
+	in := sloInput{Foreground: 400, Reads: readSeconds{}, Keys: &keyReads{}, LatBounds: apiBounds, Start: t0, End: t0.Add(time.Duration(secs) * time.Second), Target: ReadSLO, Judged: true}
 	for s := 0; s < secs; s++ {
 		p := at(s)
 		base := t0.Add(time.Duration(s)*time.Second + 100*time.Millisecond)
 		for i := 0; i < perSec; i++ {
-			a := Answer{Tenant: "acme", Item: "i1", Status: http.StatusOK, CacheStatus: "tidemark; hit; detail=l1", Sent: base}
+			a := Answer{Tenant: "acme", Item: fmt.Sprintf("i%d", i%300), Status: http.StatusOK, CacheStatus: "tidemark; hit; detail=l1", Sent: base}
 			lat := p.lat
 			if i < p.slow {
 				lat = p.slowLat
@@ -44,6 +45,7 @@ func sloHistory(t0 time.Time, secs, perSec int, at func(s int) sloSecondPlan, st
 			}
 			a.Received = base.Add(lat)
 			in.Reads.add(a)
+			in.Keys.add(a)
 		}
 		age := time.Second
 		if stale(s) {
@@ -53,6 +55,8 @@ func sloHistory(t0 time.Time, secs, perSec int, at func(s int) sloSecondPlan, st
 		// 100 ms, the rest within 5 ms.
 		apiLat := make([]float64, len(apiBounds)+1)
 		apiLat[3], apiLat[7] = float64(perSec-perSec/100), float64(perSec/100)
+		in.Source = append(in.Source, SourceSecond{At: t0.Add(time.Duration(s)*time.Second + 500*time.Millisecond), Interval: Duration(time.Second),
+			Reads: map[string]float64{ClassForeground: float64(perSec) / 10}})
 		in.Samples = append(in.Samples, sample{At: t0.Add(time.Duration(s)*time.Second + 500*time.Millisecond), WMAge: age, WMKnown: true, APILat: apiLat})
 	}
 	return in
@@ -115,6 +119,16 @@ func TestSLOWindowsOfASteadyRun(t *testing.T) {
 	}
 	if s.Steady.Success != 1 || time.Duration(s.Steady.P99) != 4*time.Millisecond {
 		t.Errorf("steady state %+v, want every read successful (404s included) and p99 4 ms", s.Steady)
+	}
+	// 300 keys read before the fault, 100 foreground reads/s of 400 used
+	// in steady state: the budget refills them in 1 s, the recovery took
+	// 25 s after the lift.
+	if st.BudgetNeeds != Duration(time.Second) || s.SpareBudget != 300 || !st.Slower {
+		t.Errorf("spare budget %.0f/s, %s needs %s of the budget (slower: %v); want 300/s, 1s, slower", s.SpareBudget, FaultRedisRestart, time.Duration(st.BudgetNeeds), st.Slower)
+	}
+	in.Foreground = 110 // 10/s spare: 30 s to refill 300 keys
+	if st := judgeSLO(in).Recovery[FaultRedisRestart]; st.BudgetNeeds != Duration(30*time.Second) || st.Slower {
+		t.Errorf("with 10 reads/s spare: %+v, want 30 s needed and a recovery not slower than that", st)
 	}
 	if s.Steady.APIWithin != 0.99 || time.Duration(s.Steady.APIP99) != 5*time.Millisecond {
 		t.Errorf("the API's own count in steady state: %.4f within 50 ms, p99 %s; want 0.99 and 5ms", s.Steady.APIWithin, time.Duration(s.Steady.APIP99))
