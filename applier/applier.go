@@ -32,6 +32,7 @@ import (
 type Applier struct {
 	cfg   Config
 	cache Cache
+	ns    string // the cache tier's namespace, carried by every commit (group.go)
 	log   *slog.Logger
 	met   *metrics
 	proc  processor
@@ -60,8 +61,13 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if err != nil {
 		return nil, err
 	}
+	ns := deps.Cache.Namespace()
+	if cfg.Group == "" {
+		cfg.Group = GroupFor(ns)
+	}
 	a := &Applier{
 		cfg:     cfg,
+		ns:      ns,
 		cache:   deps.Cache,
 		log:     deps.Log.With("component", "applier"),
 		met:     met,
@@ -186,7 +192,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		a.cl = cl
 	}
 	a.mu.Unlock()
-	a.log.Info("applier starting", "topic", a.cfg.Topic, "group", a.cfg.Group, "session_timeout", sess)
+	a.log.Info("applier starting", "topic", a.cfg.Topic, "group", a.cfg.Group, "namespace", a.ns, "session_timeout", sess)
 
 	if err := a.ensureDLQ(ctx); err != nil {
 		cl.Close()

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,9 @@ type Cache interface {
 	MarkGap(ctx context.Context, at time.Time) (time.Time, error)
 	MarkGapNow(ctx context.Context) (time.Time, error)
 	ReadWatermark(ctx context.Context) (cache.Watermark, error)
+	// Namespace is the tier's key prefix: the namespace every commit of
+	// the group carries (group.go).
+	Namespace() string
 	ServerIdentity(ctx context.Context) (string, error)
 	CheckEvictionPolicy(ctx context.Context) error
 }
@@ -90,8 +94,8 @@ type Config struct {
 	Brokers        []string
 	Kafka          kafkaconn.Config // TLS and SASL
 	Topic          string
-	DLQTopic       string // <topic>.dlq when empty
-	Group          string
+	DLQTopic       string        // <topic>.dlq when empty
+	Group          string        // empty: GroupFor(the cache tier's namespace)
 	SessionTimeout time.Duration // how fast a dead applier's partitions move
 
 	MaxBatch int           // records per InvalidateBatch
@@ -112,7 +116,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Topic:            promise.Topic,
-		Group:            promise.Group,
+		Group:            "", // follows the namespace: GroupFor
 		SessionTimeout:   6 * time.Second,
 		MaxBatch:         500,
 		Linger:           0, // records arriving during an apply form the next batch: batching costs no latency
@@ -145,8 +149,8 @@ func (c Config) Validate() error {
 	if c.Topic == "" {
 		p.Add("Topic", "must not be empty")
 	}
-	if c.Group == "" {
-		p.Add("Group", "must not be empty")
+	if strings.TrimSpace(c.Group) != c.Group {
+		p.Add("Group", "must not start or end with spaces (got %q)", c.Group)
 	}
 	if c.SessionTimeout < time.Second || c.SessionTimeout > 5*time.Minute {
 		p.Add("SessionTimeout", "must be between 1s and 5m (got %s)", c.SessionTimeout)

@@ -58,6 +58,11 @@ func (a *Applier) preflight(ctx context.Context) error {
 	if policyErr != nil {
 		return fmt.Errorf("applier: %w", policyErr)
 	}
+	// Before joining: a group of another namespace is refused without
+	// taking a partition from its appliers.
+	if err := a.checkGroupNamespace(ctx, nil); err != nil {
+		return err
+	}
 
 	var (
 		id string

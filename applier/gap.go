@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -31,6 +32,19 @@ func (a *Applier) adjustOffsets(ctx context.Context, offs map[string]map[int32]k
 	ps := offs[a.cfg.Topic]
 	if len(ps) == 0 {
 		return offs, nil
+	}
+	// The group may have been joined by an applier of another namespace
+	// since this one started (group.go): nothing is consumed from its
+	// offsets.
+	assigned := make([]int32, 0, len(ps))
+	for p := range ps {
+		assigned = append(assigned, p)
+	}
+	if err := a.checkGroupNamespace(ctx, assigned); err != nil {
+		if errors.Is(err, ErrForeignGroup) {
+			a.fail(err)
+		}
+		return nil, err
 	}
 	a.mu.Lock()
 	at := a.startRewind

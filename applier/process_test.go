@@ -23,7 +23,8 @@ type fakeCache struct {
 	calls []string
 }
 
-func (f *fakeCache) log(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
+func (f *fakeCache) log(s string)      { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
+func (f *fakeCache) Namespace() string { return "catalog" }
 
 func (f *fakeCache) InvalidateBatch(_ context.Context, b []cache.Invalidation) ([]cache.InvalidateOutcome, error) {
 	var parts []string

@@ -13,7 +13,7 @@ import (
 // The applier publishes it as the metadata of the partition's committed
 // offset in the consumer group, where `tidemark status` reads it: Kafka
 // takes the commit while Redis refuses writes, which the watermark hash
-// cannot. A healthy partition commits empty metadata.
+// cannot. The note follows the namespace every commit carries (group.go).
 type Stall struct {
 	Since time.Time `json:"stalled_since"`
 	Op    string    `json:"op"`    // what was being written, e.g. "invalidate batch"
@@ -39,6 +39,9 @@ func (s Stall) note() string {
 // ParseStall reads the commit metadata of a partition: ok is false for a
 // partition that is not stalled.
 func ParseStall(metadata string) (Stall, bool) {
+	if rest, ok := strings.CutPrefix(metadata, nsTag); ok {
+		_, metadata, _ = strings.Cut(rest, " ") // the namespace first (group.go)
+	}
 	rest, ok := strings.CutPrefix(metadata, stallTag)
 	if !ok {
 		return Stall{}, false

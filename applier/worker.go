@@ -165,17 +165,14 @@ func (w *worker) stop() {
 	<-w.done
 }
 
-// toCommit returns the offset to commit and its metadata (the stall note, or
-// empty), if either changed since the last commit. A partition stalled
+// toCommit returns the offset to commit and its metadata (the namespace,
+// then the stall note if any), if either changed since the last commit. A partition stalled
 // before applying anything commits the position it started from, so the
 // note has an offset to ride on.
 func (w *worker) toCommit() (kgo.EpochOffset, string, bool) {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	md := ""
-	if w.stall != nil {
-		md = w.stall.note()
-	}
+	md := commitMetadata(w.a.ns, w.stall)
 	eo := kgo.EpochOffset{Epoch: w.leaderEpoch, Offset: w.next}
 	if w.next < 0 {
 		if w.stall == nil || w.firstSeen < 0 {

@@ -145,3 +145,6 @@ func infoField(info, name string) string {
 	}
 	return ""
 }
+
+// Namespace is the key prefix of every key the client reads and writes.
+func (c *Client) Namespace() string { return c.cfg.Namespace }

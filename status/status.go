@@ -37,7 +37,7 @@ type Config struct {
 	Brokers   []string
 	Kafka     kafkaconn.Config // TLS and SASL
 	Topic     string
-	Group     string // the applier's consumer group
+	Group     string // the applier's consumer group (empty: applier.GroupFor(Namespace))
 	Redis     string
 	RedisConn cache.RedisConfig // TLS, credentials, mode (its URL is Redis)
 	Namespace string
@@ -53,7 +53,7 @@ type Config struct {
 
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
-	return Config{Topic: promise.Topic, Group: promise.Group, Namespace: promise.Namespace,
+	return Config{Topic: promise.Topic, Namespace: promise.Namespace,
 		Slot: promise.Slot, SLO: promise.Bound, Warn: 5 * time.Second, Timeout: 10 * time.Second}
 }
 
@@ -69,9 +69,6 @@ func (c Config) Validate() error {
 	}
 	if c.Topic == "" {
 		p.Add("Topic", "must not be empty")
-	}
-	if c.Group == "" {
-		p.Add("Group", "must not be empty")
 	}
 	p.Positive("SLO", c.SLO)
 	if c.Warn <= 0 || c.Warn > c.SLO {
@@ -390,9 +387,13 @@ func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark,
 	if err != nil {
 		return fmt.Errorf("status: list start offsets: %w", err)
 	}
-	committed, err := adm.FetchOffsets(ctx, cfg.Group)
+	group := cfg.Group
+	if group == "" {
+		group = applier.GroupFor(cfg.Namespace)
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
-		return fmt.Errorf("status: fetch offsets of group %s: %w", cfg.Group, err)
+		return fmt.Errorf("status: fetch offsets of group %s: %w", group, err)
 	}
 	topicEnds, ok := ends[cfg.Topic]
 	if !ok || len(topicEnds) == 0 {
