@@ -60,6 +60,9 @@ type Capture struct {
 	// crashed makes the next shutdown skip the flush and the final status,
 	// as if the process died (tests only).
 	crashed atomic.Bool
+	// checkDelay is waited before each visibility snapshot (tests only: a
+	// Postgres far away).
+	checkDelay time.Duration
 }
 
 // errCrashed is returned by Run after a simulated crash.
@@ -243,8 +246,16 @@ func (c *Capture) session(ctx context.Context) error {
 		return fmt.Errorf("capture: connect for visibility checks: %w", err)
 	}
 	defer vconn.Close(context.Background())
+	vis, err := newVisibility(ctx, vconn.PgConn(), c.m.checks, c.checkDelay)
+	if err != nil {
+		return err
+	}
 	st := newStreamer(c, repl, partitions, start)
-	st.vis = &visibility{conn: vconn}
+	st.vis = vis
+	sock := repl.Conn()
+	vis.wake = func() { sock.SetReadDeadline(time.Now()) }
+	wg.Add(1)
+	go func() { defer wg.Done(); vis.run(sctx) }()
 	streamErr := st.run(sctx)
 	c.streamLoop.Pause()
 	cancel(streamErr)

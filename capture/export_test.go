@@ -1,6 +1,9 @@
 package capture
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Crash stops c as a killed process would: no flush, no final status; the
 // Kafka client is closed with whatever it still buffers.
@@ -8,3 +11,7 @@ func Crash(c *Capture, stop context.CancelFunc) {
 	c.crashed.Store(true)
 	stop()
 }
+
+// SlowVisibilityChecks makes every visibility snapshot of c take d longer,
+// as from a Postgres d away. Call it before Run.
+func SlowVisibilityChecks(c *Capture, d time.Duration) { c.checkDelay = d }

@@ -21,6 +21,7 @@ type metrics struct {
 	heartbeats   prometheus.Counter
 	beatSkipped  prometheus.Counter
 	invisible    prometheus.Counter
+	checks       prometheus.Counter
 	active       prometheus.Gauge
 	undecodable  *prometheus.CounterVec
 }
@@ -41,6 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		heartbeats:   in.Counter("tidemark_capture_heartbeats_total", "Heartbeats read back from the stream (each sends resolved markers)."),
 		beatSkipped:  in.Counter("tidemark_capture_heartbeats_skipped_total", "Heartbeat-prefix messages or heartbeat-row updates skipped because they do not carry a time (not written by capture)."),
 		invisible:    in.Counter("tidemark_capture_invisible_wait_seconds_total", "Time the stream was held on a decoded commit not yet visible to new snapshots (a synchronous standby's wait)."),
+		checks:       in.Counter("tidemark_capture_visibility_checks_total", "Snapshots taken to learn that decoded commits are visible (one answers for every transaction decoded while the previous was asked)."),
 		active:       in.Gauge("tidemark_capture_active", "1 while this process holds the slot and streams, 0 while it stands by or retries."),
 		undecodable: in.CounterVec("tidemark_capture_undecodable_rows_total",
 			"Changes of the captured table that could not become events (a NULL, non-integer or non-positive version, a NULL or empty key), by the action taken instead: purge (the key) or reset (every partition).", "action"),

@@ -38,6 +38,10 @@ type streamer struct {
 	sent       schema.LSN // last LSN sent in a standby status
 	nextStatus time.Time
 	vis        *visibility // nil: no visibility gate (tests of the decoder)
+	held       heldWAL     // messages from a transaction not yet visible on
+	head       heldTxn     // the transaction held at held's start
+	seen       *snapshot   // the snapshot held was last replayed against
+	replayMore bool        // replay stopped at the in-flight bound
 
 	lastSkipLog time.Time // last warning about a skipped heartbeat
 
@@ -97,9 +101,34 @@ func (s *streamer) run(ctx context.Context) error {
 			}
 			continue
 		}
+		if s.vis != nil && !s.held.empty() {
+			if err := s.vis.failed(); err != nil {
+				return err
+			}
+			// A new snapshot, or a replay that stopped at the in-flight
+			// bound: stream what is visible now.
+			if s.vis.snap.Load() != s.seen || s.replayMore {
+				if err := s.replay(ctx, max); err != nil {
+					return err
+				}
+				continue
+			}
+			if s.held.size() >= heldWALMax {
+				// Read no further ahead: wait for the next snapshot.
+				if err := s.waitSnapshot(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if !deadline.Equal(s.nextStatus) {
 			deadline = s.nextStatus
 			sock.SetReadDeadline(deadline)
+			// The checker moves the deadline to now after each snapshot it
+			// publishes: one published before this line is seen here.
+			if s.vis != nil && !s.held.empty() && s.vis.snap.Load() != s.seen {
+				continue
+			}
 		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -107,7 +136,10 @@ func (s *streamer) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				continue // time for a status update
+				// Time for a status update, or a snapshot arrived: set the
+				// deadline again either way.
+				deadline = time.Time{}
+				continue
 			}
 			return fmt.Errorf("capture: receive: %w", err)
 		}
@@ -134,10 +166,10 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("capture: keepalive: %w", err)
 		}
-		// Nothing open or in flight: every commit before the server's WAL end
-		// has been sent and acked, so confirming it retains no WAL on an
+		// Nothing open, held or in flight: every commit before the server's
+		// WAL end has been sent and acked, so confirming it retains no WAL on an
 		// idle catalog.
-		if s.txn == nil {
+		if s.txn == nil && s.held.empty() {
 			s.tr.AdvanceIdle(schema.LSN(ka.ServerWALEnd))
 		}
 		if ka.ReplyRequested {
@@ -148,7 +180,7 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("capture: xlogdata: %w", err)
 		}
-		return s.wal(ctx, xld.WALData)
+		return s.route(ctx, xld.WALData)
 	}
 	return nil
 }
@@ -164,9 +196,7 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 	}
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
-		if err := s.awaitVisible(ctx, m.Xid); err != nil {
-			return err
-		}
+		// route held it until a snapshot showed it ended.
 		s.txn = s.tr.Begin()
 		s.commitLSN, s.commitTime, s.xid = schema.LSN(m.FinalLSN), m.CommitTime, m.Xid
 		s.beat = time.Time{}
