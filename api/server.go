@@ -162,6 +162,7 @@ const (
 	routePatch  = "patch_item"
 	routeDelete = "delete_item"
 	routeList   = "list_items"
+	routeBatch  = "batch_get_items"
 )
 
 // writable answers 405 for a write to a table the reference API cannot
@@ -181,6 +182,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/catalog/items/{id}", s.endpoint(routeGet, s.getItem))
 	mux.Handle("GET /v1/catalog/items", s.endpoint(routeList, s.listItems))
+	mux.Handle("GET /v1/catalog/items:batchGet", s.endpoint(routeBatch, s.batchGet))
 	mux.Handle("POST /v1/catalog/items", s.endpoint(routeCreate, s.writable(s.createItem)))
 	mux.Handle("PATCH /v1/catalog/items/{id}", s.endpoint(routePatch, s.writable(s.patchItem)))
 	mux.Handle("DELETE /v1/catalog/items/{id}", s.endpoint(routeDelete, s.writable(s.deleteItem)))

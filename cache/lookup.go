@@ -3,9 +3,12 @@ package cache
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // newToken makes a 128-bit lease token: unguessable, so only the caller it
@@ -101,4 +104,66 @@ func parseLookup(r []any, tok Token) (LookupResult, error) {
 		res.Replicas = &m
 	}
 	return res, nil
+}
+
+// LookupMany answers reads of many items of one tenant (no min_version) in
+// one pipelined round trip: out[i] is Lookup's answer for items[i], or
+// errs[i] its error. Each key's LOOKUP is the single read's script, so every
+// answer (hit, stale, lease) means what Lookup's would. A returned error
+// means no answer is known (connection-level).
+func (c *Client) LookupMany(ctx context.Context, tenant string, items []string) (out []LookupResult, errs []error, err error) {
+	out, errs = make([]LookupResult, len(items)), make([]error, len(items))
+	toks := make([]Token, len(items))
+	for i := range toks {
+		if toks[i], err = newToken(); err != nil {
+			return nil, nil, fmt.Errorf("cache: lookup %d items: %w", len(items), err)
+		}
+	}
+	w, reset := c.watermarkArgs()
+	sha := c.s.lookup.Hash()
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	// As InvalidateBatch: go-redis does not retry NOSCRIPT in a pipeline.
+	for attempt := 0; len(pending) > 0; attempt++ {
+		cmds := make([]*redis.Cmd, len(pending))
+		pipe := c.rdb.Pipeline()
+		for j, i := range pending {
+			cmds[j] = pipe.EvalSha(ctx, sha, []string{c.key(tenant, items[i])},
+				0, w, reset, toks[i].String(), c.leaseMs, c.cfg.MaxAge.Milliseconds())
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		var noscript []int
+		for j, cmd := range cmds {
+			i := pending[j]
+			r, err := cmd.Slice()
+			if err == nil {
+				out[i], err = parseLookup(r, toks[i])
+			}
+			var rerr redis.Error
+			switch {
+			case err == nil:
+				c.m.lookup(out[i].Status).Inc()
+			case redis.HasErrorPrefix(err, "NOSCRIPT"):
+				noscript = append(noscript, i)
+			case errors.As(err, &rerr):
+				c.m.lookup("error").Inc()
+				errs[i] = fmt.Errorf("cache: lookup %s/%s: %w", tenant, items[i], err)
+			default: // connection-level
+				c.m.lookup("error").Add(float64(len(pending)))
+				return nil, nil, fmt.Errorf("cache: lookup %d items: %w", len(items), err)
+			}
+		}
+		if len(noscript) > 0 && attempt > 0 {
+			return nil, nil, fmt.Errorf("cache: lookup %d items: NOSCRIPT after loading scripts", len(items))
+		}
+		if len(noscript) > 0 {
+			if err := c.LoadScripts(ctx); err != nil {
+				return nil, nil, fmt.Errorf("cache: lookup %d items: %w", len(items), err)
+			}
+		}
+		pending = noscript
+	}
+	return out, errs, nil
 }

@@ -70,6 +70,8 @@ func (it Item) exists() bool { return it.Found || it.Version > 0 }
 // cache hands out; invalidations come through the pipeline.
 type Cache interface {
 	Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error)
+	// LookupMany is Lookup (min_version 0) of many items in one round trip.
+	LookupMany(ctx context.Context, tenant string, items []string) ([]cache.LookupResult, []error, error)
 	Fill(ctx context.Context, tenant, item string, tok cache.Token, version int64, payload []byte, obs time.Time) error
 	FillNotFound(ctx context.Context, tenant, item string, tok cache.Token, obs time.Time) error
 	Release(ctx context.Context, tenant, item string, tok cache.Token) (bool, error)

@@ -24,6 +24,14 @@ func (c Counted) Lookup(ctx context.Context, tenant, item string, minVersion int
 	return c.Cache.Lookup(ctx, tenant, item, minVersion)
 }
 
+// LookupMany counts each read, then looks them up.
+func (c Counted) LookupMany(ctx context.Context, tenant string, items []string) ([]cache.LookupResult, []error, error) {
+	for _, item := range items {
+		c.T.Observe(tenant, item)
+	}
+	return c.Cache.LookupMany(ctx, tenant, items)
+}
+
 // ReadReplica counts a read served from a hot key's copy: those reads keep
 // the key in the hot set (and so its copies) as the lookups did.
 func (c Counted) ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error) {
