@@ -50,6 +50,7 @@ type Applier struct {
 	identity     atomic.Pointer[string] // cache tier identity verified (stored with every watermark)
 	identityOKAt atomic.Int64           // unix nanos of the last successful identity read
 	partitions   atomic.Int64           // the topic's partition count, last read
+	topicMissing atomic.Bool            // the last read found no topic (Ready)
 	wroteWM      atomic.Bool            // a watermark was written (so the hash must exist)
 	startRewind  time.Time              // set by preflight: rewind at the first assignment (a.mu)
 	liveLoop     *telemetry.Loop        // beaten by metricsLoop, for Live
@@ -104,14 +105,22 @@ func (d Deps) setup(cfg interface{ Validate() error }) (Deps, *metrics, error) {
 // Counts are the record results so far.
 func (a *Applier) Counts() Counts { return a.counts.snapshot() }
 
-// Ready reports nil while the cache tier answers, for /readyz: this process
-// can apply. Whether the pipeline is fresh (the watermark) is `tidemark
-// status`'s verdict, not a reason to take every applier out of service at
-// once while capture is down.
+// Ready reports nil while the cache tier answers and the topic exists, for
+// /readyz: this process can apply. Whether the pipeline is fresh (the
+// watermark) is `tidemark status`'s verdict, not a reason to take every
+// applier out of service at once while capture is down; a topic that does
+// not exist (capture creates it on its first start) is a setup not done, and
+// the reason says which topic.
 func (a *Applier) Ready(ctx context.Context) error {
 	ok := a.identityOKAt.Load()
 	if ok == 0 || time.Since(time.Unix(0, ok)) > max(3*a.cfg.IdentityInterval, 2*time.Second) {
 		return errors.New("applier: cache tier not reachable")
+	}
+	switch {
+	case a.topicMissing.Load():
+		return fmt.Errorf("applier: topic %q does not exist yet (capture creates it on its first start)", a.cfg.Topic)
+	case a.partitions.Load() == 0:
+		return fmt.Errorf("applier: topic %q not read yet", a.cfg.Topic)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,4 +167,26 @@ func TestAppliesOnRedisCluster(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Before capture has created the topic, an applier is not ready and says
+// which topic it waits for; it becomes ready once the topic exists.
+func TestNotReadyUntilTheTopicExists(t *testing.T) {
+	r := newRig(t, 2)
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := r.adm.DeleteTopics(ctx, r.topic); err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.config()
+	run := r.start(cfg, nil)
+	testenv.Eventually(t, 30*time.Second, "not ready, naming the missing topic", func() error {
+		err := run.a.Ready(context.Background())
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("topic %q does not exist yet", cfg.Topic)) {
+			return fmt.Errorf("Ready = %v", err)
+		}
+		return nil
+	})
+	t.Logf("no topic: Ready = %v", run.a.Ready(context.Background()))
+	r.kafka.CreateTopic(t, cfg.Topic, 2, nil)
+	testenv.Eventually(t, 30*time.Second, "ready once the topic exists", func() error { return run.a.Ready(context.Background()) })
 }

@@ -223,10 +223,14 @@ func (a *Applier) syncPartitions(ctx context.Context) {
 		}
 		return
 	case !tds.Has(a.cfg.Topic):
-		// Normal until capture has created it; retried every TopicInterval.
-		a.log.Info("topic does not exist yet", "topic", a.cfg.Topic)
+		// Normal until capture has created it; retried every TopicInterval,
+		// not ready meanwhile (Ready).
+		if !a.topicMissing.Swap(true) {
+			a.log.Info("topic does not exist yet", "topic", a.cfg.Topic)
+		}
 		return
 	}
+	a.topicMissing.Store(false)
 	// Written every time (one HSET per interval), so a hash lost to a flush
 	// nobody noticed is repaired within TopicInterval.
 	n := len(tds[a.cfg.Topic].Partitions)

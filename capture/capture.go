@@ -157,7 +157,11 @@ func (c *Capture) Run(ctx context.Context) error {
 	var lastWarn string
 	for {
 		err := c.session(ctx)
-		c.setReady(errors.New("capture: not streaming"))
+		if errors.Is(err, ErrNotSetUp) {
+			c.setReady(err) // the reason /readyz and the status page give
+		} else {
+			c.setReady(errors.New("capture: not streaming"))
+		}
 		c.active.Store(false)
 		c.m.active.Set(0)
 		if c.crashed.Load() {

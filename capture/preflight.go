@@ -17,6 +17,13 @@ import (
 // says how to fix it. Retrying does not help, so Run returns it at once.
 var ErrPreflight = errors.New("capture: preflight")
 
+// ErrNotSetUp marks what the schema's setup (tidemark migrate, or the
+// operator's own for an adopted table) has not created yet: the
+// publication. Run keeps retrying, not ready with this reason, instead of
+// exiting: an install whose migration runs beside capture (a Helm hook, an
+// init container) comes up without a restart.
+var ErrNotSetUp = errors.New("capture: not set up")
+
 func preflightError(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrPreflight, fmt.Sprintf(format, a...))
 }
@@ -56,7 +63,7 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 	}
 	colList := strings.Join(cols, ", ")
 	if n == 0 {
-		return si, preflightError("publication %q does not exist: run CREATE PUBLICATION %s FOR TABLE %s (%s) (tidemark migrate creates it for the default schema)", cfg.Publication, cfg.Publication, cfg.Table, colList)
+		return si, fmt.Errorf("%w: publication %q does not exist: run CREATE PUBLICATION %s FOR TABLE %s (%s) (tidemark migrate creates it for the default schema)", ErrNotSetUp, cfg.Publication, cfg.Publication, cfg.Table, colList)
 	}
 	var attnames []string
 	err := conn.QueryRow(ctx, "SELECT attnames FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3", cfg.Publication, nsp, tbl).Scan(&attnames)

@@ -3,6 +3,7 @@ package capture_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,11 +63,6 @@ func TestPreflightErrors(t *testing.T) {
 		cfg := testConfig(t, strings.Replace(dsn, "postgres@", role+"@", 1), k)
 		wantPreflight(t, runErr(t, cfg), "may not use logical replication", `ALTER ROLE "`+role+`" WITH REPLICATION`, "GRANT rds_replication TO")
 	})
-	t.Run("publication missing", func(t *testing.T) {
-		dsn := pg.MigratedDatabase(t)
-		exec(t, connect(t, dsn), "DROP PUBLICATION tidemark")
-		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `publication "tidemark" does not exist`, "CREATE PUBLICATION tidemark FOR TABLE catalog.items (tenant_id, item_id, version, state)")
-	})
 	t.Run("publication without the table", func(t *testing.T) {
 		dsn := pg.MigratedDatabase(t)
 		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark DROP TABLE catalog.items")
@@ -102,4 +98,40 @@ func TestConfigValidateNamesEveryFlag(t *testing.T) {
 			t.Errorf("Validate() = %v, want it to name %s", err, flag)
 		}
 	}
+}
+
+// Without its publication (the migration has not run yet: a Helm hook or an
+// init container beside it), capture does not exit: it is not ready, saying
+// what to create, and streams once the publication exists.
+func TestWaitsForThePublication(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn, _, cfg := newRig(t, pg)
+	conn := connect(t, dsn)
+	exec(t, conn, "DROP PUBLICATION tidemark")
+	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var runErr error
+	exited := make(chan struct{})
+	go func() { runErr = c.Run(ctx); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	testenv.Eventually(t, 30*time.Second, "capture not ready, naming the publication", func() error {
+		select {
+		case <-exited:
+			t.Fatalf("capture exited without its publication: %v", runErr)
+		default:
+		}
+		err := c.Ready(context.Background())
+		if err == nil || !strings.Contains(err.Error(), `publication "tidemark" does not exist`) ||
+			!strings.Contains(err.Error(), "CREATE PUBLICATION tidemark FOR TABLE catalog.items (tenant_id, item_id, version, state)") {
+			return fmt.Errorf("Ready = %v", err)
+		}
+		return nil
+	})
+	t.Logf("no publication: Ready = %v", c.Ready(context.Background()))
+	exec(t, conn, "CREATE PUBLICATION tidemark FOR TABLE catalog.items (tenant_id, item_id, version, state)")
+	testenv.Eventually(t, 30*time.Second, "capture ready once the publication exists", func() error { return c.Ready(context.Background()) })
 }
