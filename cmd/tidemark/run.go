@@ -18,7 +18,7 @@ import (
 // serve).
 type processFlags struct {
 	ShutdownDelay    time.Duration `field:"ShutdownDelay" name:"shutdown-delay" env:"TIDEMARK_SHUTDOWN_DELAY" default:"0s" help:"On SIGTERM, fail /readyz at once and keep serving this long before the listeners close, so load balancers (a Kubernetes Service's endpoints) stop sending work first. The pod's termination grace period must cover it plus the role's flush."`
-	TraceEndpoint    string        `field:"trace.Endpoint" name:"trace-endpoint" env:"TIDEMARK_TRACE_ENDPOINT" help:"OpenTelemetry collector to send sampled traces to, over OTLP/HTTP (http://collector:4318); empty: no tracing."`
+	TraceEndpoint    string        `field:"trace.Endpoint" name:"trace-endpoint" env:"TIDEMARK_TRACE_ENDPOINT" help:"OpenTelemetry collector to send sampled traces to, over OTLP/HTTP (http://collector:4318); empty: the one OTEL_EXPORTER_OTLP_ENDPOINT names, else no tracing. OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER are honoured."`
 	TraceSampleRatio float64       `field:"trace.SampleRatio" name:"trace-sample-ratio" env:"TIDEMARK_TRACE_SAMPLE_RATIO" default:"${trace_SampleRatio}" help:"Share (0-1) of GETs and captured changes traced; a change's trace continues through Kafka into the applier."`
 }
 
@@ -39,16 +39,17 @@ func (f processFlags) traceConfig(service string, pl telemetry.Pipeline) telemet
 	return cfg
 }
 
-// tracing is the process's tracer provider, nil without --trace-endpoint
-// (the stages then start no span at all); its exporter runs in g's
-// Telemetry phase, stopped last, so the spans of the shutdown are sent too.
+// tracing is the process's tracer provider, nil without --trace-endpoint or
+// OTEL_EXPORTER_OTLP_ENDPOINT (the stages then start no span at all); its
+// exporter runs in g's Telemetry phase, stopped last, so the spans of the
+// shutdown are sent too.
 func (f processFlags) tracing(e *cli.Env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
-	if f.TraceEndpoint == "" {
-		return nil, nil
-	}
 	t, err := telemetry.NewTracing(f.traceConfig("tidemark-"+role, pl), e.Log)
 	if err != nil {
 		return nil, err
+	}
+	if !t.Enabled() {
+		return nil, nil
 	}
 	g.Add(lifecycle.Telemetry, "tracing", t.Run)
 	return t.Provider(), nil
