@@ -10,7 +10,7 @@ PKGS      := ./...
 # rules and chromium for the status-page browser test.
 DEPS_APT  := redis-server kcat prometheus chromium
 
-.PHONY: build run test test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
+.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -67,6 +67,11 @@ deps:
 # with the race detector against real Postgres, Redis and kfake started by
 # the tests themselves, the Postgres 18 run, then the real-Kafka suite.
 test: deps lint test-rules test-helm schemathesis test-go test-late
+
+# The fast lane, what a developer runs first: every test that starts no
+# server, found by reading the tests (lab/unitlane; README, Development).
+test-unit:
+	$(GO) run ./lab/unitlane -- -race -count=1
 
 # The Postgres 18 run and the real-Kafka suite side by side: they share no
 # server, and each spends much of its time waiting on its servers (JVMs

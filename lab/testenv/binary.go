@@ -40,6 +40,7 @@ func LabBinary(t testing.TB, tags ...string) string {
 // e.g. a deliberately broken component), once per test binary and tag set.
 func BinaryWithTags(t testing.TB, tags ...string) string {
 	t.Helper()
+	needServer(t, "BinaryWithTags")
 	return cachedBuild(t, strings.Join(tags, ","), func() (string, error) { return buildBinary(tags) })
 }
 

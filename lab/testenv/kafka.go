@@ -52,6 +52,7 @@ func (k *Kafka) BrokerList() string { return strings.Join(k.Brokers, ",") }
 // and group names (Unique) so they can share the real cluster.
 func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 	t.Helper()
+	needServer(t, "StartKafka")
 	switch v := os.Getenv(KafkaEnv); v {
 	case "", "kfake":
 		return StartKfake(t, opts...)
@@ -71,6 +72,7 @@ func StartKafka(t testing.TB, opts ...kfake.Opt) *Kafka {
 // can inject (kfake.Fault) or configure.
 func StartKfake(t testing.TB, opts ...kfake.Opt) *Kafka {
 	t.Helper()
+	needServer(t, "StartKfake")
 	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second)}, opts...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -86,6 +88,7 @@ func StartKfake(t testing.TB, opts ...kfake.Opt) *Kafka {
 // the test loudly when Java, Maven or the broker cannot start.
 func StartRealKafka(t testing.TB, nodes int, conf map[string]string) *Kafka {
 	t.Helper()
+	needServer(t, "StartRealKafka")
 	k, _, remove, err := newRealKafka(nodes, conf, false)
 	if err != nil {
 		t.Fatalf("testenv: start Apache Kafka: %v", err)

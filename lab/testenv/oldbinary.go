@@ -15,6 +15,7 @@ import (
 // old build of a rolling-upgrade test until a release exists.
 func BinaryAtCommit(t testing.TB, commit string) string {
 	t.Helper()
+	needServer(t, "BinaryAtCommit")
 	return cachedBuild(t, "commit:"+commit, func() (string, error) { return buildCommit(commit) })
 }
 

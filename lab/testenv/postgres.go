@@ -38,6 +38,7 @@ var sharedPG struct {
 // database with NewDatabase.
 func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	needServer(t, "SharedPostgres")
 	sharedPG.once.Do(func() {
 		sharedPG.pg, sharedPG.err = startPostgres(nil)
 		if sharedPG.err == nil {
@@ -54,6 +55,7 @@ func SharedPostgres(t testing.TB) *Postgres {
 // stops, kills or reconfigures the server).
 func StartPostgres(t testing.TB, opts ...PGOption) *Postgres {
 	t.Helper()
+	needServer(t, "StartPostgres")
 	pg, err := startPostgres(opts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -145,6 +147,7 @@ func (pg *Postgres) MigratedDatabase(t testing.TB) string {
 // -R) for one test; slot, when set, is the physical slot it streams through.
 func StartStandby(t testing.TB, primary *Postgres, slot string, opts ...PGOption) *Postgres {
 	t.Helper()
+	needServer(t, "StartStandby")
 	dir, err := os.MkdirTemp("", "tidemark-pgstandby-")
 	if err != nil {
 		t.Fatalf("testenv: %v", err)

@@ -21,6 +21,7 @@ type Redis struct {
 // StartRedis starts a private redis-server for one test.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	needServer(t, "StartRedis")
 	r, err := startRedis(localserver.RedisConfig{})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -49,6 +50,7 @@ func startRedis(cfg localserver.RedisConfig) (*Redis, error) {
 // the operator's.
 func StartRedisTLS(t testing.TB, dir string) (*Redis, localserver.Certs) {
 	t.Helper()
+	needServer(t, "StartRedisTLS")
 	certs, err := localserver.MakeCerts(dir)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -104,6 +106,7 @@ type RedisCluster struct {
 // StartRedisCluster starts n masters and forms a cluster.
 func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 	t.Helper()
+	needServer(t, "StartRedisCluster")
 	return startRedisCluster(t, n, nil)
 }
 
@@ -112,6 +115,7 @@ func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 // TLS ports (TLSURL), the plain ports stay for the harness.
 func StartRedisClusterTLS(t testing.TB, n int, certs localserver.Certs) *RedisCluster {
 	t.Helper()
+	needServer(t, "StartRedisClusterTLS")
 	return startRedisCluster(t, n, &certs)
 }
 

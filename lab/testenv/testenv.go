@@ -100,3 +100,17 @@ func Context(t testing.TB, timeout time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// LaneEnv is set by lab/unitlane, the fast lane (make test-unit), which
+// runs only the tests it read as server-free.
+const LaneEnv = "TIDEMARK_UNIT_LANE"
+
+// needServer fails a test of the fast lane that starts a server or builds a
+// binary: the lane's reading of it was wrong, and the lane must stay fast
+// and need nothing but Go.
+func needServer(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(LaneEnv) != "" {
+		t.Fatalf("testenv: %s calls %s, but %s is set: the fast lane (make test-unit, lab/unitlane) runs only server-free tests, and its reading of this one missed the call", t.Name(), what, LaneEnv)
+	}
+}
