@@ -202,3 +202,25 @@ func TestChaosClusterShortRun(t *testing.T) {
 	}
 	passed(t, rep, 0)
 }
+
+// TestChaosReadSLOMissedUnderATooSmallBudget is a sparse run (the read SLO
+// judged) whose foreground budget, 20 reads/s, is far below what the test
+// load's misses need (150 updates/s invalidate more keys a second than
+// that, and 400 reads/s start on a cold cache): steady state keeps
+// answering 503s, and the run must fail on the read SLO with the freshness
+// promise and the source budget kept. It asks for a miss, not a met SLO:
+// a loaded box does not make it pass.
+func TestChaosReadSLOMissedUnderATooSmallBudget(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
+	cfg := testConfig(t, testenv.Binary(t))
+	cfg.Duration, cfg.Seed, cfg.Faults, cfg.Schedule, cfg.FaultEvery = 90*time.Second, 41, []string{"none"}, ScheduleSparse, time.Minute
+	cfg.SourceBudget = 20
+	rep := run(t, cfg)
+	if rep.FreshnessViolations() != 0 || rep.ByKind[KindBudget] != 0 {
+		t.Errorf("freshness or budget violations: %v", rep.ByKind)
+	}
+	if rep.SLO == nil || !rep.SLO.Judged || rep.ByKind[KindSLO] == 0 || rep.Pass() ||
+		!slices.ContainsFunc(rep.SLO.Misses, func(m string) bool { return strings.Contains(m, "steady-state success") }) {
+		t.Fatalf("a steady state answering 503s passed the read SLO: %+v", rep.SLO)
+	}
+}
