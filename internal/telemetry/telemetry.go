@@ -26,7 +26,8 @@ import (
 )
 
 // NewLogger builds the process logger. format is "text" or "json"; level is
-// debug, info, warn or error. A bad argument is a config.FieldError naming
+// debug, info, warn or error. A line carries one "component" key however
+// deep the logger was derived (componentHandler). A bad argument is a config.FieldError naming
 // "Format" or "Level".
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
@@ -36,9 +37,9 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(&componentHandler{inner: slog.NewTextHandler(w, opts)}), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(&componentHandler{inner: slog.NewJSONHandler(w, opts)}), nil
 	}
 	return nil, &config.FieldError{Field: "Format", Problem: fmt.Sprintf("%q is not text or json", format)}
 }
