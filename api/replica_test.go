@@ -1,7 +1,9 @@
 package api
 
 import (
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,3 +102,89 @@ func TestHotKeyReplicasServeWithinDeadlineAndInvalidation(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// Hot-key replica reads share the primary path's in-process coalescing and
+// L1: with a key's copies published, a crowd of GETs costs Redis about the
+// commands it costs for a key without copies (L1 absorbs both), not one
+// copy read per GET. Logged: Redis commands per GET with replicas on and
+// off (INFO commandstats around a fixed number of GETs).
+func TestHotKeyReplicaReadsShareL1AndCoalescing(t *testing.T) {
+	e := newEnv(t)
+	ccfgFn := func(c *cache.Config) { c.SoftMin, c.SoftMax, c.HardLifetime = 15*time.Second, 15*time.Second, 25*time.Second }
+	// L1 off, as serve's default --l1-ttl 0: the coalescing alone.
+	in := e.instance(instOpts{ccfg: ccfgFn, cfg: func(c *Config) { c.L1Size = 0 }})
+	ccfg := testCacheConfig()
+	ccfgFn(&ccfg)
+	builder := e.newCache(ccfg)
+	key := e.apiKey("acme")
+	ctx := testenv.Context(t, 60*time.Second)
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'hot', 1, '"one"'), ('acme', 'twin', 1, '"one"')`)
+	for _, id := range []string{"hot", "twin"} {
+		if r := e.do("GET", in.item(id), key, ""); r.code != 200 {
+			t.Fatalf("cold GET %s: %d %s", id, r.code, r.raw)
+		}
+	}
+	snap, err := builder.ReplicaSource(ctx, "acme", "hot", time.Second, 0)
+	if err != nil || snap.Status != "ok" {
+		t.Fatalf("replica source = %+v, %v", snap, err)
+	}
+	if _, err := builder.BuildReplicas(ctx, "acme", "hot", snap.Entry, 3); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "a GET from a copy", func() error {
+		if r := e.do("GET", in.item("hot"), key, ""); !strings.Contains(r.cacheStatus(), "detail=replica") {
+			return errorString("GET: " + r.cacheStatus())
+		}
+		return nil
+	})
+	rdb, err := cache.ParseRedisURL(e.redis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	commands := func() int64 {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, l := range strings.Split(info, "\r\n") {
+			if _, stats, ok := strings.Cut(l, ":calls="); ok {
+				c, _ := strconv.ParseInt(stats[:strings.IndexByte(stats, ',')], 10, 64)
+				n += c
+			}
+		}
+		return n
+	}
+	const workers, each = 8, 60
+	load := func(id string) (perGET float64, status map[string]int) {
+		status = map[string]int{}
+		var mu sync.Mutex
+		before := commands()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					r := e.do("GET", in.item(id), key, "")
+					if r.code != 200 {
+						t.Errorf("GET %s: %d %s", id, r.code, r.raw)
+						return
+					}
+					mu.Lock()
+					status[r.cacheStatus()]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(commands()-before-1) / (workers * each), status
+	}
+	off, offStatus := load("twin")
+	on, onStatus := load("hot")
+	t.Logf("Redis commands per GET, %d GETs of one key by %d clients: replicas off %.3f %v, on %.3f %v", workers*each, workers, off, offStatus, on, onStatus)
+	if on > 1.5*off+0.05 {
+		t.Fatalf("Redis commands per GET with replicas on %.3f, off %.3f: copy reads bypass L1 and the per-key coalescing (on: %v)", on, off, onStatus)
+	}
+}

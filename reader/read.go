@@ -59,10 +59,11 @@ func unavailable(detail string, retry time.Duration) Result {
 	return Result{Kind: Unavailable, CacheStatus: "tidemark; fwd=miss; detail=" + detail, RetryAfter: retry}
 }
 
-// Get answers q by the read algorithm: the below-min memo, L1, a hot key's
-// replica, then one resolution per key in this process (cache lookup, then
-// serve, wait for another reader's fill, or read the source under the
-// budget and fill the lease), and the last check of the hard deadline.
+// Get answers q by the read algorithm: the below-min memo, L1, then one
+// resolution per key in this process (a hot key's replica, else cache
+// lookup, then serve, wait for another reader's fill, or read the source
+// under the budget and fill the lease), and the last check of the hard
+// deadline.
 // ctx bounds the caller's wait; the shared resolution runs on its own
 // RequestTimeout so one caller leaving cannot fail the others.
 func (rd *Reader) Get(ctx context.Context, q Query) Result {
@@ -84,10 +85,12 @@ func (rd *Reader) Get(ctx context.Context, q Query) Result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, rd.cfg.RequestTimeout)
 	defer cancel()
-	if rr, ok := rd.replicaRead(ctx, tenant, id, minVersion, q.Spread); ok {
-		return rd.lastCheck(ctx, tenant, id, minVersion, rr)
-	}
+	// A hot key's copy is read inside the shared resolution: one copy read
+	// per key at a time in this process, and its answer goes to L1.
 	return rd.shared(ctx, key+"\x00"+strconv.FormatInt(minVersion, 10), tenant, id, minVersion, func(rctx context.Context) Result {
+		if rr, ok := rd.replicaRead(rctx, tenant, id, minVersion, q.Spread); ok {
+			return rr
+		}
 		return rd.resolve(rctx, tenant, id, minVersion)
 	})
 }

@@ -39,6 +39,7 @@ type Reader struct {
 
 type heldManifest struct {
 	m     cache.Manifest
+	sent  time.Time // when the lookup that gave it was sent
 	until time.Time
 }
 
@@ -107,7 +108,7 @@ func (r *Reader) Offer(tenant, item string, m *cache.Manifest, sent time.Time) {
 			return
 		}
 	}
-	r.held[k] = heldManifest{m: *m, until: until}
+	r.held[k] = heldManifest{m: *m, sent: sent, until: until}
 	r.nHeld.Store(int64(len(r.held)))
 }
 
@@ -129,8 +130,16 @@ func (r *Reader) drop(k string, set *string) {
 // Nothing is answered at or after the copy's soft deadline by the Reader's
 // clock, checked after the copy arrived.
 func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64, reader uint64) (cache.Entry, bool) {
+	e, _, ok := r.ReadSent(ctx, tenant, item, minVersion, reader)
+	return e, ok
+}
+
+// ReadSent is Read, also saying when the lookup that gave the manifest was
+// sent (by the Reader's clock): an answer kept in memory (L1) counts its
+// lifetime from there, as the manifest does.
+func (r *Reader) ReadSent(ctx context.Context, tenant, item string, minVersion int64, reader uint64) (cache.Entry, time.Time, bool) {
 	if r.nHeld.Load() == 0 {
-		return cache.Entry{}, false
+		return cache.Entry{}, time.Time{}, false
 	}
 	k := heldKey(tenant, item)
 	now := r.now()
@@ -138,14 +147,14 @@ func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64
 	h, ok := r.held[k]
 	r.mu.RUnlock()
 	if !ok || !now.Before(h.until) || h.m.Version < minVersion || h.m.N() == 0 {
-		return cache.Entry{}, false
+		return cache.Entry{}, time.Time{}, false
 	}
 	n := uint64(h.m.N())
 	for try := uint64(0); try < min(2, n); try++ {
 		e, err := r.c.ReadReplica(ctx, tenant, item, h.m, int((reader+try)%n))
 		if err == nil && e.Version == h.m.Version && r.now().Before(e.Soft) && !e.Soft.After(e.Hard) {
 			r.m.reads.WithLabelValues("copy").Inc()
-			return e, true
+			return e, h.sent, true
 		}
 		if err != nil && !errors.Is(err, cache.ErrReplicaUnusable) {
 			break // Redis trouble: the primary path has its own handling
@@ -153,5 +162,5 @@ func (r *Reader) Read(ctx context.Context, tenant, item string, minVersion int64
 	}
 	r.drop(k, &h.m.Set)
 	r.m.reads.WithLabelValues("fallback").Inc()
-	return cache.Entry{}, false
+	return cache.Entry{}, time.Time{}, false
 }
