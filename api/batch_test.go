@@ -56,7 +56,7 @@ func TestBatchGetAnswersEachItemAsItsOwnGet(t *testing.T) {
 		t.Fatalf("%d answers for 6 ids: %v", len(got), got)
 	}
 	for i, it := range got[:3] {
-		if it["item_id"] != ids[i] || it["status"] != 200.0 || it["version"] != 1.0 || it["cache_status"] != "tidemark; fwd=miss; stored; ttl=" + ttlOf(t, it) ||
+		if it["item_id"] != ids[i] || it["status"] != 200.0 || it["version"] != 1.0 || it["cache_status"] != "tidemark; fwd=miss; stored; ttl="+ttlOf(t, it) ||
 			it["etag"] != fmt.Sprintf(`"1.%s"`, tenantTag("acme")) || it["age"] == nil || it["display"].(map[string]any)["n"] != float64(i) {
 			t.Errorf("cold item %d: %v", i, it)
 		}

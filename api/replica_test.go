@@ -110,7 +110,9 @@ func (e errorString) Error() string { return string(e) }
 // off (INFO commandstats around a fixed number of GETs).
 func TestHotKeyReplicaReadsShareL1AndCoalescing(t *testing.T) {
 	e := newEnv(t)
-	ccfgFn := func(c *cache.Config) { c.SoftMin, c.SoftMax, c.HardLifetime = 15*time.Second, 15*time.Second, 25*time.Second }
+	ccfgFn := func(c *cache.Config) {
+		c.SoftMin, c.SoftMax, c.HardLifetime = 15*time.Second, 15*time.Second, 25*time.Second
+	}
 	// L1 off, as serve's default --l1-ttl 0: the coalescing alone.
 	in := e.instance(instOpts{ccfg: ccfgFn, cfg: func(c *Config) { c.L1Size = 0 }})
 	ccfg := testCacheConfig()
