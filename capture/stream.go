@@ -222,7 +222,9 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 			if r, err := s.dec.rel(m.RelationID); err == nil && r.kind == relItems {
 				old, cur := s.change(), s.change()
 				if err := s.dec.deleted(r, m.OldTuple, old); err != nil {
-					s.undecodable(old, err)
+					if err := s.undecodable(old, err); err != nil {
+						return err
+					}
 				} else if err := s.dec.row(r, m.NewTuple, cur); err != nil || old.Tenant != cur.Tenant || old.Item != cur.Item {
 					s.produceChange(old) // the new row is judged below
 				}
@@ -236,8 +238,7 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 		}
 		ch := s.change()
 		if err := s.dec.deleted(r, m.OldTuple, ch); err != nil {
-			s.undecodable(ch, err)
-			return nil
+			return s.undecodable(ch, err)
 		}
 		s.produceChange(ch)
 	case *pglogrepl.TruncateMessage:
@@ -298,8 +299,7 @@ func (s *streamer) row(ctx context.Context, relID uint32, t *pglogrepl.TupleData
 		}
 		ch := s.change()
 		if err := s.dec.row(r, t, ch); err != nil {
-			s.undecodable(ch, err)
-			return nil
+			return s.undecodable(ch, err)
 		}
 		s.produceChange(ch)
 	case relHeartbeat:

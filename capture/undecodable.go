@@ -28,9 +28,12 @@ const (
 // no entry observed before the change is extended by the watermark. Both
 // travel in the transaction like its other records, so they are confirmed
 // with it, and capture streams on.
-func (s *streamer) undecodable(ch *schema.Change, cause error) {
+func (s *streamer) undecodable(ch *schema.Change, cause error) error {
 	if !errors.Is(cause, ErrDecode) {
 		cause = errors.Join(ErrDecode, cause)
+	}
+	if stopOnBadRow {
+		return cause
 	}
 	if ch.Tenant != "" && ch.Item != "" {
 		s.c.m.undecodable.WithLabelValues(actionPurge).Inc()
@@ -38,7 +41,7 @@ func (s *streamer) undecodable(ch *schema.Change, cause error) {
 			"lsn", ch.LSN, "xid", ch.Xid, "key", strconv.Quote(ch.Key()), "err", cause)
 		ch.Version, ch.Op = 0, schema.OpDelete
 		s.c.relay.Produce(s.tr, s.txn, ch.Key(), 0, schema.Encode(ch), ch.CommitTime)
-		return
+		return nil
 	}
 	s.c.m.undecodable.WithLabelValues(actionReset).Inc()
 	s.c.m.resets.WithLabelValues(ReasonUndecodableRow).Inc()
@@ -48,4 +51,10 @@ func (s *streamer) undecodable(ch *schema.Change, cause error) {
 	for p := range s.fanout() {
 		s.c.relay.Produce(s.tr, s.txn, schema.MarkerKey(int32(p)), int32(p), v, ch.CommitTime)
 	}
+	return nil
 }
+
+// stopOnBadRow is set only by the build tag tidemark_stop_on_bad_row
+// (stop_on_bad_row.go): capture as it was, stopping on an undecodable row,
+// for the chaos harness's test of the fault bad-version-row.
+var stopOnBadRow = false
