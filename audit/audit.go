@@ -202,7 +202,7 @@ func (a *Auditor) Round(ctx context.Context) error {
 		row := rows[key]
 		kind, f := a.classify(e, row.SourceRow, wm, now)
 		if kind == "" {
-			if d, ok := digests[key]; ok && d != row.digest {
+			if d, ok := digests[key]; ok && d != row.digest && compareContent {
 				kind = KindContent
 			}
 		}

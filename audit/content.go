@@ -15,6 +15,10 @@ import (
 	"github.com/tidemark/tidemark/schema"
 )
 
+// compareContent is false only with the build tag tidemark_trust_version
+// (trusted_version.go): the auditor as it was, comparing versions alone.
+var compareContent = true
+
 // sourceRow is an item's row with the digest of its display as the read
 // path caches it (the jsonb's text, catalog.Table.DisplaySQL).
 type sourceRow struct {
