@@ -43,7 +43,7 @@ func TestAppliesEveryChangeThenWatermark(t *testing.T) {
 		}
 		return nil
 	})
-	for _, name := range []string{"tidemark_applier_commit_to_apply_seconds", "tidemark_applier_batch_size"} {
+	for _, name := range []string{"tidemark_applier_commit_to_apply_seconds", "tidemark_applier_batch_records"} {
 		if n := testenv.Metric(t, run.reg, name); n == 0 {
 			t.Fatalf("%s has no samples", name)
 		}

@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"partition"),
 		failoverRewinds: in.Counter("tidemark_applier_failover_rewinds_total",
 			"Cache-tier restarts or failovers after which the applier set reset_at and rewound its partitions."),
-		batchSize: in.Histogram("tidemark_applier_batch_size",
+		batchSize: in.Histogram("tidemark_applier_batch_records",
 			"Invalidations per batched cache-tier call (after dedupe).",
 			prometheus.ExponentialBuckets(1, 2, 11)),
 		stalled: in.GaugeVec("tidemark_applier_partition_stalled_seconds",

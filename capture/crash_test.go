@@ -323,7 +323,7 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 	text := b.metrics(t)
 	for _, name := range []string{
 		"tidemark_capture_transactions_total", "tidemark_relay_records_produced_total",
-		"tidemark_relay_produce_errors_total", "tidemark_relay_inflight_records", "tidemark_capture_confirmed_lsn",
+		"tidemark_relay_produce_errors_total", "tidemark_relay_inflight_records", "tidemark_capture_confirmed_lsn_bytes",
 		"tidemark_capture_commit_to_produced_seconds_bucket", "tidemark_slot_lag_bytes",
 		"tidemark_capture_resets_total", "tidemark_capture_heartbeats_total",
 	} {

@@ -159,8 +159,8 @@ func TestIdleSlotAdvances(t *testing.T) {
 		}
 		// Checked in the loop: Postgres 18 may move confirmed_flush_lsn of
 		// an idle slot on its own before capture's next status goes out.
-		if got := testenv.Metric(t, r.reg, "tidemark_capture_confirmed_lsn"); schema.LSN(got) < want {
-			return errorf("tidemark_capture_confirmed_lsn %v < %s", got, want)
+		if got := testenv.Metric(t, r.reg, "tidemark_capture_confirmed_lsn_bytes"); schema.LSN(got) < want {
+			return errorf("tidemark_capture_confirmed_lsn_bytes %v < %s", got, want)
 		}
 		return nil
 	})

@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		events:       in.CounterVec("tidemark_capture_events_total", "Change events decoded from committed transactions, by op.", "op"),
 		transactions: in.Counter("tidemark_capture_transactions_total", "Committed transactions read from the slot."),
-		confirmed:    in.Gauge("tidemark_capture_confirmed_lsn", "LSN (bytes) last confirmed to Postgres: everything before it is in Kafka."),
+		confirmed:    in.Gauge("tidemark_capture_confirmed_lsn_bytes", "LSN (bytes) last confirmed to Postgres: everything before it is in Kafka."),
 		slotLag:      in.Gauge("tidemark_slot_lag_bytes", "WAL retained by the slot: pg_current_wal_lsn() - confirmed_flush_lsn."),
 		walStatus:    in.GaugeVec("tidemark_slot_wal_status", "1 for the slot's current wal_status.", "status"),
 		safeWAL:      in.Gauge("tidemark_slot_safe_wal_size_bytes", "pg_replication_slots.safe_wal_size (-1 when unlimited)."),
