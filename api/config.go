@@ -15,14 +15,15 @@ import (
 // `tidemark serve`; Validate names the field of each problem.
 type Config struct {
 	Addr      string        // where the API listens
-	Namespace string        // Redis namespace, also of the shared source budget unless SourcePool names it
+	Namespace string        // Redis namespace
 	Table     catalog.Table // the catalog table and how its columns map
 
 	// The read path (package reader): deadlines, the source budget, L1,
 	// replicas, min_version bounds, fill admission. Its SourcePool names
 	// the source budget and the rollout store, shared by every namespace of
-	// one deployment so that a namespace upgrade runs on one budget (empty:
-	// Namespace).
+	// one deployment so that a namespace upgrade runs on one budget (the
+	// default is one pool per source: promise.SourcePool). Its Mapping is
+	// Table's fingerprint (what Validate and New use, whatever it holds).
 	reader.Config
 
 	WriteTimeout         time.Duration // deadline of one write transaction
@@ -107,17 +108,12 @@ func (c Config) Validate() error {
 	return p.Err()
 }
 
-// readerConfig is the read path's configuration, its SourcePool filled in.
+// readerConfig is the read path's configuration, its Mapping the table's.
 func (c Config) readerConfig() reader.Config {
 	rc := c.Config
-	rc.SourcePool = c.sourcePool()
+	rc.Mapping = c.Table.Fingerprint()
 	return rc
 }
 
 // sourcePool names the budget and the rollout store.
-func (c Config) sourcePool() string {
-	if c.SourcePool != "" {
-		return c.SourcePool
-	}
-	return c.Namespace
-}
+func (c Config) sourcePool() string { return c.SourcePool }

@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/internal/clockguard"
 	"github.com/tidemark/tidemark/internal/lifecycle"
@@ -206,8 +208,22 @@ func (s *Server) Run(ctx context.Context) error {
 // background refreshes.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer s.close()
+	// A namespace bound to another table mapping or source pool is refused
+	// before the first request (a Redis that cannot be asked now is asked
+	// again by the reader's Run, which stops the server if it refuses).
+	if err := s.rd.Claim(ctx); errors.Is(err, cache.ErrIdentity) {
+		ln.Close()
+		return fmt.Errorf("api: %w", err)
+	}
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
 	s.bg.Add(3)
-	go func() { defer s.bg.Done(); s.rd.Run(s.base) }()
+	go func() {
+		defer s.bg.Done()
+		if err := s.rd.Run(s.base); err != nil {
+			refuse(err)
+		}
+	}()
 	go func() { defer s.bg.Done(); s.rollout.run(s.base) }()
 	go func() { defer s.bg.Done(); s.runPruning(s.base) }()
 	// Slow clients cannot hold connections: headers within 5 s, the whole
@@ -217,6 +233,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout: max(s.cfg.RequestTimeout+s.cfg.SourceTimeout, s.cfg.WriteTimeout) + 5*time.Second, IdleTimeout: 2 * time.Minute}
 	s.log.Info("serving catalog API", "addr", ln.Addr().String())
 	if err := lifecycle.ServeHTTP(ctx, srv, ln, lifecycle.ShutdownGrace); err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	if err := context.Cause(ctx); errors.Is(err, cache.ErrIdentity) {
 		return fmt.Errorf("api: %w", err)
 	}
 	return nil

@@ -57,6 +57,8 @@ type Cache interface {
 	// Namespace is the tier's key prefix: the namespace every commit of
 	// the group carries (group.go).
 	Namespace() string
+	// ClaimIdentity binds the namespace to this applier's group (group.go).
+	ClaimIdentity(ctx context.Context, id cache.Identity) error
 	ServerIdentity(ctx context.Context) (string, error)
 	CheckEvictionPolicy(ctx context.Context) error
 }

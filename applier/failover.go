@@ -33,6 +33,7 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 			}
 		case <-topicT.C:
 			a.syncPartitions(ctx)
+			a.reclaimGroup(ctx)
 		}
 	}
 }
@@ -58,8 +59,12 @@ func (a *Applier) preflight(ctx context.Context) error {
 	if policyErr != nil {
 		return fmt.Errorf("applier: %w", policyErr)
 	}
-	// Before joining: a group of another namespace is refused without
-	// taking a partition from its appliers.
+	// Before joining: a group of another namespace, or a namespace bound
+	// to another group, is refused without taking a partition from its
+	// appliers.
+	if err := a.claimGroup(ctx); err != nil {
+		return err
+	}
 	if err := a.checkGroupNamespace(ctx, nil); err != nil {
 		return err
 	}

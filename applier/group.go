@@ -7,10 +7,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/promise"
 )
 
@@ -124,4 +126,35 @@ func (a *Applier) checkGroupNamespace(ctx context.Context, only []int32) error {
 	ps := foreign[names[0]]
 	slices.Sort(ps)
 	return &ForeignGroupError{Group: a.cfg.Group, Namespace: a.ns, Other: names[0], Partitions: ps}
+}
+
+// claimGroup binds the namespace's identity record (cache.Identity) to this
+// applier's group, retrying Redis errors; a namespace bound to another group
+// is refused (errors.Is cache.ErrIdentity): its appliers would split its
+// partitions' invalidations over two groups' offsets.
+func (a *Applier) claimGroup(ctx context.Context) error {
+	var refused error
+	err := retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "claim the namespace's group", func(ctx context.Context) error {
+		err := a.cache.ClaimIdentity(ctx, cache.Identity{Group: a.cfg.Group})
+		if errors.Is(err, cache.ErrIdentity) {
+			refused = err
+			return nil
+		}
+		return err
+	})
+	if refused != nil {
+		return fmt.Errorf("applier: %w", refused)
+	}
+	return err
+}
+
+// reclaimGroup claims the group again while running (a record lost with its
+// Redis node is rewritten); a refusal stops the stage, a Redis error waits
+// for the next time.
+func (a *Applier) reclaimGroup(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.cache.ClaimIdentity(cctx, cache.Identity{Group: a.cfg.Group}); errors.Is(err, cache.ErrIdentity) {
+		a.fail(fmt.Errorf("applier: %w", err))
+	}
 }

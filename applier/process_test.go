@@ -23,8 +23,9 @@ type fakeCache struct {
 	calls []string
 }
 
-func (f *fakeCache) log(s string)      { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
-func (f *fakeCache) Namespace() string { return "catalog" }
+func (f *fakeCache) log(s string)                                        { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
+func (f *fakeCache) Namespace() string                                   { return "catalog" }
+func (f *fakeCache) ClaimIdentity(context.Context, cache.Identity) error { return nil }
 
 func (f *fakeCache) InvalidateBatch(_ context.Context, b []cache.Invalidation) ([]cache.InvalidateOutcome, error) {
 	var parts []string

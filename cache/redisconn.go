@@ -329,3 +329,12 @@ func IsNoPerm(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
 }
+
+// ACLPoolRules is what a user of a namespace needs beyond ACLRules when its
+// source pool is another name (a namespace upgrade's new namespace, or a
+// namespace beside the default pool): the pool's hash-tagged budget and
+// rollout keys ({<pool>:v1:*) and its plain ones, the serve processes
+// (<pool>:v1:_serve) and the namespaces (<pool>:v1:_namespaces).
+func ACLPoolRules(pool string) string {
+	return "~" + pool + ":v1:* ~{" + pool + ":v1:*"
+}

@@ -10,6 +10,8 @@
 package catalog
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -251,4 +253,22 @@ func (t Table) Writes() WriteSQL {
 		Delete: fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = %s, %s = NULL, %s = now() WHERE %s = $1 AND %s = $2 RETURNING %s::bigint",
 			tb, v, v, st, Literal(t.DeletedState), d, up, tn, it, v),
 	}
+}
+
+// Fingerprint names what a cached entry of the table holds: the table and
+// hash of the columns that key, version and make up an item and its display
+// ("catalog.items#3f1c0e9a2b7d"). Two mappings that would cache different
+// values for one (tenant, item) have different fingerprints, so a cache-tier
+// namespace can be bound to one (cache.Identity). The active state and the
+// list's column change nothing cached and are left out.
+func (t Table) Fingerprint() string {
+	payload := strings.Join(t.Payload, ",")
+	if t.PayloadSQL != "" {
+		payload = "" // ignored then (Table.Payload)
+	}
+	h := sha256.New()
+	for _, s := range []string{t.Name, t.TenantColumn, t.ItemColumn, t.VersionColumn, t.StateColumn, t.DeletedState, payload, t.PayloadSQL} {
+		fmt.Fprintf(h, "%d:%s;", len(s), s)
+	}
+	return t.Name + "#" + hex.EncodeToString(h.Sum(nil))[:12]
 }

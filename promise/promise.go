@@ -33,9 +33,12 @@ const HardLifetime = Bound - 2*ClockBound
 // The default names the stages share; each package's DefaultConfig takes its
 // default from here.
 const (
-	// Namespace is the cache tier's key prefix and the name of the shared
-	// source budget.
+	// Namespace is the cache tier's key prefix.
 	Namespace = "catalog"
+	// SourcePool names the shared source budget and the rollout settings:
+	// one per source, whatever the namespace, so the namespaces of an
+	// upgrade (and a reader of one's own) share one budget by default.
+	SourcePool = "catalog"
 	// Table is the source table (migrations create it).
 	Table = "catalog.items"
 	// Topic is the Kafka topic capture writes and the appliers read.

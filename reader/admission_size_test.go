@@ -46,6 +46,7 @@ func newTestReaderOf(t *testing.T, rdb *redis.Client, src Source, rcfg func(*Con
 	}
 	cfg := DefaultConfig()
 	cfg.SourcePool = "test"
+	cfg.Mapping = "test.items#0"
 	if rcfg != nil {
 		rcfg(&cfg)
 	}

@@ -64,6 +64,7 @@ func (r *budgetRig) reader(rdb *redis.Client, rcfg func(*Config)) *Reader {
 	}
 	cfg := DefaultConfig()
 	cfg.SourcePool, cfg.L1Size, cfg.LookupTimeout, cfg.RequestTimeout = "p", 0, 100*time.Millisecond, 2*time.Second
+	cfg.Mapping = catalog.DefaultTable().Fingerprint()
 	if rcfg != nil {
 		rcfg(&cfg)
 	}
@@ -301,6 +302,7 @@ func TestBudgetNewcomerJoiningJustBeforeRedisDiesHolds(t *testing.T) {
 	}
 	ncfg := DefaultConfig()
 	ncfg.SourcePool, ncfg.L1Size, ncfg.LookupTimeout, ncfg.RequestTimeout = "p", 0, 100*time.Millisecond, 2*time.Second
+	ncfg.Mapping = catalog.DefaultTable().Fingerprint()
 	cfg(&ncfg)
 	nc, err := New(ncfg, Deps{Source: NewTableSource(r.pool, catalog.DefaultTable(), time.Second), Cache: cc,
 		Redis: r.client(r.redis.Addr), Clock: trustedClock{}, Log: testenv.Logger(t)})
@@ -450,6 +452,7 @@ func TestTenantFloodingTwoClassesTakesOnlyItsShareOfTheTotal(t *testing.T) {
 func TestReadYourWritesRateInsideTheForegroundRate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SourcePool, cfg.ForegroundRate, cfg.ReadYourWritesRate = "p", 300, 3000
+	cfg.Mapping = "t"
 	err := cfg.Validate()
 	if err == nil || !regexp.MustCompile(`ReadYourWritesRate.*at most ForegroundRate \(300\)`).MatchString(err.Error()) {
 		t.Fatalf("a read-your-writes rate of 3000 over a foreground rate of 300: %v, want a refusal naming both", err)

@@ -76,7 +76,7 @@ func (rd *Reader) Get(ctx context.Context, q Query) Result {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent("l1", trace.WithAttributes(attribute.Bool("hit", ok)))
 	}
-	if ok && rd.clock.Trusted() {
+	if use, _ := rd.cacheable(); ok && use {
 		// The deadline is only set up past L1: an L1 answer waits for
 		// nothing, and lastCheck bounds its own rare fresh read.
 		rd.m.l1Hits.Inc()
@@ -189,11 +189,12 @@ func (rd *Reader) Forget(tenant, item string) { rd.belowMin.forget(tenant + "\x0
 // resolve runs the read path: cache Lookup, then by its answer serve, wait,
 // or read the source under the foreground budget and fill the lease.
 func (rd *Reader) resolve(ctx context.Context, tenant, id string, minVersion int64) Result {
-	if !rd.clock.Trusted() {
+	if use, detail := rd.cacheable(); !use {
 		// This host's clock is out of bounds (or not measured): its view of
-		// deadlines cannot be trusted, so nothing is answered from or filled
+		// deadlines cannot be trusted; or the namespace is another
+		// deployment's (identity.go). Nothing is answered from or filled
 		// into the cache.
-		return rd.fetch(ctx, tenant, id, minVersion, cache.Token{}, "detail=clock")
+		return rd.fetch(ctx, tenant, id, minVersion, cache.Token{}, detail)
 	}
 	key := tenant + "\x00" + id
 	waited := false

@@ -15,10 +15,12 @@ package reader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +32,7 @@ import (
 	"github.com/tidemark/tidemark/internal/clockguard"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/replica"
 )
 
@@ -79,6 +82,7 @@ type Cache interface {
 	Floor(ctx context.Context, tenant, item string) (int64, error)
 	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
 	Memory(ctx context.Context) (cache.Memory, error)
+	ClaimIdentity(ctx context.Context, id cache.Identity) error
 }
 
 // Clock is the process's guarded clock (*clockguard.Guard): Now is the
@@ -127,8 +131,9 @@ type Reader struct {
 	log          *slog.Logger
 	tracer       trace.Tracer
 	clock        Clock
-	guard        *clockguard.Guard // the reader's own, when Deps.Clock was nil
-	hardLifetime time.Duration     // of values read from the source now
+	guard        *clockguard.Guard     // the reader's own, when Deps.Clock was nil
+	hardLifetime time.Duration         // of values read from the source now
+	foreign      atomic.Pointer[error] // set when the namespace is bound to another deployment (identity.go)
 
 	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
 	refreshes singleflight.Group // per key: one background refresh at a time
@@ -202,23 +207,38 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	return rd, nil
 }
 
-// Run counts this process among its pool's readers every second (the
+// Run claims the namespace's identity (Claim; refused: it returns the error
+// at once), counts this process among its pool's readers every second (the
 // budget's share while Redis cannot be asked), sizes fill admission to the
-// cache every 10 s, and runs the reader's own clock guard when it has one,
-// until ctx ends; then it stops background work (Close) and returns nil.
+// cache every 10 s, claims the identity again every 5 s, and runs the
+// reader's own clock guard when it has one, until ctx ends (nil) or a claim
+// is refused (the error); then it stops background work (Close).
 func (rd *Reader) Run(ctx context.Context) error {
 	defer rd.Close()
+	if err := rd.Claim(ctx); errors.Is(err, cache.ErrIdentity) {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); rd.runAdmissionSizing(ctx) }()
+	var refused error
+	go func() {
+		defer wg.Done()
+		if refused = rd.runIdentity(ctx); refused != nil {
+			stop()
+		}
+	}()
 	if rd.guard != nil {
 		rd.guard.Check(ctx)
 		wg.Add(1)
 		go func() { defer wg.Done(); rd.guard.Run(ctx) }()
 	}
 	rd.procs.run(ctx)
-	return nil
+	stop()
+	wg.Wait()
+	return refused
 }
 
 // Close stops background refreshes and fills and waits for them. Reads
@@ -241,8 +261,16 @@ func (rd *Reader) Share(now time.Time) (int64, bool) { return rd.procs.share(now
 // problem.
 type Config struct {
 	// SourcePool names the shared source budget: every reader of one pool
-	// (every serve process of a deployment) shares its rates.
+	// shares its rates. The default, promise.SourcePool, is one pool per
+	// source: every serve process and every reader of your own against one
+	// Postgres share one budget unless told otherwise.
 	SourcePool string
+	// Mapping names what the source reads, for the namespace's identity
+	// record (cache.Identity): catalog.Table.Fingerprint for a table
+	// mapping, or a name of your own. Every reader of a namespace must read
+	// one mapping; there is no default, since a default would let two
+	// tables claim one namespace.
+	Mapping string
 
 	RequestTimeout time.Duration // a read's deadline (waiting for another reader's fill ends here with Unavailable)
 	SourceTimeout  time.Duration // statement timeout of one source read
@@ -301,9 +329,11 @@ const MaxMinVersionMemo = 5 * time.Second
 
 // DefaultConfig returns the production figures: 12,000 + 8,000 source
 // reads/s shared by every reader of the pool (read-your-writes 3,000 of
-// them at most), 1 s request deadline, 0.5 s L1. SourcePool is left to the caller.
+// them at most), 1 s request deadline, 0.5 s L1, one source pool per source
+// (promise.SourcePool). Mapping is left to the caller.
 func DefaultConfig() Config {
 	return Config{
+		SourcePool:         promise.SourcePool,
 		RequestTimeout:     time.Second,
 		SourceTimeout:      time.Second,
 		LookupTimeout:      250 * time.Millisecond,
@@ -330,6 +360,9 @@ func (c Config) Validate() error {
 	var p config.Problems
 	if strings.TrimSpace(c.SourcePool) == "" {
 		p.Add("SourcePool", "must not be empty")
+	}
+	if strings.TrimSpace(c.Mapping) == "" {
+		p.Add("Mapping", "must name what the source reads (catalog.Table.Fingerprint, or a name of your own): the namespace is bound to it")
 	}
 	p.Positive("RequestTimeout", c.RequestTimeout)
 	p.Positive("SourceTimeout", c.SourceTimeout)

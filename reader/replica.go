@@ -14,7 +14,7 @@ import (
 // what it read to L1 as a primary hit is, its window counted from the
 // lookup that gave the manifest (never longer than the manifest is held).
 func (rd *Reader) replicaRead(ctx context.Context, tenant, id string, minVersion int64, spread uint64) (Result, bool) {
-	if !rd.clock.Trusted() {
+	if use, _ := rd.cacheable(); !use {
 		return Result{}, false
 	}
 	e, sent, ok := rd.replicas.ReadSent(ctx, tenant, id, minVersion, spread)

@@ -196,3 +196,14 @@ const (
 	FieldTokenExp = "texp"  // lease expiry, unix ms (Redis server time)
 	FieldStale    = "stale" // "1" once invalidated
 )
+
+// IdentityKey is the hash binding a namespace to its deployment: the table
+// mapping its readers read, its appliers' consumer group, its source pool.
+func IdentityKey(ns string) string { return ns + ":v1:_identity" }
+
+// Fields of the identity hash.
+const (
+	FieldIdentityMapping = "mapping"
+	FieldIdentityGroup   = "group"
+	FieldIdentityPool    = "pool"
+)

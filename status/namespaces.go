@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/rollout"
 )
 
@@ -34,7 +35,7 @@ func readNamespaces(ctx context.Context, cfg Config, now time.Time) ([]Namespace
 	defer rdb.Close()
 	pool := cfg.SourcePool
 	if pool == "" {
-		pool = cfg.Namespace
+		pool = promise.SourcePool
 	}
 	all, err := rollout.Namespaces(ctx, rdb, pool)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/rollout"
 )
 
@@ -34,7 +35,7 @@ func readRollout(ctx context.Context, cfg Config) ([]Rollout, error) {
 	defer rdb.Close()
 	pool := cfg.SourcePool
 	if pool == "" {
-		pool = cfg.Namespace
+		pool = promise.SourcePool
 	}
 	all, err := rollout.NewStore(rdb, pool).Status(ctx)
 	if err != nil {

@@ -42,7 +42,7 @@ type Config struct {
 	RedisConn cache.RedisConfig // TLS, credentials, mode (its URL is Redis)
 	Namespace string
 	// SourcePool is the serve processes' source pool, which names the
-	// rollout settings (empty: Namespace)
+	// rollout settings (empty: promise.SourcePool, serve's default)
 	SourcePool string
 	PG         string // optional: slot health
 	Slot       string

@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/rollout"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // rolloutCmd sets and shows the tenants' serving modes (package rollout);
@@ -24,13 +28,30 @@ type rolloutCmd struct {
 type rolloutStore struct {
 	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	cli.RedisFlags
-	Pool string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_Namespace}" help:"The serve processes' --source-pool (their --namespace when they set none)."`
+	Pool      string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_SourcePool}" help:"The serve processes' --source-pool."`
+	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"The serve processes' --namespace: its identity record must name --source-pool, or nothing is changed."`
 }
 
 func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
 	rdb, err := cache.OpenRedis(r.RedisConn(r.Redis), e.Log)
 	if err != nil {
 		return nil, nil, cli.UsageError(err)
+	}
+	// The namespace's serve processes claimed their pool in its identity
+	// record: settings written to another pool would change nothing they
+	// serve (and might change another deployment's).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	bound, err := rdb.HGet(ctx, schema.IdentityKey(r.Namespace), schema.FieldIdentityPool).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		rdb.Close()
+		return nil, nil, fmt.Errorf("rollout: read namespace %s's identity: %w", r.Namespace, err)
+	case bound != r.Pool:
+		rdb.Close()
+		return nil, nil, cli.UsageError(fmt.Errorf("namespace %q is served on source pool %q, but --source-pool is %q: give --source-pool %s (or TIDEMARK_SOURCE_POOL, as serve reads it)",
+			r.Namespace, bound, r.Pool, bound))
 	}
 	return rollout.NewStore(rdb, r.Pool), func() { rdb.Close() }, nil
 }

@@ -16,7 +16,7 @@ type statusCmd struct {
 	Topic     string        `field:"status.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${status_Topic}" help:"Kafka topic."`
 	Group     string        `field:"status.Group" name:"group" env:"TIDEMARK_GROUP" default:"${status_Group}" help:"The applier's consumer group."`
 	Namespace string        `field:"status.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${status_Namespace}" help:"Cache-tier key namespace."`
-	Pool      string        `field:"status.SourcePool" name:"source-pool" env:"TIDEMARK_SOURCE_POOL" help:"The serve processes' --source-pool, which names the rollout settings (empty: --namespace)."`
+	Pool      string        `field:"status.SourcePool" name:"source-pool" env:"TIDEMARK_SOURCE_POOL" help:"The serve processes' --source-pool, which names the rollout settings (empty: serve's default)."`
 	Slot      string        `field:"status.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${status_Slot}" help:"Replication slot (with --pg)."`
 	SLO       time.Duration `field:"status.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${status_SLO}" help:"Freshness SLO: BREACHED when the watermark is older."`
 	Warn      time.Duration `field:"status.Warn" name:"warn" env:"TIDEMARK_WARN" default:"${status_Warn}" help:"AT RISK when the watermark is older than this."`

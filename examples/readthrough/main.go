@@ -2,7 +2,11 @@
 // (shop.products, adopted with `tidemark adopt`, captured and applied by
 // tidemark) through the cache tier with package reader, which keeps the
 // freshness promise: GET /products/{shop}/{sku}. PG, REDIS and ADDR are
-// taken from the environment.
+// taken from the environment, and the cache namespace and source pool from
+// the variables `tidemark serve` reads (TIDEMARK_NAMESPACE,
+// TIDEMARK_SOURCE_POOL) with serve's defaults: the service shares serve's
+// source budget against the same Postgres, and a namespace bound to another
+// table (serve's catalog.items, say) is refused at start.
 package main
 
 import (
@@ -26,7 +30,11 @@ func main() {
 	must(err)
 	rdb, err := cache.ParseRedisURL(os.Getenv("REDIS"))
 	must(err)
-	tier, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb})
+	ccfg := cache.DefaultConfig()
+	if ns := os.Getenv("TIDEMARK_NAMESPACE"); ns != "" {
+		ccfg.Namespace = ns
+	}
+	tier, err := cache.New(ccfg, cache.Deps{Redis: rdb})
 	must(err)
 	go tier.Run(ctx) // the watermarks the cache judges freshness by
 	products := reader.SourceFunc(func(ctx context.Context, shop, sku string) (it reader.Item, err error) {
@@ -37,11 +45,17 @@ func main() {
 		}
 		return it, err
 	})
-	cfg := reader.DefaultConfig()
-	cfg.SourcePool = "products"
+	cfg := reader.DefaultConfig() // its SourcePool: serve's default, one budget per source
+	if pool := os.Getenv("TIDEMARK_SOURCE_POOL"); pool != "" {
+		cfg.SourcePool = pool
+	}
+	cfg.Mapping = "shop.products (examples/readthrough)" // the namespace is bound to what the source reads
 	rd, err := reader.New(cfg, reader.Deps{Source: products, Cache: tier, Redis: rdb})
 	must(err)
-	go rd.Run(ctx) // the clock guard, and this process's share of the source budget
+	if err := rd.Claim(ctx); errors.Is(err, cache.ErrIdentity) {
+		log.Fatal(err) // the namespace is bound to another table (Run claims again if Redis was down)
+	}
+	go func() { log.Fatal(rd.Run(ctx)) }() // the clock guard, this process's share of the source budget, the identity
 	http.HandleFunc("GET /products/{shop}/{sku}", func(w http.ResponseWriter, r *http.Request) {
 		res := rd.Get(r.Context(), reader.Query{Tenant: r.PathValue("shop"), Item: r.PathValue("sku")})
 		w.Header().Set("Cache-Status", res.CacheStatus)
