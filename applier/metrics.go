@@ -17,8 +17,8 @@ const (
 	// resultRevoked: not above the floor, yet a value observed before the
 	// change (or a lease) was revoked: a write that did not raise the version.
 	resultRevoked = string(cache.InvalidateRevoked)
-	resultPurged    = "purged" // the key refused its invalidation and was deleted instead
-	resultDLQ       = "dlq"
+	resultPurged  = "purged" // the key refused its invalidation and was deleted instead
+	resultDLQ     = "dlq"
 )
 
 // metrics is the applier's one set of instruments.

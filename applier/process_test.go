@@ -144,9 +144,9 @@ func TestBackoffIsCappedWithJitter(t *testing.T) {
 
 func TestConfigValidateNamesEveryFlag(t *testing.T) {
 	c := DefaultConfig()
-	c.Topic, c.Group, c.SessionTimeout, c.MaxBatch = "", "", 0, 0
+	c.Topic, c.SessionTimeout, c.MaxBatch = "", 0, 0 // an empty Group is the namespace's default (GroupFor)
 	err := c.Validate()
-	for _, flag := range []string{"Brokers:", "Topic:", "Group:", "SessionTimeout:", "MaxBatch:"} {
+	for _, flag := range []string{"Brokers:", "Topic:", "SessionTimeout:", "MaxBatch:"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Fatalf("Validate() = %v, want it to name %s", err, flag)
 		}
