@@ -124,16 +124,18 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	// A malformed body is 400 before any precondition is judged: a request
+	// the schema refuses is never answered 412.
+	display, err := validDisplay(req.Display)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion, tenantTag(tenant))
 	if errors.Is(err, errIfMatchTenant) {
 		writeError(w, http.StatusPreconditionFailed, "version_conflict", err.Error())
 		return
 	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
-	}
-	display, err := validDisplay(req.Display)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return

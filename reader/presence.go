@@ -223,7 +223,9 @@ func (p *presence) beat(ctx context.Context) error {
 		err = fmt.Errorf("presence script answered %v", res)
 	}
 	if err != nil {
-		return fmt.Errorf("reader: presence in %s: %w", p.procsKey, err)
+		// The budget's registration failed; status's count and the
+		// namespace stamp are beaten all the same (they judge no admission).
+		return errors.Join(fmt.Errorf("reader: presence in %s: %w", p.procsKey, err), p.beatStatus(ctx))
 	}
 	n, now, added, oldest := res[0], res[1], res[2], res[3]
 	p.mu.Lock()
@@ -239,6 +241,12 @@ func (p *presence) beat(ctx context.Context) error {
 	}
 	s.n, s.sent, s.answered = n, sent, time.Now()
 	p.mu.Unlock()
+	return p.beatStatus(ctx)
+}
+
+// beatStatus beats the pool's serve set and stamps the namespace: what
+// `tidemark status` counts and the namespace upgrade's drain reads.
+func (p *presence) beatStatus(ctx context.Context) error {
 	var errs []error
 	if err := serveScript.Run(ctx, p.rdb, []string{p.key}, p.id, p.ttl.Milliseconds()).Err(); err != nil {
 		errs = append(errs, fmt.Errorf("reader: presence in %s: %w", p.key, err))
