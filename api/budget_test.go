@@ -133,10 +133,7 @@ func TestFallbackBudgetSharedAcrossProcesses(t *testing.T) {
 	e.redis.Kill()
 	before := e.sourceReads()
 	start := time.Now()
-	// Each process admits locally from presenceLate (2 s) after its last
-	// beat attempt until presenceTTL (8 s) after its last beat (reader,
-	// presence.go): the flood spans that window.
-	const dur = 8 * time.Second
+	const dur = 3 * time.Second
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var served atomic.Int64

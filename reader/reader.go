@@ -198,7 +198,6 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 		rd.clock = rd.guard
 	}
 	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, deps.Redis) // the budget's fallback share counts every process of the pool
-	rd.procs.log, rd.procs.errs = log, m.presenceErrors
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
@@ -280,9 +279,7 @@ type Config struct {
 	ForegroundRate float64       // reads/s for request-path misses
 	BackgroundRate float64       // reads/s for stale refreshes
 	BudgetBurst    time.Duration // burst tolerance as a time window of the rate
-	// ReadYourWritesRate: reads/s for min_version reads, a ceiling inside
-	// the total and at most ForegroundRate, so a flood of them cannot take
-	// the request path's place (0: a quarter of ForegroundRate)
+	// ReadYourWritesRate: reads/s for min_version reads
 	ReadYourWritesRate float64
 	MaxInFlight        int           // per-process concurrent source reads
 	InFlightWait       time.Duration // longest wait for a free in-flight slot
@@ -314,23 +311,15 @@ type Config struct {
 	FillTurnover time.Duration
 }
 
-// readYourWritesRate is the read-your-writes class's rate in force.
-func (c Config) readYourWritesRate() float64 {
-	if c.ReadYourWritesRate == 0 {
-		return c.ForegroundRate / 4
-	}
-	return c.ReadYourWritesRate
-}
-
 // MaxMinVersionMemo bounds MinVersionMemo: a write through another process
 // is answered BelowMin to its own writer's min_version for at most this
 // long (read-your-writes, not freshness, is what the memo delays).
 const MaxMinVersionMemo = 5 * time.Second
 
 // DefaultConfig returns the production figures: 12,000 + 8,000 source
-// reads/s shared by every reader of the pool (read-your-writes 3,000 of
-// them at most), 1 s request deadline, 0.5 s L1, one source pool per source
-// (promise.SourcePool). Mapping is left to the caller.
+// reads/s shared by every reader of the pool, 1 s request deadline, 0.5 s
+// L1, one source pool per source (promise.SourcePool). Mapping is left to
+// the caller.
 func DefaultConfig() Config {
 	return Config{
 		SourcePool:         promise.SourcePool,
@@ -340,7 +329,7 @@ func DefaultConfig() Config {
 		ForegroundRate:     12000,
 		BackgroundRate:     8000,
 		BudgetBurst:        100 * time.Millisecond,
-		ReadYourWritesRate: 0, // a quarter of ForegroundRate: 3,000
+		ReadYourWritesRate: 3000,
 		MaxInFlight:        32,
 		InFlightWait:       100 * time.Millisecond,
 		L1TTL:              500 * time.Millisecond,
@@ -376,12 +365,7 @@ func (c Config) Validate() error {
 	}
 	rate("ForegroundRate", c.ForegroundRate)
 	rate("BackgroundRate", c.BackgroundRate)
-	switch r := c.ReadYourWritesRate; {
-	case !(r >= 0):
-		p.Add("ReadYourWritesRate", "must be 0 (a quarter of ForegroundRate) or a positive rate per second (got %v)", r)
-	case r > c.ForegroundRate:
-		p.Add("ReadYourWritesRate", "must be at most ForegroundRate (%v): read-your-writes reads are metered inside the total beside visitors' misses, and a larger ceiling lets one tenant's min_version flood take their place (got %v)", c.ForegroundRate, r)
-	}
+	rate("ReadYourWritesRate", c.ReadYourWritesRate)
 	if c.MaxInFlight <= 0 {
 		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)
 	}

@@ -98,7 +98,7 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster,
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
-	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultServeRedisCut}
+	FaultSyncStandbyStall, FaultPromotion, FaultColdStart}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -109,7 +109,6 @@ func (c Config) Applicable() []string {
 		switch {
 		case k == FaultBrokerRestart && len(c.Kafka) > 0:
 		case (k == FaultReshard || k == FaultKillMaster) && !c.Cluster:
-		case k == FaultServeRedisCut && c.Cluster: // redirections name the servers, past the proxies
 		// A cold start moves capture and the appliers to a new topic: the
 		// namespace upgrade's second applier group reads the first one, and
 		// an old build may lack the cold start's reset.

@@ -86,8 +86,6 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"} // and "serve" while the clock is fast (it takes that itself)
 	case FaultColdStart:
 		return []string{"apply", "capture", "catalog"}
-	case FaultServeRedisCut:
-		return []string{"readers", "serve"} // the cold burst's readers
 	}
 	return []string{targetOf(kind)}
 }
@@ -222,8 +220,6 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.promotion(ctx)
 	case FaultColdStart:
 		rec.Target, err = in.coldStart(ctx, f.Hold)
-	case FaultServeRedisCut:
-		rec.Target, err = in.serveRedisCut(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

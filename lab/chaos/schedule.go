@@ -49,9 +49,6 @@ var holdRange = map[string][2]time.Duration{
 	FaultPromotion:        {0, 0},
 	// How long the changed items are read after the change: past the bound.
 	FaultColdStart: {32 * time.Second, 35 * time.Second},
-	// Past the presence TTL (8 s): the cut-off process's local admission
-	// and its hold after it.
-	FaultServeRedisCut: {10 * time.Second, 14 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
