@@ -3,14 +3,14 @@ GO        ?= go
 BIN       := bin/tidemark
 LAB_BIN   := bin/tidemark-lab
 PKGS      := ./...
-# The local run and the tests need redis-server (and kcat for manual checks);
-# PostgreSQL 15+ server binaries must be installed (/usr/lib/postgresql/*/bin);
-# the real-Kafka tests need Java 17+ and Maven (which fetches the broker).
-# The tests also need promtool (Debian's prometheus package) for the alert
-# rules and chromium for the status-page browser test.
-DEPS_APT  := redis-server kcat prometheus chromium
+# `make run` needs PostgreSQL 15+ server binaries (/usr/lib/postgresql/*/bin,
+# or initdb and postgres on PATH) and redis-server (deps-run); Kafka is
+# in-process. The tests need those and more (deps-test): Java 17+ and Maven
+# (which fetches the broker) for the real-Kafka tests, promtool (Debian's
+# prometheus package) for the alert rules, chromium for the status-page
+# browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps pg18 fuzz clean
+.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps deps-run deps-test pg18 fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -42,31 +42,44 @@ build:
 
 # The main job on its embedded defaults: private Postgres, Redis and Kafka
 # under .tidemark/, demo tenants and load, a live status line.
-run: deps build
+run: deps-run build
 	./$(LAB_BIN) dev --demo-load 200
 
-# Installs what a fresh Debian machine lacks (needs root; no-op when present).
-deps:
-	@missing=""; \
-	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
-	command -v kcat >/dev/null || missing="$$missing kcat"; \
-	command -v promtool >/dev/null || missing="$$missing prometheus"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
-	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
-	command -v mvn >/dev/null || missing="$$missing maven"; \
-	if [ -n "$$missing" ]; then \
+# deps-run and deps-test install the Debian packages a fresh machine lacks
+# (apt-get, as root; no-op when every command is present). Off Debian or
+# without root they name what to install (README, Quickstart).
+APT_MISSING = if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		if [ "$$(id -u)" -ne 0 ]; then echo "run as root or: sudo apt-get install -y$$missing" >&2; exit 1; fi; \
+		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then \
+			echo "not root or not Debian: sudo apt-get install -y$$missing, or put their commands on PATH (README, Quickstart)" >&2; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+# What `tidemark-lab dev` starts: Postgres and redis-server.
+deps-run:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	$(APT_MISSING)
+
+# What the tests need beyond the run's servers.
+deps-test: deps-run
+	@missing=""; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	$(APT_MISSING)
 	@$(MAKE) --no-print-directory pg18
+
+deps: deps-test
 
 # The tests: lint, the alert rules, the Helm chart (helm lint; go test
 # ./... below renders it with the helm this installs), then every package
 # with the race detector against real Postgres, Redis and kfake started by
 # the tests themselves, the Postgres 18 run, then the real-Kafka suite.
-test: deps lint test-rules test-helm schemathesis test-go test-late
+test: deps-test lint test-rules test-helm schemathesis test-go test-late
 
 # The fast lane, what a developer runs first: every test that starts no
 # server, found by reading the tests (lab/unitlane; README, Development).
