@@ -41,6 +41,11 @@ type Config struct {
 	MaxBodyBytes int64         // largest accepted request body
 	AuthTTL      time.Duration // how long a resolved API key is trusted before re-checking Postgres
 	AuthStale    time.Duration // how long a known key keeps working while Postgres cannot be asked
+
+	// PGFile, when set, is the file the pool's DSN came from (a mounted
+	// Secret, a Vault agent's file): NewPool reads it again for every new
+	// connection, so a rotated password is picked up without a restart.
+	PGFile string
 }
 
 // MaxMinVersionMemo bounds MinVersionMemo (reader.MaxMinVersionMemo).

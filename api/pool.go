@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/internal/pgprimary"
+	"github.com/tidemark/tidemark/internal/secretfile"
 )
 
 // NewPool connects to the catalog's primary with a pool sized for cfg (unless
@@ -17,7 +18,8 @@ import (
 // burst never starves writes of connections. Every session also gets
 // statement_timeout = Config.SourceTimeout as a server-side backstop. A server
 // in recovery is refused at start and on every new connection
-// (pgprimary.ErrStandby).
+// (pgprimary.ErrStandby). With cfg.PGFile set, every new connection takes
+// the file's current DSN (address, user, password, TLS).
 func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -29,6 +31,9 @@ func NewPool(ctx context.Context, dsn string, cfg Config) (*pgxpool.Pool, error)
 		pc.MaxConns = int32(cfg.MaxInFlight + max(1, cfg.MaxInFlight/4) + authLookupSlots + 16)
 	}
 	pc.AfterConnect = pgprimary.AfterConnect
+	if cfg.PGFile != "" {
+		pc.BeforeConnect = secretfile.PGBeforeConnect(cfg.PGFile)
+	}
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

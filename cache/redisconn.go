@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/secretfile"
 	"github.com/tidemark/tidemark/internal/tlsfiles"
 )
 
@@ -32,6 +33,11 @@ const (
 // given here override the URL's.
 type RedisConfig struct {
 	URL string
+	// URLFile, when set, is the file URL came from (a mounted Secret, a
+	// Vault agent's file): its user and password are read again for every
+	// new connection, so a rotated password is picked up without a restart
+	// (the addresses, mode and TLS stay as read at start).
+	URLFile string
 	// Mode is auto, standalone, cluster or sentinel; empty goes by the URL
 	// alone (one address standalone, several a Cluster, redis+sentinel a
 	// Sentinel set). auto asks a single address what it is, so a Cluster's
@@ -185,6 +191,25 @@ func OpenRedis(cfg RedisConfig, log *slog.Logger) (redis.UniversalClient, error)
 	creds := func(context.Context) (string, string, error) {
 		p, err := tlsfiles.Secret(pw, pwFile)
 		return user, p, err
+	}
+	if cfg.URLFile != "" && cfg.Password == "" && pwFile == "" {
+		// The password, and the user unless given apart, follow the file.
+		pwFile = cfg.URLFile
+		creds = func(context.Context) (string, string, error) {
+			s, err := secretfile.Read(cfg.URLFile)
+			if err != nil {
+				return "", "", err
+			}
+			cur, err := parseRedisURL(s)
+			if err != nil {
+				return "", "", fmt.Errorf("%s: %w", cfg.URLFile, err)
+			}
+			u := cfg.Username
+			if u == "" {
+				u = cur.username
+			}
+			return u, cur.password, nil
+		}
 	}
 	mode := cfg.Mode
 	if mode == "" || (mode == ModeAuto && u.scheme == "redis+sentinel") {

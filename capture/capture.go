@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tidemark/tidemark/internal/secretfile"
 	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/relay"
 	"github.com/tidemark/tidemark/schema"
@@ -196,7 +197,7 @@ func (c *Capture) Run(ctx context.Context) error {
 // session is one connection's life: preflight, gap check, acquire the
 // slot, stream, and shut down in order.
 func (c *Capture) session(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.cfg.PG)
+	conn, err := c.connect(ctx)
 	if err != nil {
 		return fmt.Errorf("capture: connect: %w", err)
 	}
@@ -245,7 +246,7 @@ func (c *Capture) session(ctx context.Context) error {
 	go func() { defer wg.Done(); c.heartbeats(sctx) }()
 	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
 
-	vconn, err := pgx.Connect(ctx, c.cfg.PG)
+	vconn, err := c.connect(ctx)
 	if err != nil {
 		return fmt.Errorf("capture: connect for visibility checks: %w", err)
 	}
@@ -302,8 +303,22 @@ func (c *Capture) session(ctx context.Context) error {
 	return errors.Join(streamErr, flushErr)
 }
 
+// connect opens a connection with the current DSN (PGFile read again, so a
+// reconnect after a password rotation uses the new one).
+func (c *Capture) connect(ctx context.Context) (*pgx.Conn, error) {
+	cc, err := secretfile.PGConfig(c.cfg.PG, c.cfg.PGFile)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cc)
+}
+
 func (c *Capture) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
-	pc, err := pgconn.ParseConfig(c.cfg.PG)
+	dsn, err := secretfile.Value(c.cfg.PG, c.cfg.PGFile)
+	if err != nil {
+		return nil, fmt.Errorf("capture: Postgres DSN: %w", err)
+	}
+	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("capture: Postgres DSN: %w", err)
 	}

@@ -24,8 +24,12 @@ const (
 
 // Config of a capture stage.
 type Config struct {
-	PG    string       // Postgres DSN (a replication connection is derived from it)
-	Relay relay.Config // Kafka side: brokers, topic, partitions, in-flight bound
+	PG string // Postgres DSN (a replication connection is derived from it)
+	// PGFile, when set, is the file holding the DSN (a mounted Secret, a
+	// Vault agent's file): read again for every connection, so a rotated
+	// password is picked up at the next reconnect. PG may then be empty.
+	PGFile string
+	Relay  relay.Config // Kafka side: brokers, topic, partitions, in-flight bound
 
 	Slot        string
 	Publication string
@@ -82,7 +86,7 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // (the relay's under "Relay.").
 func (c Config) Validate() error {
 	var p config.Problems
-	if strings.TrimSpace(c.PG) == "" {
+	if strings.TrimSpace(c.PG) == "" && c.PGFile == "" {
 		p.Add("PG", "is required")
 	}
 	p.Nested("Relay", c.Relay.Validate())

@@ -35,7 +35,7 @@ func (c *Capture) heartbeats(ctx context.Context) {
 		err := func() error {
 			if conn == nil || conn.IsClosed() {
 				var err error
-				if conn, err = pgx.Connect(ctx, c.cfg.PG); err != nil {
+				if conn, err = c.connect(ctx); err != nil {
 					conn = nil
 					return err
 				}

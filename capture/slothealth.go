@@ -50,7 +50,7 @@ func (c *Capture) watchSlot(ctx context.Context) {
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var err error
-			if conn, err = pgx.Connect(cctx, c.cfg.PG); err != nil {
+			if conn, err = c.connect(cctx); err != nil {
 				conn = nil
 				c.log.Debug("slot watcher: connect", "err", err)
 			}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/secretfile"
 	"github.com/tidemark/tidemark/promise"
 )
 
@@ -45,6 +46,7 @@ type Config struct {
 	// rollout settings (empty: promise.SourcePool, serve's default)
 	SourcePool string
 	PG         string // optional: slot health
+	PGFile     string // the file PG came from, read again at each check (a rotated password)
 	Slot       string
 	SLO        time.Duration
 	Warn       time.Duration
@@ -438,7 +440,11 @@ func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark,
 }
 
 func readSlot(ctx context.Context, cfg Config) (Slot, error) {
-	conn, err := pgx.Connect(ctx, cfg.PG)
+	cc, err := secretfile.PGConfig(cfg.PG, cfg.PGFile)
+	if err != nil {
+		return Slot{}, fmt.Errorf("status: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return Slot{}, fmt.Errorf("status: connect to postgres: %w", err)
 	}

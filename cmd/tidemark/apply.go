@@ -74,7 +74,9 @@ func (c *applyCmd) Validate() error {
 func (c *applyCmd) Run(ctx context.Context, e *cli.Env) error {
 	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
 	reg := telemetry.NewRegistry(pl)
-	tier, err := wiring.OpenTier(c.RedisConn(c.Redis), c.cacheConfig(), nil, e.Log, reg)
+	rc := c.RedisConn(c.Redis)
+	rc.URLFile = e.File("redis")
+	tier, err := wiring.OpenTier(rc, c.cacheConfig(), nil, e.Log, reg)
 	if err != nil {
 		return cli.UsageError(err)
 	}

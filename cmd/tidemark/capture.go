@@ -92,7 +92,9 @@ func (c *captureCmd) Run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	capt, err := wiring.AddCapture(&g, c.config(), e.Log, reg, tp)
+	ccfg := c.config()
+	ccfg.PGFile = e.File("pg")
+	capt, err := wiring.AddCapture(&g, ccfg, e.Log, reg, tp)
 	if err != nil {
 		return err
 	}

@@ -160,6 +160,7 @@ func (c *serveCmd) Validate() error {
 func (c *serveCmd) Run(ctx context.Context, e *cli.Env) error {
 	log := e.Log
 	acfg := c.apiConfig()
+	acfg.PGFile = e.File("pg")
 	pool, err := api.NewPool(ctx, c.PG, acfg)
 	if err != nil {
 		return err
@@ -167,7 +168,9 @@ func (c *serveCmd) Run(ctx context.Context, e *cli.Env) error {
 	defer pool.Close()
 	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
 	reg := telemetry.NewRegistry(pl)
-	tier, err := wiring.OpenTier(c.RedisConn(c.Redis), c.cacheConfig(), pool, log, reg)
+	rc := c.RedisConn(c.Redis)
+	rc.URLFile = e.File("redis")
+	tier, err := wiring.OpenTier(rc, c.cacheConfig(), pool, log, reg)
 	if err != nil {
 		return cli.UsageError(err)
 	}

@@ -30,6 +30,8 @@ type statusTarget struct {
 func (f statusPageFlag) page(e *cli.Env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
 	cfg := f.pageConfig(t)
 	cfg.Process = process
+	// The connection files are read again at each check (rotated secrets).
+	cfg.Check.PGFile, cfg.Check.RedisConn.URLFile = e.File("pg"), e.File("redis")
 	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.Log})
 }
 

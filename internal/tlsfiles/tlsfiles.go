@@ -9,9 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/tidemark/tidemark/internal/config"
+	"github.com/tidemark/tidemark/internal/secretfile"
 )
 
 // Config is a client's TLS settings. The zero value with Enabled set uses
@@ -86,17 +86,10 @@ func (c Config) TLS() (*tls.Config, error) {
 }
 
 // Secret is a secret given as a value or as a file holding it (one of the
-// two). The file is read at each call, so a rotated secret is picked up by
-// the next connection; one trailing newline is dropped.
+// two). The file is read at each call (secretfile.Value), so a rotated
+// secret is picked up by the next connection.
 func Secret(value, file string) (string, error) {
-	if file == "" {
-		return value, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
-	}
-	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
+	return secretfile.Value(value, file)
 }
 
 // CheckSecret records a problem when both a value and a file are given, or

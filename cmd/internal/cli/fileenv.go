@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/tidemark/tidemark/internal/secretfile"
 )
 
 // fileEnvSuffix: every flag's environment variable TIDEMARK_X can be given
@@ -13,7 +15,10 @@ import (
 // Secret mounted as a volume), so a DSN or a URL with a password sits in
 // neither argv nor the environment. A variable that is itself a flag's
 // (TIDEMARK_REDIS_PASSWORD_FILE is --redis-password-file's) keeps that
-// meaning: the flag reads the file itself, at each connection.
+// meaning: the flag reads the file itself, at each connection. The value is
+// read here at start (for validation and --print-config); a command hands
+// the path to the stages that connect (Env.File), which read it again for
+// every new connection.
 const fileEnvSuffix = "_FILE"
 
 // fileEnv resolves a flag from its *_FILE variable. It runs after the
@@ -70,13 +75,33 @@ func (fe *fileEnv) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any,
 			return nil, fmt.Errorf("both %s and %s are set: give one", env, name)
 		}
 	}
-	b, err := os.ReadFile(path)
+	v, err := secretfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if strings.TrimSpace(v) == "" {
 		return nil, fmt.Errorf("%s: %s is empty", name, path)
 	}
 	return v, nil
+}
+
+// files is where each flag of the selected command that got its value from
+// a *_FILE variable got it: flag name -> path.
+func (fe *fileEnv) files(kctx *kong.Context) map[string]string {
+	fromArgs := map[*kong.Flag]bool{}
+	for _, p := range kctx.Path {
+		if p.Flag != nil && !p.Resolved {
+			fromArgs[p.Flag] = true
+		}
+	}
+	out := map[string]string{}
+	for _, f := range kctx.Flags() {
+		if fromArgs[f] {
+			continue
+		}
+		if _, path, ok := fe.fileVar(f); ok {
+			out[f.Name] = path
+		}
+	}
+	return out
 }

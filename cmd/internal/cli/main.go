@@ -51,7 +51,14 @@ type Env struct {
 	Log    *slog.Logger
 	Stdout io.Writer
 	Stderr io.Writer
+
+	files map[string]string // flag name -> the *_FILE path its value came from
 }
+
+// File is the file flag's value was read from (its TIDEMARK_X_FILE
+// variable), or "" when it came from elsewhere. Stages given the path read
+// it again for every new connection, so a rotated secret is picked up.
+func (e *Env) File(flag string) string { return e.files[flag] }
 
 // App is one binary: its name and description, its root command struct
 // (embedding Globals, reached through globals) and the package defaults its
@@ -132,7 +139,7 @@ func Main(ctx context.Context, app App, args []string, stdout, stderr io.Writer)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
-	err = kctx.Run(&Env{Log: log, Stdout: stdout, Stderr: stderr})
+	err = kctx.Run(&Env{Log: log, Stdout: stdout, Stderr: stderr, files: fe.files(kctx)})
 	var ec exitCoder
 	switch {
 	case err == nil:
