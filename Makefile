@@ -10,7 +10,7 @@ PKGS      := ./...
 # prometheus package) for the alert rules, chromium for the status-page
 # browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps deps-run deps-test pg18 fuzz clean
+.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps deps-run deps-test pg18 image fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -39,6 +39,12 @@ LDFLAGS   := -X github.com/tidemark/tidemark/internal/telemetry.version=$(VERSIO
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tidemark
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB_BIN) ./cmd/tidemark-lab
+
+# The OCI image without a container engine: the static product binary for
+# linux/amd64 and linux/arm64, tagged with the CHANGELOG's version, an SPDX
+# SBOM per platform, into bin/image (lab/image; README, Releases).
+image:
+	$(GO) run ./lab/image --out bin/image
 
 # The main job on its embedded defaults: private Postgres, Redis and Kafka
 # under .tidemark/, demo tenants and load, a live status line.
