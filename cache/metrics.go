@@ -14,6 +14,7 @@ type metrics struct {
 	fillRejected  *prometheus.CounterVec
 	invalidations *prometheus.CounterVec
 	watermarkAge  prometheus.Gauge
+	wAge          prometheus.Gauge // telemetry.WatermarkAgeName, the name the alerts read
 	wmRepairs     prometheus.Counter
 }
 
@@ -31,6 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"result"),
 		watermarkAge: in.Gauge("tidemark_cache_watermark_age_seconds",
 			"Age of the freshness watermark W as last polled by this process; +Inf while W is unknown (or ahead of the cache tier's clock)."),
+		wAge: in.Gauge(telemetry.WatermarkAgeName, telemetry.WatermarkAgeHelp),
 		wmRepairs: in.Counter("tidemark_cache_watermark_repairs_total",
 			"Partition watermarks deleted because they were ahead of the cache tier's clock by more than the clock bound."),
 	}

@@ -51,11 +51,12 @@ func (c *Client) Run(ctx context.Context) error {
 // observeAge sets the watermark age gauge from the latest poll.
 func (c *Client) observeAge() {
 	wm := c.Watermark()
-	if !wm.Known {
-		c.m.watermarkAge.Set(math.Inf(1))
-		return
+	age := math.Inf(1)
+	if wm.Known {
+		age = time.Since(wm.W).Seconds()
 	}
-	c.m.watermarkAge.Set(time.Since(wm.W).Seconds())
+	c.m.watermarkAge.Set(age)
+	c.m.wAge.Set(age)
 }
 
 // Watermark is the value of the latest poll by Run (the zero Watermark,

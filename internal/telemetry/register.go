@@ -89,3 +89,12 @@ func register[C prometheus.Collector](in *Instruments, c C) C {
 	in.err = errors.Join(in.err, err)
 	return c
 }
+
+// The freshness watermark's age, exported under one name and help by every
+// role that reads W (the applier as it raises it, serve's cache client as
+// it polls it), so the freshness alerts and their absent() rule see it
+// while any of them is scraped; one registry holding both shares it.
+const (
+	WatermarkAgeName = "tidemark_watermark_age_seconds"
+	WatermarkAgeHelp = "Age of the global watermark W (min over partitions) as last read by this process: the bound on the oldest pending event age (+Inf when unknown)."
+)
