@@ -39,11 +39,15 @@ const (
 	// held that version (a write had produced it): refused although it
 	// could be answered.
 	KindMinVersionRefused Kind = "min-version-refused"
+	// KindPipelineStopped: a change committed during a fault did not reach
+	// the cache tier within the bound (judged by the fault, not from an
+	// answer: bad-version-row's canary).
+	KindPipelineStopped Kind = "pipeline-stopped"
 )
 
 // Kinds lists every kind, in report order.
 var Kinds = []Kind{KindStale, KindUncommitted, KindDeletedServed, KindBelowMin, KindWrong404, KindWrong412, KindWrongOwner, KindPayload,
-	KindETag, KindMinVersionRefused}
+	KindETag, KindMinVersionRefused, KindPipelineStopped}
 
 // Violation is one answer the source history does not justify, with the
 // evidence: the answer and the item's commits around it.
@@ -125,6 +129,16 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 				}
 				if !by.After(from) {
 					bad(KindStale, "version %d was replaced by %d at %s, %s before the request (bound %s)", a.Version, next.Version, ts(by), a.Sent.Sub(by), c.Bound)
+				}
+			}
+			for _, u := range src.unbumped[itemKey{a.Tenant, a.Item}] {
+				if u.Version == a.Version && !u.VisibleBy.After(from) && a.PayloadUnbumped < u.Marker {
+					if age := a.Sent.Sub(u.VisibleBy); age > out.Age {
+						out.Age = age
+					}
+					bad(KindStale, "version %d's payload was rewritten without a new version (marker %d) by %s, %s before the request (bound %s); the answer carries marker %d",
+						a.Version, u.Marker, ts(u.VisibleBy), a.Sent.Sub(u.VisibleBy), c.Bound, a.PayloadUnbumped)
+					break
 				}
 			}
 		case i == 0 && pruned:

@@ -86,6 +86,8 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"} // and "serve" while the clock is fast (it takes that itself)
 	case FaultColdStart:
 		return []string{"apply", "capture", "catalog"}
+	case FaultUnbumpedWrite, FaultBadVersionRow:
+		return []string{"catalog"}
 	}
 	return []string{targetOf(kind)}
 }
@@ -220,6 +222,10 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.promotion(ctx)
 	case FaultColdStart:
 		rec.Target, err = in.coldStart(ctx, f.Hold)
+	case FaultUnbumpedWrite:
+		rec.Target, err = in.unbumpedWrite(ctx, f.Hold)
+	case FaultBadVersionRow:
+		rec.Target, err = in.badVersionRow(ctx)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

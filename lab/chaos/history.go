@@ -22,6 +22,8 @@ type Answer struct {
 	PayloadTenant  string `json:"payload_tenant,omitempty"`
 	PayloadItem    string `json:"payload_item,omitempty"`
 	PayloadVersion int64  `json:"payload_version,omitempty"`
+	// PayloadUnbumped is the marker an unbumped write left in the payload.
+	PayloadUnbumped int64 `json:"payload_unbumped,omitempty"`
 	// For a 304 (a client cache revalidating with If-None-Match), the
 	// payload fields are the stored body's, which the 304 vouched for.
 	CacheStatus string `json:"cache_status,omitempty"`
@@ -67,16 +69,35 @@ func (c Commit) visibleBy() time.Time {
 
 type itemKey struct{ tenant, item string }
 
+// Unbumped is a write that changed an item's payload without a new version
+// (the fault unbumped-write): from VisibleBy on (the write's COMMIT had
+// returned), an answer at Version must carry Marker, or a later one, in its
+// payload's "unbumped" field.
+type Unbumped struct {
+	Tenant, Item    string
+	Version, Marker int64
+	VisibleBy       time.Time
+}
+
 // Source is the commit history of every item, versions in order. For one row
 // commit order is version order: the row lock serialises its writers.
 type Source struct {
-	items  map[itemKey][]Commit
-	pruned map[itemKey]bool // older versions were forgotten by Prune
-	n      int
+	items    map[itemKey][]Commit
+	unbumped map[itemKey][]Unbumped
+	pruned   map[itemKey]bool // older versions were forgotten by Prune
+	n        int
 }
 
 // NewSource returns an empty history.
-func NewSource() *Source { return &Source{items: map[itemKey][]Commit{}, pruned: map[itemKey]bool{}} }
+func NewSource() *Source {
+	return &Source{items: map[itemKey][]Commit{}, unbumped: map[itemKey][]Unbumped{}, pruned: map[itemKey]bool{}}
+}
+
+// AddUnbumped records a write that kept the item's version.
+func (s *Source) AddUnbumped(u Unbumped) {
+	k := itemKey{u.Tenant, u.Item}
+	s.unbumped[k] = append(s.unbumped[k], u)
+}
 
 // Add records a commit; a version already known is ignored (the loader
 // re-reads recent transactions).

@@ -162,6 +162,8 @@ type itemBody struct {
 		Tenant string `json:"tenant"`
 		Item   string `json:"item"`
 		V      int64  `json:"v"`
+		// Unbumped: the marker of the fault unbumped-write.
+		Unbumped int64 `json:"unbumped"`
 	} `json:"display"`
 }
 
@@ -217,6 +219,7 @@ func (l *load) getOn(ctx context.Context, serve int, tenant, item string, minVer
 	}
 	if code == http.StatusOK && err == nil {
 		a.Version, a.PayloadTenant, a.PayloadItem, a.PayloadVersion = it.Version, it.Display.Tenant, it.Display.Item, it.Display.V
+		a.PayloadUnbumped = it.Display.Unbumped
 	} else if code == http.StatusOK {
 		a.Status = 0 // an unreadable body is reported as an error, not judged
 	}

@@ -25,6 +25,10 @@ type recorder struct {
 	mu      sync.Mutex
 	pending []Answer
 	seq     int64
+	// From faults, taken over by the judge loop: unbumped writes (into src
+	// at the next load) and violations judged by a fault itself.
+	unbumpedIn  []Unbumped
+	violationIn []Violation
 
 	// Owned by the judge loop.
 	src      *Source
@@ -104,6 +108,20 @@ func (r *recorder) add(a Answer) {
 	r.mu.Unlock()
 }
 
+// addUnbumped hands a fault's unbumped write to the judge loop.
+func (r *recorder) addUnbumped(u Unbumped) {
+	r.mu.Lock()
+	r.unbumpedIn = append(r.unbumpedIn, u)
+	r.mu.Unlock()
+}
+
+// addViolation hands a violation a fault judged itself to the judge loop.
+func (r *recorder) addViolation(v Violation) {
+	r.mu.Lock()
+	r.violationIn = append(r.violationIn, v)
+	r.mu.Unlock()
+}
+
 // load reads the commits of every transaction that had not ended at the
 // previous load (the trigger-fed history, with commit timestamps).
 func (r *recorder) load(ctx context.Context) error {
@@ -156,6 +174,13 @@ func (r *recorder) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chaos: load history: snapshot xmin %q: %w", low, err)
 	}
+	r.mu.Lock()
+	in := r.unbumpedIn
+	r.unbumpedIn = nil
+	r.mu.Unlock()
+	for _, u := range in {
+		r.src.AddUnbumped(u)
+	}
 	r.lowXid, r.loadedAt, r.snapAfter = n, at, at
 	return nil
 }
@@ -174,7 +199,19 @@ func (r *recorder) judge() int {
 		}
 	}
 	r.pending = rest
+	viols := r.violationIn
+	r.violationIn = nil
 	r.mu.Unlock()
+	for _, x := range viols {
+		r.stats.Violations++
+		r.stats.ByKind[x.Kind]++
+		if len(r.stats.First) < firstViolations {
+			r.stats.First = append(r.stats.First, x)
+		}
+		if r.keep {
+			r.violsE.Encode(x)
+		}
+	}
 	for i := range ready {
 		r.judgeOne(ready[i])
 	}

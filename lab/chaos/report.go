@@ -185,6 +185,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		for i, v := range r.FirstViolations {
 			a := v.Answer
 			fmt.Fprintf(&b, "\n%d. %s: %s\n", i+1, v.Kind, v.Detail)
+			if a.Sent.IsZero() {
+				continue // judged by a fault, not from an answer
+			}
 			q := ""
 			if a.MinVersion > 0 {
 				q = fmt.Sprintf("?min_version=%d", a.MinVersion)

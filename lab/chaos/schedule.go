@@ -49,6 +49,9 @@ var holdRange = map[string][2]time.Duration{
 	FaultPromotion:        {0, 0},
 	// How long the changed items are read after the change: past the bound.
 	FaultColdStart: {32 * time.Second, 35 * time.Second},
+	// How long the rewritten items are read after the writes: past the bound.
+	FaultUnbumpedWrite: {34 * time.Second, 38 * time.Second},
+	FaultBadVersionRow: {0, 0},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
