@@ -35,6 +35,7 @@ type proc struct {
 	t    *testing.T
 	name string
 	args []string
+	bin  string // empty: testenv.Binary
 
 	once sync.Once
 	p    *labproc.Process
@@ -42,7 +43,11 @@ type proc struct {
 
 func (p *proc) process() *labproc.Process {
 	p.once.Do(func() {
-		p.p = labproc.New(labproc.Config{Name: p.name, Bin: testenv.Binary(p.t), Args: p.args})
+		bin := p.bin
+		if bin == "" {
+			bin = testenv.Binary(p.t)
+		}
+		p.p = labproc.New(labproc.Config{Name: p.name, Bin: bin, Args: p.args})
 	})
 	return p.p
 }
