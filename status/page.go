@@ -61,6 +61,11 @@ func (c PageConfig) Validate() error {
 type PageDeps struct {
 	Gatherer prometheus.Gatherer // the process's own registry (plotted series)
 	Log      *slog.Logger
+	// Ready are the process's readiness checks (what its /readyz asks):
+	// the page shows the first one failing, with its reason (schema behind
+	// the binary, publication or topic missing), so the operator who opens
+	// the page sees why the pod takes no traffic.
+	Ready []func(context.Context) error
 }
 
 // Page samples the pipeline's state into a bounded ring and serves it.
@@ -68,6 +73,7 @@ type Page struct {
 	cfg    PageConfig
 	gather prometheus.Gatherer
 	log    *slog.Logger
+	ready  []func(context.Context) error
 
 	mu       sync.Mutex
 	ring     *ring
@@ -89,7 +95,7 @@ func NewPage(cfg PageConfig, deps PageDeps) (*Page, error) {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	n := int(cfg.Window/cfg.Every) + 1
-	return &Page{cfg: cfg, gather: deps.Gatherer, log: deps.Log.With("component", "status-page"), ring: newRing(n)}, nil
+	return &Page{cfg: cfg, gather: deps.Gatherer, log: deps.Log.With("component", "status-page"), ring: newRing(n), ready: deps.Ready}, nil
 }
 
 // Run samples until ctx ends.
@@ -168,24 +174,43 @@ func (p *Page) current() (*Report, error, []Sample) {
 	return p.report, err, p.ring.samples()
 }
 
-// serveJSON answers what `tidemark status --json` prints; 503 with the
-// reason while no check has succeeded.
-func (p *Page) serveJSON(w http.ResponseWriter, _ *http.Request) {
+// readiness is "ready", or "not ready: " and the first failing check's
+// reason ("" when the page was given no checks).
+func (p *Page) readiness(ctx context.Context) string {
+	if len(p.ready) == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, f := range p.ready {
+		if err := f(ctx); err != nil {
+			return "not ready: " + err.Error()
+		}
+	}
+	return "ready"
+}
+
+// serveJSON answers what `tidemark status --json` prints, plus this
+// process's readiness; 503 with the reason while no check has succeeded.
+func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 	rep, err, _ := p.current()
+	ready := p.readiness(r.Context())
 	w.Header().Set("Cache-Control", "no-store")
 	if rep == nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]string{"verdict": Unknown, "error": err.Error()})
+		json.NewEncoder(w).Encode(map[string]string{"verdict": Unknown, "error": err.Error(), "process_ready": ready})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	rep.WriteJSON(w)
+	cp := *rep
+	cp.ProcessReady = ready
+	cp.WriteJSON(w)
 }
 
-func (p *Page) serveHTML(w http.ResponseWriter, _ *http.Request) {
+func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	rep, err, samples := p.current()
-	v := pageView{Process: p.cfg.Process, Refresh: int(math.Ceil(p.cfg.Every.Seconds())), Verdict: Unknown,
+	v := pageView{Process: p.cfg.Process, Ready: p.readiness(r.Context()), Refresh: int(math.Ceil(p.cfg.Every.Seconds())), Verdict: Unknown,
 		Window: p.cfg.Window.String(), Now: time.Now().UTC().Format(time.RFC3339), Samples: len(samples)}
 	if rep != nil {
 		v.Verdict, v.Reason, v.Report = rep.Verdict, rep.Reason, rep
@@ -252,6 +277,7 @@ func (p *Page) plot(samples []Sample) svgchart.Chart {
 
 type pageView struct {
 	Process      string
+	Ready        string // this process's readiness ("" unknown)
 	Refresh      int
 	Verdict      string
 	Class        string
@@ -275,9 +301,10 @@ h1{font-size:1.3em;margin:0 0 .5em}
 .verdict{display:inline-block;padding:.3em .8em;border-radius:.3em;font-weight:bold;font-size:1.4em;color:#fff}
 .ok{background:#2e7d32}.at-risk{background:#ef8f00}.breached{background:#c62828}.unknown{background:#757575}
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:.2em .8em;text-align:right;border-bottom:1px solid #ddd}
-th{background:#f4f4f4}.stalled{color:#c62828}.k{text-align:left;color:#555;white-space:nowrap}#summary td:nth-child(2){text-align:left}small{color:#777}
+th{background:#f4f4f4}.stalled{color:#c62828}.ok-text{color:#2e7d32}.k{text-align:left;color:#555;white-space:nowrap}#summary td:nth-child(2){text-align:left}small{color:#777}
 </style></head><body>
 <h1>tidemark status{{if .Process}} <small>({{.Process}})</small>{{end}}</h1>
+{{with .Ready}}<p id="process-ready" class="{{if eq . "ready"}}ok-text{{else}}stalled{{end}}">{{if $.Process}}this {{$.Process}} process: {{end}}{{.}}</p>{{end}}
 <p><span id="verdict" class="verdict {{.Class}}">{{.Verdict}}</span> <span id="reason">{{.Reason}}</span></p>
 <div id="plot">{{.Plot}}</div>
 <p><small>{{.Samples}} samples kept (last {{.Window}}); refreshed every {{.Refresh}}s; page rendered {{.Now}}. The same report as JSON: <a href="status.json">status.json</a>; metrics: <a href="metrics">/metrics</a>.</small></p>

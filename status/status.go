@@ -105,8 +105,11 @@ type Slot struct {
 
 // Report is the result of a check.
 type Report struct {
-	Verdict       string      `json:"verdict"`
-	Reason        string      `json:"reason"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+	// ProcessReady is the serving process's own readiness, on its status
+	// page only ("ready" or "not ready: <reason>"; empty from tidemark status)
+	ProcessReady  string      `json:"process_ready,omitempty"`
 	CheckedAt     time.Time   `json:"checked_at"`
 	WatermarkAgeS *float64    `json:"watermark_age_seconds"` // nil: unknown (a partition has none)
 	Watermark     *time.Time  `json:"watermark,omitempty"`

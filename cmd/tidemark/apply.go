@@ -91,7 +91,7 @@ func (c *applyCmd) Run(ctx context.Context, e *cli.Env) error {
 		return err
 	}
 	g.Add(lifecycle.Cache, "clock guard", tier.Clock.Run)
-	page, err := c.page(e, "apply", c.target(), reg)
+	page, err := c.page(e, "apply", c.target(), reg, ready(tier.Clock.Ready, app.Ready))
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (c *captureCmd) Run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	page, err := c.page(e, "capture", c.target(), reg)
+	page, err := c.page(e, "capture", c.target(), reg, ready(capt.Ready))
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func (c *serveCmd) Run(ctx context.Context, e *cli.Env) error {
 		return evictionFlag(err)
 	}
 	tier.Add(&g)
-	page, err := c.page(e, "serve", c.target(), reg)
+	page, err := c.page(e, "serve", c.target(), reg, ready(srv.Ready))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/kafkaconn"
+	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/status"
 )
 
@@ -26,13 +27,18 @@ type statusTarget struct {
 }
 
 // page builds the status page of a process (a page without Kafka or Redis
-// says what it cannot read).
-func (f statusPageFlag) page(e *cli.Env, process string, t statusTarget, g prometheus.Gatherer) (*status.Page, error) {
+// says what it cannot read); it shows the process's readiness from ready,
+// the checks its /readyz asks.
+func (f statusPageFlag) page(e *cli.Env, process string, t statusTarget, g prometheus.Gatherer, ready []telemetry.ReadyFunc) (*status.Page, error) {
 	cfg := f.pageConfig(t)
 	cfg.Process = process
 	// The connection files are read again at each check (rotated secrets).
 	cfg.Check.PGFile, cfg.Check.RedisConn.URLFile = e.File("pg"), e.File("redis")
-	return status.NewPage(cfg, status.PageDeps{Gatherer: g, Log: e.Log})
+	deps := status.PageDeps{Gatherer: g, Log: e.Log}
+	for _, r := range ready {
+		deps.Ready = append(deps.Ready, r)
+	}
+	return status.NewPage(cfg, deps)
 }
 
 // pageConfig is the status page's config for a process that knows t.
