@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/buildinfo"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,9 @@ type Built struct {
 	BinarySize int64
 	SBOMPath   string // beside the layout
 	SBOMCount  int    // packages in the SBOM
+	SBOM       []byte
+	Manifest   v1.Descriptor // the image manifest's descriptor
+	Referrer   v1.Hash       // the SBOM artifact's manifest (subject: the image)
 }
 
 // Result is what Build wrote.
@@ -114,6 +118,11 @@ func Build(cfg Config) (*Result, error) {
 	})); err != nil {
 		return nil, fmt.Errorf("write the OCI layout: %w", err)
 	}
+	for i := range res.Images {
+		if res.Images[i].Referrer, err = appendSBOM(lp, &res.Images[i], cfg.Created); err != nil {
+			return nil, fmt.Errorf("write the SBOM referrer: %w", err)
+		}
+	}
 	res.DockerTar = filepath.Join(cfg.Out, fmt.Sprintf("tidemark-%s-%s-%s.tar", cfg.Tag, cfg.Platforms[0].OS, cfg.Platforms[0].Architecture))
 	if err := tarball.WriteToFile(res.DockerTar, ref, first); err != nil {
 		return nil, fmt.Errorf("write the docker tarball: %w", err)
@@ -141,7 +150,7 @@ func buildOne(cfg Config, p v1.Platform, labels map[string]string) (v1.Image, *B
 	sbomName := fmt.Sprintf("tidemark-%s-%s-%s", cfg.Tag, p.OS, p.Architecture)
 	sbom := NewSBOM(bi, sha256Of(bin), sbomName, cfg.Tag, cfg.Source, cfg.Created)
 	sbomJSON := sbom.JSON()
-	b.SBOMCount = len(sbom.Packages)
+	b.SBOMCount, b.SBOM = len(sbom.Packages), sbomJSON
 	b.SBOMPath = filepath.Join(cfg.Out, sbomName+".spdx.json")
 	if err := os.WriteFile(b.SBOMPath, sbomJSON, 0o644); err != nil {
 		return nil, nil, err
@@ -189,11 +198,55 @@ func buildOne(cfg Config, p v1.Platform, labels map[string]string) (v1.Image, *B
 		return nil, nil, err
 	}
 	raw, _ := img.RawManifest()
+	b.Manifest = v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: int64(len(raw)), Digest: b.Digest}
 	b.Size = int64(len(raw)) + m.Config.Size
 	for _, l := range m.Layers {
 		b.Size += l.Size
 	}
 	return img, b, nil
+}
+
+// SBOMType is the SPDX JSON media type, the SBOM artifact's artifactType.
+const SBOMType = "application/spdx+json"
+
+// appendSBOM writes the image's SBOM as an OCI 1.1 artifact whose subject is
+// the image manifest (a referrer: `oras discover`, `cosign tree` and
+// registries' referrers API find it once pushed) and lists it in index.json.
+func appendSBOM(lp layout.Path, b *Built, created time.Time) (v1.Hash, error) {
+	emptyJSON := []byte("{}")
+	blob := func(data []byte) (v1.Hash, error) {
+		h, _, err := v1.SHA256(bytes.NewReader(data))
+		if err != nil {
+			return h, err
+		}
+		return h, lp.WriteBlob(h, io.NopCloser(bytes.NewReader(data)))
+	}
+	cfgHash, err := blob(emptyJSON)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	sbomHash, err := blob(b.SBOM)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	subject := b.Manifest
+	m := v1.Manifest{
+		SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: SBOMType,
+		Config: v1.Descriptor{MediaType: types.OCIEmptyJSON, Size: int64(len(emptyJSON)), Digest: cfgHash, Data: emptyJSON},
+		Layers: []v1.Descriptor{{MediaType: SBOMType, Size: int64(len(b.SBOM)), Digest: sbomHash,
+			Annotations: map[string]string{"org.opencontainers.image.title": filepath.Base(b.SBOMPath)}}},
+		Subject:     &subject,
+		Annotations: map[string]string{"org.opencontainers.image.created": created.UTC().Format(time.RFC3339)},
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	h, err := blob(raw)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return h, lp.AppendDescriptor(v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: int64(len(raw)), Digest: h, ArtifactType: SBOMType})
 }
 
 // goBuild compiles cmd/tidemark as `make build` does (version and commit by

@@ -56,8 +56,8 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tm.Manifests) != 1 {
-		t.Fatalf("index.json has %d manifests, want the one index", len(tm.Manifests))
+	if len(tm.Manifests) != 2 {
+		t.Fatalf("index.json has %d manifests, want the index and the SBOM referrer", len(tm.Manifests))
 	}
 	wantRef := cfg.Repository + ":" + cfg.Tag
 	if got := tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; got != wantRef || tm.Manifests[0].Digest != res.Index {
@@ -129,6 +129,27 @@ func TestImage(t *testing.T) {
 	if err != nil || !bytes.Equal(beside, sbomIn) {
 		t.Fatalf("the SBOM beside the layout (%v) differs from the image's %s", err, SBOMPath)
 	}
+	// The SBOM as an OCI referrer of the image, listed in index.json.
+	art, err := lp.Image(tm.Manifests[1].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	am, err := art.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if am.ArtifactType != SBOMType || am.Subject == nil || am.Subject.Digest != im.Manifests[0].Digest || len(am.Layers) != 1 {
+		t.Fatalf("index.json's second manifest %+v, want an %s artifact whose subject is the image %s", am, SBOMType, im.Manifests[0].Digest)
+	}
+	ab, err := lp.Blob(am.Layers[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refSBOM, err := io.ReadAll(ab)
+	if err != nil || !bytes.Equal(refSBOM, sbomIn) {
+		t.Fatalf("the SBOM referrer's blob (%v) differs from the image's %s", err, SBOMPath)
+	}
+
 	var doc SBOM
 	if err := json.Unmarshal(sbomIn, &doc); err != nil {
 		t.Fatal(err)

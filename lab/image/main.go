@@ -51,8 +51,8 @@ func run(args []string) error {
 	fmt.Printf("image    %s\n", res.Ref)
 	fmt.Printf("index    %s (%d platforms; revision %s)\n", res.Index, len(res.Images), cfg.Revision)
 	for _, b := range res.Images {
-		fmt.Printf("  %-12s %s  %s compressed, binary %s; SBOM %s (%d packages, also at %s in the image)\n",
-			b.Platform.OS+"/"+b.Platform.Architecture, b.Digest, mb(b.Size), mb(b.BinarySize), b.SBOMPath, b.SBOMCount, SBOMPath)
+		fmt.Printf("  %-12s %s  %s compressed, binary %s\n", b.Platform.OS+"/"+b.Platform.Architecture, b.Digest, mb(b.Size), mb(b.BinarySize))
+		fmt.Printf("    SBOM %s: %d packages; in the image at %s; referrer %s in the layout\n", b.SBOMPath, b.SBOMCount, SBOMPath, b.Referrer)
 	}
 	fmt.Printf("layout   %s (%s of blobs)\n", res.Layout, mb(res.LayoutSize))
 	fmt.Printf("docker   %s (docker load -i)\n", res.DockerTar)
