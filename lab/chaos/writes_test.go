@@ -22,12 +22,19 @@ func writesRun(t *testing.T, binary, kind string, foreign bool) *Report {
 
 // TestChaosUnbumpedWrite: payloads rewritten under replica role and by a
 // later-sorting trigger, without a new version, reach every reader within
-// the bound on catalog.items; with the version trusted again (tag
-// tidemark_trust_version: the equal-version INVALIDATE is a duplicate, the
-// auditor compares versions only) the checker finds stale answers.
+// the bound on catalog.items.
 func TestChaosUnbumpedWrite(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	passed(t, writesRun(t, testenv.Binary(t), FaultUnbumpedWrite, false), 300)
+}
+
+// TestChaosCatchesTrustedVersion: with the version trusted again (tag
+// tidemark_trust_version: an INVALIDATE not above the floor is a duplicate,
+// the auditor compares versions only) the checker finds stale answers in
+// the same run. The run of the adopted table with this build fails too
+// (RELIABILITY.md), not repeated here to keep the gate short.
+func TestChaosCatchesTrustedVersion(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	rep := writesRun(t, testenv.BinaryWithTags(t, "tidemark_trust_version"), FaultUnbumpedWrite, false)
 	if rep.ByKind[KindStale] == 0 {
 		t.Fatalf("with the version trusted, unbumped writes passed: %d violations %v", rep.Violations, rep.ByKind)
@@ -36,21 +43,24 @@ func TestChaosUnbumpedWrite(t *testing.T) {
 
 // TestChaosUnbumpedWriteAdopted is the same fault on an adopted table
 // (adopt's ENABLE ALWAYS trigger gives the replica-role writes a version;
-// the later-sorting trigger's writes keep theirs). Its run with the
-// version trusted fails too (recorded in RELIABILITY.md), not repeated here
-// to keep the gate short.
+// the later-sorting trigger's writes keep theirs).
 func TestChaosUnbumpedWriteAdopted(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	passed(t, writesRun(t, testenv.Binary(t), FaultUnbumpedWrite, true), 300)
 }
 
 // TestChaosBadVersionRow: a NULL version and an empty tenant do not stop
-// capture (the watermark passes the canary written after them within the
-// bound); with capture stopping on them (tag tidemark_stop_on_bad_row) the
-// run fails with pipeline-stopped.
+// capture: the watermark passes the canary written after them within the
+// bound.
 func TestChaosBadVersionRow(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	passed(t, writesRun(t, testenv.Binary(t), FaultBadVersionRow, false), 300)
+}
+
+// TestChaosCatchesStopOnBadRow: with capture stopping on a bad row (tag
+// tidemark_stop_on_bad_row) the same run fails with pipeline-stopped.
+func TestChaosCatchesStopOnBadRow(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
 	rep := writesRun(t, testenv.BinaryWithTags(t, "tidemark_stop_on_bad_row"), FaultBadVersionRow, false)
 	if rep.ByKind[KindPipelineStopped] == 0 {
 		t.Fatalf("with capture stopping on a bad row, the run passed: %d violations %v", rep.Violations, rep.ByKind)
