@@ -3,14 +3,15 @@ package api
 import (
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/catalog"
-	"github.com/tidemark/tidemark/reader"
 	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/reader"
 )
 
 // sourceCount is what Postgres has served of this test's database, by

@@ -3,12 +3,13 @@ package api
 import (
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/reader"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidemark/tidemark/reader"
 )
 
 // One tenant floods min_version reads of random ids as fast as it can; a

@@ -10,8 +10,9 @@ package audit
 
 import (
 	"context"
-	"github.com/tidemark/tidemark/catalog"
 	"time"
+
+	"github.com/tidemark/tidemark/catalog"
 
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/promise"

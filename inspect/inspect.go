@@ -8,11 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tidemark/tidemark/catalog"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tidemark/tidemark/catalog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"

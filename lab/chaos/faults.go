@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/proc"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/proc"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/proc"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/proc"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"

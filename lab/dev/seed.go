@@ -6,9 +6,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/seed"
 	"os"
 	"strings"
+
+	"github.com/tidemark/tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5"
 

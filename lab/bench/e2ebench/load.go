@@ -3,10 +3,11 @@ package e2ebench
 import (
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/seed"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -3,12 +3,13 @@ package e2ebench
 import (
 	"bytes"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/proc"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/proc"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat: 100 on

@@ -10,7 +10,6 @@ package scanbench
 import (
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/seed"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"

@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/seed"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -20,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"

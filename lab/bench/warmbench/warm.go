@@ -11,7 +11,6 @@ package warmbench
 import (
 	"context"
 	"fmt"
-	"github.com/tidemark/tidemark/lab/seed"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tidemark/tidemark/lab/seed"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
