@@ -51,12 +51,12 @@ type sentAt struct{}
 
 func (w *watchingProxy) handler(target string, marker []byte) http.Handler {
 	u, _ := url.Parse(target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		director(r)
-		*r = *r.WithContext(context.WithValue(r.Context(), sentAt{}, time.Now()))
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(u)
+		pr.Out.Host = pr.In.Host // as NewSingleHostReverseProxy did
+		pr.SetXForwarded()
+		pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), sentAt{}, time.Now()))
+	}}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()

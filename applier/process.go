@@ -155,7 +155,7 @@ func (p *processor) process(ctx context.Context, partition int32, recs []*kgo.Re
 		if err := flush(); err != nil {
 			return err
 		}
-		t, err := p.applyOther(ctx, partition, rec, ev)
+		t, err := p.applyOther(ctx, partition, ev)
 		if err != nil {
 			return err
 		}
@@ -271,7 +271,7 @@ func (p *processor) retry(ctx context.Context, partition int32, what string, fn 
 
 // applyOther applies a record that is not a plain invalidation and returns its
 // event time.
-func (p *processor) applyOther(ctx context.Context, partition int32, rec *kgo.Record, ev schema.Event) (time.Time, error) {
+func (p *processor) applyOther(ctx context.Context, partition int32, ev schema.Event) (time.Time, error) {
 	var (
 		what    string
 		t       time.Time

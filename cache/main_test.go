@@ -145,7 +145,7 @@ func (b *backend) restartNodeOf(t *testing.T, key string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slots, err := nc.ClusterSlots(ctx).Result()
+		slots, err := nc.ClusterSlots(ctx).Result() //nolint:staticcheck // SA1019: as cache/replica.go, slots by master address
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -222,7 +222,7 @@ func (c *Capture) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if si, err = c.checkGap(ctx, conn, si, ident, history, partitions); err != nil {
+	if _, err := c.checkGap(ctx, conn, si, ident, history, partitions); err != nil {
 		return err
 	}
 	if err := c.acquire(ctx, repl); err != nil {

@@ -213,7 +213,7 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 	case *pglogrepl.RelationMessage:
 		s.dec.relation(m)
 	case *pglogrepl.InsertMessage:
-		return s.row(ctx, m.RelationID, m.Tuple)
+		return s.row(m.RelationID, m.Tuple)
 	case *pglogrepl.UpdateMessage:
 		if m.OldTuple != nil {
 			// An old tuple comes with a changed key (or REPLICA IDENTITY
@@ -230,7 +230,7 @@ func (s *streamer) wal(ctx context.Context, data []byte) error {
 				}
 			}
 		}
-		return s.row(ctx, m.RelationID, m.NewTuple)
+		return s.row(m.RelationID, m.NewTuple)
 	case *pglogrepl.DeleteMessage:
 		r, err := s.dec.rel(m.RelationID)
 		if err != nil || r.kind != relItems {
@@ -287,7 +287,7 @@ func (s *streamer) change() *schema.Change {
 	return &schema.Change{LSN: s.commitLSN, CommitTime: s.commitTime, Xid: s.xid}
 }
 
-func (s *streamer) row(ctx context.Context, relID uint32, t *pglogrepl.TupleData) error {
+func (s *streamer) row(relID uint32, t *pglogrepl.TupleData) error {
 	r, err := s.dec.rel(relID)
 	if err != nil {
 		return err

@@ -45,17 +45,17 @@ type snapshot struct {
 
 // parseSnapshot reads pg_snapshot's text form, "xmin:xmax:xip,xip,...".
 func parseSnapshot(b []byte) (*snapshot, error) {
-	bad := func() (*snapshot, error) {
-		return nil, fmt.Errorf("capture: visibility snapshot %q: not xmin:xmax:xip", b)
+	bad := func() error {
+		return fmt.Errorf("capture: visibility snapshot %q: not xmin:xmax:xip", b)
 	}
 	f := bytes.SplitN(b, []byte{':'}, 3)
 	if len(f) != 3 {
-		return bad()
+		return nil, bad()
 	}
 	xmin, err1 := strconv.ParseUint(string(f[0]), 10, 64)
 	xmax, err2 := strconv.ParseUint(string(f[1]), 10, 64)
 	if err1 != nil || err2 != nil || xmin > xmax {
-		return bad()
+		return nil, bad()
 	}
 	sn := &snapshot{xmin: xmin, xmax: xmax}
 	for x := range bytes.SplitSeq(f[2], []byte{','}) {
@@ -64,7 +64,7 @@ func parseSnapshot(b []byte) (*snapshot, error) {
 		}
 		v, err := strconv.ParseUint(string(x), 10, 64)
 		if err != nil {
-			return bad()
+			return nil, bad()
 		}
 		sn.xip = append(sn.xip, v)
 	}

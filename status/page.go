@@ -164,14 +164,14 @@ func (p *Page) Samples() []Sample {
 	return p.ring.samples()
 }
 
-func (p *Page) current() (*Report, error, []Sample) {
+func (p *Page) current() (*Report, []Sample, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.checkErr
 	if p.report == nil && err == nil {
 		err = errors.New("no sample taken yet")
 	}
-	return p.report, err, p.ring.samples()
+	return p.report, p.ring.samples(), err
 }
 
 // readiness is "ready", or "not ready: " and the first failing check's
@@ -193,7 +193,7 @@ func (p *Page) readiness(ctx context.Context) string {
 // serveJSON answers what `tidemark status --json` prints, plus this
 // process's readiness; 503 with the reason while no check has succeeded.
 func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
-	rep, err, _ := p.current()
+	rep, _, err := p.current()
 	ready := p.readiness(r.Context())
 	w.Header().Set("Cache-Control", "no-store")
 	if rep == nil {
@@ -209,7 +209,7 @@ func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
-	rep, err, samples := p.current()
+	rep, samples, err := p.current()
 	v := pageView{Process: p.cfg.Process, Ready: p.readiness(r.Context()), Refresh: int(math.Ceil(p.cfg.Every.Seconds())), Verdict: Unknown,
 		Window: p.cfg.Window.String(), Now: time.Now().UTC().Format(time.RFC3339), Samples: len(samples)}
 	if rep != nil {

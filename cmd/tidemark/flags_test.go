@@ -130,6 +130,3 @@ var derived = map[string]func(cmd any, flag reflect.Value) any{
 		return cmd.(*replayCmd).now.Add(-d)
 	},
 }
-
-// parsedArgs are the values of string flags the command parses further.
-var parsedArgs = map[string]string{"replay --since": "17m"}

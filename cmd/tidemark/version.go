@@ -12,7 +12,7 @@ type versionCmd struct{}
 
 // Run prints the module version and commit (internal/telemetry's BuildInfo
 // says where they come from and how a build overrides them).
-func (versionCmd) Run(e *cli.Env) error {
+func (versionCmd) Run(e *cli.Env) error { //nolint:unparam // kong calls Run(...) error on every command
 	b := telemetry.BuildInfo()
 	rev := b.Revision
 	if b.Modified {

@@ -47,10 +47,10 @@ func TestGuardMeasuresOffset(t *testing.T) {
 				t.Fatalf("offset %s: %s gauge %.3fs", tc.offset, ref, got)
 			}
 		}
-		if d := g.Now().Sub(time.Now()); d < -50*time.Millisecond || d > 50*time.Millisecond {
+		if d := time.Until(g.Now()); d < -50*time.Millisecond || d > 50*time.Millisecond {
 			t.Fatalf("offset %s: Now is %s from the real clock", tc.offset, d)
 		}
-		if d := g.Wall().Sub(time.Now()) - tc.offset; d < -50*time.Millisecond || d > 50*time.Millisecond {
+		if d := time.Until(g.Wall()) - tc.offset; d < -50*time.Millisecond || d > 50*time.Millisecond {
 			t.Fatalf("offset %s: Wall is off by %s", tc.offset, d)
 		}
 	}

@@ -43,9 +43,9 @@ func PGConfig(dsn, file string) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(s)
 	if err != nil {
 		if file != "" {
-			return nil, fmt.Errorf("Postgres DSN in %s: %w", file, err)
+			return nil, fmt.Errorf("parse Postgres DSN in %s: %w", file, err)
 		}
-		return nil, fmt.Errorf("Postgres DSN: %w", err)
+		return nil, fmt.Errorf("parse Postgres DSN: %w", err)
 	}
 	return cc, nil
 }

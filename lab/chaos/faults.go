@@ -485,7 +485,7 @@ func (in *injector) rejoin(ctx context.Context, i int, oldID string, slots [][2]
 
 // redisReadonly makes every master refuse writes (it has no replicas, so
 // min-replicas-to-write 1 cannot be met).
-func (in *injector) redisReadonly(ctx context.Context, hold time.Duration) (string, error) {
+func (in *injector) redisReadonly(ctx context.Context, hold time.Duration) (string, error) { //nolint:unparam // every injector returns (target, error)
 	cctx := context.WithoutCancel(ctx)
 	set := func(v string) error {
 		var errs []error

@@ -482,7 +482,7 @@ type storedBody struct {
 // HTTP cache by URL for every tenant's key (ignoring Vary) and revalidates
 // with If-None-Match: a 304 vouches for whatever body it holds, maybe
 // another tenant's. Every answer is judged; a 304 as the stored body.
-func (in *injector) sharedHTTPCache(ctx context.Context, hold time.Duration) (string, error) {
+func (in *injector) sharedHTTPCache(ctx context.Context, hold time.Duration) (string, error) { //nolint:unparam // every injector returns (target, error)
 	s := in.sys
 	var mu sync.Mutex // the cache and the counts
 	cache := map[string]storedBody{}

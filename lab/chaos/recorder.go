@@ -186,8 +186,8 @@ func (r *recorder) load(ctx context.Context) error {
 }
 
 // judge checks every pending answer that arrived before the loaded history's
-// horizon, and returns how many it checked.
-func (r *recorder) judge() int {
+// horizon.
+func (r *recorder) judge() {
 	horizon := r.loadedAt.Add(-visibilityLag)
 	r.mu.Lock()
 	var ready, rest []Answer
@@ -215,7 +215,6 @@ func (r *recorder) judge() int {
 	for i := range ready {
 		r.judgeOne(ready[i])
 	}
-	return len(ready)
 }
 
 func (r *recorder) judgeOne(a Answer) {

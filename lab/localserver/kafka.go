@@ -588,13 +588,16 @@ func (k *Kafka) ActiveController(ctx context.Context) (int32, error) {
 	if err != nil {
 		return 0, fmt.Errorf("localserver: describe quorum: %w", err)
 	}
+	// The metadata topic has one partition: the first one answers.
 	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				return 0, fmt.Errorf("localserver: describe quorum: error code %d", p.ErrorCode)
-			}
-			return p.LeaderID, nil
+		if len(t.Partitions) == 0 {
+			continue
 		}
+		p := t.Partitions[0]
+		if p.ErrorCode != 0 {
+			return 0, fmt.Errorf("localserver: describe quorum: error code %d", p.ErrorCode)
+		}
+		return p.LeaderID, nil
 	}
 	if resp.ErrorCode != 0 {
 		return 0, fmt.Errorf("localserver: describe quorum: error code %d", resp.ErrorCode)

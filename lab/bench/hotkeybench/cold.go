@@ -80,7 +80,7 @@ func runCold(ctx context.Context, cfg Config, url string, rdb *redis.ClusterClie
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}, Timeout: 5 * time.Second}
 	var rounds []coldRound
 	for i := range cfg.ColdRounds {
-		r, err := coldOnce(ctx, cfg, client, key, procs, rdb, schema.RedisKey(ns, tenant, coldItem(i)), tenant, coldItem(i))
+		r, err := coldOnce(ctx, cfg, client, key, procs, rdb, schema.RedisKey(ns, tenant, coldItem(i)), coldItem(i))
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", i+1, err)
 		}
@@ -107,7 +107,7 @@ func seedCold(ctx context.Context, dsn, tenant string, n int) (string, error) {
 // coldOnce reads one cold item at ColdFactor x the threshold, spread over
 // the serve processes, until a copy has served it (or coldLimit).
 func coldOnce(ctx context.Context, cfg Config, client *http.Client, apiKey string, procs []*bench.Serve,
-	rdb *redis.ClusterClient, redisKey, tenant, item string) (coldRound, error) {
+	rdb *redis.ClusterClient, redisKey, item string) (coldRound, error) {
 	r := coldRound{offered: cfg.ColdFactor * cfg.ColdThreshold, published: -1, served: -1}
 	copiesBefore, err := copyReads(procs)
 	if err != nil {
