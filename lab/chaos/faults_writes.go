@@ -37,6 +37,9 @@ const unbumpedItems = 6
 
 var unbumpedRuns atomic.Int64
 
+// badRows numbers bad-version-row's own items within a run.
+var badRows atomic.Int64
+
 // canaryWaitAmongFaults is how long bad-version-row waits for the watermark
 // to pass its canary when other kinds run too: past long-outage's longest
 // hold (captures stopped) with the bound to catch up.
@@ -235,10 +238,19 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 	}
 	tenant := s.tenants[in.intn(len(s.tenants))]
 	where := fmt.Sprintf("%s = $1 AND %s = $2 AND %s = %s", col(t.TenantColumn), col(t.ItemColumn), col(t.StateColumn), litActive(t.ActiveState))
-	var bad string
+	// The bad row is an item of the fault's own, inserted (and read into
+	// the cache) first: a load writer updating a row whose version is NULL
+	// would write a payload the checker cannot match with its version.
+	bad := fmt.Sprintf("badrow-%d", badRows.Add(1))
+	if _, err := conn.Exec(cctx, fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s, %s) VALUES ($1, $2, 1, %s, jsonb_build_object('tenant', $1::text, 'item', $2::text, 'v', 1))",
+		t.Qualified(), col(t.TenantColumn), col(t.ItemColumn), ver, col(t.StateColumn), payload, litActive(t.ActiveState)), tenant, bad); err != nil {
+		_, rerr := conn.Exec(context.Background(), restore)
+		return "", errors.Join(fmt.Errorf("insert the fault's item: %w", err), rerr)
+	}
+	sleep(ctx, 2*time.Second)
+	in.load.getOn(cctx, in.intn(len(s.serves)), tenant, bad, 0, false)
 	var old int64
-	for range 20 {
-		bad = in.load.hotItem()
+	{ // one transaction: the NULL version and the empty-tenant row
 		tx, err := conn.Begin(cctx)
 		if err != nil {
 			return "", err
@@ -267,16 +279,11 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 		if err == nil {
 			err = tx.Commit(cctx)
 		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			tx.Rollback(context.Background())
-			continue
-		}
 		if err != nil {
 			tx.Rollback(context.Background())
 			_, rerr := conn.Exec(context.Background(), restore)
 			return "", errors.Join(fmt.Errorf("bad rows: %w", err), rerr)
 		}
-		break
 	}
 	// The canary: a change after the bad rows, as the SQL writers make them.
 	canary, cv := "", int64(0)
