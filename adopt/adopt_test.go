@@ -88,14 +88,18 @@ func TestAdoptForeignTable(t *testing.T) {
 		t.Fatalf("published columns = %s, want rev,shop_id,sku,status", got)
 	}
 	var hb int
-	conn.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = 'tidemark' AND schemaname = 'tidemark' AND tablename = 'heartbeat'`).Scan(&hb)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = 'tidemark' AND schemaname = 'tidemark' AND tablename = 'heartbeat'`).Scan(&hb); err != nil {
+		t.Fatal(err)
+	}
 	if hb != 1 {
 		t.Fatal("the heartbeat row is not published")
 	}
 	// The replica identity is the (shop_id, sku) key, so an UPDATE passes
 	// the publication's column-list check (Postgres refuses it otherwise).
 	var ident string
-	conn.QueryRow(ctx, `SELECT relreplident::text FROM pg_class WHERE oid = 'shop.products'::regclass`).Scan(&ident)
+	if err := conn.QueryRow(ctx, `SELECT relreplident::text FROM pg_class WHERE oid = 'shop.products'::regclass`).Scan(&ident); err != nil {
+		t.Fatal(err)
+	}
 	if ident != "i" {
 		t.Fatalf("replica identity %q, want i (the unique key)", ident)
 	}
@@ -132,7 +136,9 @@ func TestAdoptForeignTable(t *testing.T) {
 	}
 	// tidemark's own tables are in their own schema.
 	var own int
-	conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'tidemark' AND tablename IN ('api_keys', 'requests', 'heartbeat')`).Scan(&own)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'tidemark' AND tablename IN ('api_keys', 'requests', 'heartbeat')`).Scan(&own); err != nil {
+		t.Fatal(err)
+	}
 	if own != 3 {
 		t.Fatalf("%d of tidemark's 3 own tables exist", own)
 	}

@@ -138,7 +138,9 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 	var usedMem int64
 	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-			fmt.Sscan(v, &usedMem)
+			if _, err := fmt.Sscan(v, &usedMem); err != nil {
+				t.Fatalf("used_memory %q: %v", v, err)
+			}
 		}
 	}
 	if usedMem == 0 {
@@ -178,7 +180,9 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 	evicted := 0
 	for _, l := range strings.Split(rdb.Info(ctx, "stats").Val(), "\r\n") {
 		if v, ok := strings.CutPrefix(l, "evicted_keys:"); ok {
-			fmt.Sscan(v, &evicted)
+			if _, err := fmt.Sscan(v, &evicted); err != nil {
+				t.Fatalf("evicted_keys %q: %v", v, err)
+			}
 		}
 	}
 	t.Logf("fill rate %v: B %d reads during the scan, hit ratio %.3f -> %.3f; A scanned %d; skipped %v; redis evicted %d keys",

@@ -40,7 +40,7 @@ func flood(in *instance, stop <-chan struct{}) func() int64 {
 					return
 				default:
 				}
-				in.srv.auth.tenant(context.Background(), junk[i%len(junk)])
+				_, _ = in.srv.auth.tenant(context.Background(), junk[i%len(junk)])
 				n.Add(1)
 			}
 		}()
@@ -124,7 +124,7 @@ func TestRevokedKeyStopsWithinTTL(t *testing.T) {
 	revoked := time.Now()
 	for j := 0; ; j += 100 {
 		for _, k := range junk[j%len(junk) : j%len(junk)+100] { // spend the lookup rate and burst
-			in.srv.auth.tenant(ctx, k)
+			_, _ = in.srv.auth.tenant(ctx, k)
 		}
 		tenant, err := in.srv.auth.tenant(ctx, "Bearer "+key)
 		if err != nil {

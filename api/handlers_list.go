@@ -121,7 +121,7 @@ func (s *Server) listItems(w http.ResponseWriter, r *http.Request, tenant string
 	w.Header().Set("Cache-Control", "private, no-store")
 	w.Header().Set("Vary", "Authorization")
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(page)
+	_ = json.NewEncoder(w).Encode(page) // a failed response write: the client is gone
 }
 
 // readPage reads at most limit rows after from, in one short read-only

@@ -71,7 +71,7 @@ func (e *tenv) newCache(ccfg cache.Config) *cache.Client {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { cc.Run(ctx); close(done) }()
+	go func() { _ = cc.Run(ctx); close(done) }()
 	e.t.Cleanup(func() { cancel(); <-done })
 	return cc
 }
@@ -125,10 +125,12 @@ func (e *tenv) instance(o instOpts) *instance {
 	}
 	if !o.uncounted {
 		// Registered as a live serve process, as Serve does.
-		srv.rd.Join(context.Background())
+		if err := srv.rd.Join(context.Background()); err != nil {
+			e.t.Fatal(err)
+		}
 		pctx, pcancel := context.WithCancel(context.Background())
 		pdone := make(chan struct{})
-		go func() { srv.rd.Run(pctx); close(pdone) }()
+		go func() { _ = srv.rd.Run(pctx); close(pdone) }()
 		e.t.Cleanup(func() { pcancel(); <-pdone })
 	}
 	hs := httptest.NewServer(srv.Handler())
@@ -148,10 +150,10 @@ func (e *tenv) clock(rdb redis.UniversalClient, offset time.Duration) *clockguar
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	g.Check(context.Background())
+	_ = g.Check(context.Background()) // the outcome is kept in g
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { g.Run(ctx); close(done) }()
+	go func() { _ = g.Run(ctx); close(done) }()
 	e.t.Cleanup(func() { cancel(); <-done })
 	if offset > -ccfg.Bound/2 && offset < ccfg.Bound/2 {
 		// A good clock is trusted once a reading is conclusive; on a loaded

@@ -29,7 +29,7 @@ func TestGetTraceShowsLeaseWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	tctx, tcancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { tcancel(); tracing.Run(tctx) })
+	t.Cleanup(func() { tcancel(); _ = tracing.Run(tctx) })
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	long := func(c *Config) { c.RequestTimeout = 20 * time.Second }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/catalog"
-
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/promise"
 )

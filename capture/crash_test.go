@@ -112,7 +112,7 @@ func TestCrashSafetyInProcess(t *testing.T) {
 		}
 		time.Sleep(time.Duration(200+rng.IntN(1200)) * time.Millisecond)
 		capture.Crash(r.c, r.stop)
-		r.wait(t)
+		_ = r.wait(t)
 	}
 	w.finish()
 	committed := w.all()

@@ -87,7 +87,7 @@ func TestGapResets(t *testing.T) {
 	if n := len(resets(recs)); n != 0 || testenv.Metric(t, r.reg, "tidemark_capture_resets_total") != 0 {
 		t.Fatalf("clean restart sent resets on %d partitions", n)
 	}
-	r.wait(t)
+	_ = r.wait(t)
 
 	// Slot dropped: the change made meanwhile is lost, so a reset must follow.
 	exec(t, conn, "SELECT pg_drop_replication_slot($1)", cfg.Slot)
@@ -106,7 +106,7 @@ func TestGapResets(t *testing.T) {
 	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonSlotMissing); got != 1 {
 		t.Fatalf("resets_total{reason=slot_missing} = %v, want 1", got)
 	}
-	r.wait(t)
+	_ = r.wait(t)
 
 	// A different server (simulated by a stored identity that differs).
 	p, err := relay.New(cfg.Relay, relay.Deps{})
@@ -178,14 +178,16 @@ func TestSlotLostResets(t *testing.T) {
 	r.waitReady(t)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'a', 1)")
 	waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
-	r.wait(t)
+	_ = r.wait(t)
 
 	testenv.Eventually(t, 30*time.Second, "slot lost", func() error {
 		exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) SELECT 'fill', 'f' || g, 1 FROM generate_series(1, 2000) g ON CONFLICT (tenant_id, item_id) DO UPDATE SET version = catalog.items.version + 1")
 		exec(t, conn, "SELECT pg_switch_wal()")
 		exec(t, conn, "CHECKPOINT")
 		var status string
-		conn.QueryRow(context.Background(), "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&status)
+		if err := conn.QueryRow(context.Background(), "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&status); err != nil {
+			return err
+		}
 		if status != "lost" {
 			return errorf("wal_status %q", status)
 		}

@@ -65,7 +65,7 @@ func start(t *testing.T, cfg capture.Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, reg: reg, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { r.wait(t) })
+	t.Cleanup(func() { _ = r.wait(t) })
 	return r
 }
 

@@ -52,7 +52,10 @@ func TestOrderAndCompleteness(t *testing.T) {
 					return
 				}
 				var xid int64
-				tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid)
+				if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+					t.Error(err)
+					return
+				}
 				var mine []kv
 				// Lock keys in index order: no deadlocks between workers.
 				idx := map[int]bool{}

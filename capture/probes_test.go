@@ -44,8 +44,10 @@ func TestPassiveCaptureIsReady(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	a.Signal(syscall.SIGSTOP)
-	defer a.Signal(syscall.SIGCONT)
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Signal(syscall.SIGCONT) }()
 	exec(t, conn, "SELECT pg_logical_emit_message(false, 'probe-test', repeat('x', 4000000))")
 	testenv.Eventually(t, 30*time.Second, "standby's slot lag gauge follows the WAL", func() error {
 		if v := b.metric("tidemark_slot_lag_bytes"); v < 4000000 {

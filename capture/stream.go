@@ -108,7 +108,7 @@ func (s *streamer) run(ctx context.Context) error {
 			// A new snapshot, or a replay that stopped at the in-flight
 			// bound: stream what is visible now.
 			if s.vis.snap.Load() != s.seen || s.replayMore {
-				if err := s.replay(ctx, max); err != nil {
+				if err := s.replay(max); err != nil {
 					return err
 				}
 				continue
@@ -145,7 +145,7 @@ func (s *streamer) run(ctx context.Context) error {
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
-			if err := s.copyData(ctx, msg.Data); err != nil {
+			if err := s.copyData(msg.Data); err != nil {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
@@ -156,7 +156,7 @@ func (s *streamer) run(ctx context.Context) error {
 	}
 }
 
-func (s *streamer) copyData(ctx context.Context, data []byte) error {
+func (s *streamer) copyData(data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
@@ -180,13 +180,13 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("capture: xlogdata: %w", err)
 		}
-		return s.route(ctx, xld.WALData)
+		return s.route(xld.WALData)
 	}
 	return nil
 }
 
 // wal decodes one pgoutput message and hands its records to the relay.
-func (s *streamer) wal(ctx context.Context, data []byte) error {
+func (s *streamer) wal(data []byte) error {
 	if s.fastRow(data) {
 		return nil
 	}
@@ -415,7 +415,7 @@ func (s *streamer) finish(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pglogrepl.SendStandbyCopyDone(ctx, s.conn)
+		_, _ = pglogrepl.SendStandbyCopyDone(ctx, s.conn) // ending: the wait below bounds it, the final position is logged
 	}()
 	select {
 	case <-done:

@@ -315,14 +315,14 @@ const invisibleWarnAfter = time.Second
 // route hands one pgoutput message on: straight to wal while nothing is
 // held and it is not a BEGIN the newest snapshot cannot vouch for, else
 // behind the held transaction.
-func (s *streamer) route(ctx context.Context, data []byte) error {
+func (s *streamer) route(data []byte) error {
 	if s.vis == nil {
-		return s.wal(ctx, data)
+		return s.wal(data)
 	}
 	if s.held.empty() {
 		xid, ok := beginXid(data)
 		if !ok || s.vis.snap.Load().ended(xid) {
-			return s.wal(ctx, data)
+			return s.wal(data)
 		}
 		s.head = heldTxn{xid: xid, at: time.Now()}
 		s.vis.head.Store(xid)
@@ -337,7 +337,7 @@ func (s *streamer) route(ctx context.Context, data []byte) error {
 
 // replay streams held messages up to the first transaction the newest
 // snapshot does not show ended, or until max records are in flight.
-func (s *streamer) replay(ctx context.Context, max int64) error {
+func (s *streamer) replay(max int64) error {
 	sn := s.vis.snap.Load()
 	s.seen, s.replayMore = sn, false
 	for !s.held.empty() {
@@ -360,7 +360,7 @@ func (s *streamer) replay(ctx context.Context, max int64) error {
 				s.release()
 			}
 		}
-		if err := s.wal(ctx, data); err != nil {
+		if err := s.wal(data); err != nil {
 			return err
 		}
 		s.held.pop()

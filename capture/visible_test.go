@@ -33,7 +33,7 @@ func TestVisibilityCheckOffTheStreamPath(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, reg: reg, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { r.wait(t) })
+	t.Cleanup(func() { _ = r.wait(t) })
 	r.waitReady(t)
 
 	conn := connect(t, dsn)

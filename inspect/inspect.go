@@ -13,12 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark/tidemark/catalog"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/pgprimary"
 	"github.com/tidemark/tidemark/promise"

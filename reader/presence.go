@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // status` reads to show a namespace upgrade's old namespace draining.
 type presence struct {
 	rdb    redis.Scripter
+	log    *slog.Logger
 	script *redis.Script
 	key    string
 	pool   string
@@ -47,10 +49,10 @@ const (
 	presenceTTL   = 5 * time.Second
 )
 
-func newPresence(pool, namespace string, rdb redis.Scripter) *presence {
+func newPresence(pool, namespace string, rdb redis.Scripter, log *slog.Logger) *presence {
 	var b [8]byte
 	rand.Read(b[:])
-	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), key: rollout.ServeKey(pool), pool: pool, ns: namespace,
+	p := &presence{rdb: rdb, log: log, script: redis.NewScript(presenceLua), key: rollout.ServeKey(pool), pool: pool, ns: namespace,
 		id: rollout.ServeMember(namespace, hex.EncodeToString(b[:])), ttl: presenceTTL, every: presenceEvery}
 	p.n.Store(1)
 	return p
@@ -86,7 +88,10 @@ func (p *presence) run(ctx context.Context) {
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
-		p.beat(ctx)
+		if err := p.beat(ctx); err != nil && ctx.Err() == nil {
+			// The count stays at its last value; the next beat tries again.
+			p.log.Warn("reader: presence beat failed", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			lctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -94,7 +99,9 @@ func (p *presence) run(ctx context.Context) {
 				z.ZRem(lctx, p.key, p.id)
 			}
 			// The last stamp: nothing is filled from here on.
-			rollout.StampNamespace(lctx, p.rdb, p.pool, p.ns)
+			if err := rollout.StampNamespace(lctx, p.rdb, p.pool, p.ns); err != nil {
+				p.log.Warn("reader: last namespace stamp failed", "err", err)
+			}
 			cancel()
 			return
 		case <-t.C:

@@ -481,7 +481,7 @@ func (rd *Reader) refreshInBackground(tenant, id string, tok cache.Token) {
 	rd.bg.Add(1)
 	go func() {
 		defer rd.bg.Done()
-		rd.refreshes.Do(tenant+"\x00"+id, func() (any, error) {
+		_, _, _ = rd.refreshes.Do(tenant+"\x00"+id, func() (any, error) { // reports nothing: see the nil returns
 			ctx, cancel := context.WithTimeout(rd.base, rd.cfg.SourceTimeout+time.Second)
 			defer cancel()
 			it, obs, err := rd.sourceRead(ctx, ClassBackground, tenant, id)

@@ -197,7 +197,7 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 		}
 		rd.clock = rd.guard
 	}
-	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, deps.Redis) // the budget's fallback share counts every process of the pool
+	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, deps.Redis, log) // the budget's fallback share counts every process of the pool
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
@@ -230,9 +230,9 @@ func (rd *Reader) Run(ctx context.Context) error {
 		}
 	}()
 	if rd.guard != nil {
-		rd.guard.Check(ctx)
+		_ = rd.guard.Check(ctx) // the outcome is kept in the guard (its Err, the gauge)
 		wg.Add(1)
-		go func() { defer wg.Done(); rd.guard.Run(ctx) }()
+		go func() { defer wg.Done(); _ = rd.guard.Run(ctx) }() // returns nil when ctx ends
 	}
 	rd.procs.run(ctx)
 	stop()

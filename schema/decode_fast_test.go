@@ -51,12 +51,12 @@ func BenchmarkDecode(b *testing.B) {
 	v := Encode(&Change{Tenant: "bench", Item: "item-12345", Version: 77, Op: OpUpsert, LSN: 99, CommitTime: time.Now(), Xid: 1})
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {
-			Decode(v)
+			_, _ = Decode(v)
 		}
 	})
 	b.Run("schema", func(b *testing.B) {
 		for b.Loop() {
-			decodeJSON(v)
+			_, _ = decodeJSON(v)
 		}
 	})
 }

@@ -199,13 +199,13 @@ func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if rep == nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]string{"verdict": Unknown, "error": err.Error(), "process_ready": ready})
+		_ = json.NewEncoder(w).Encode(map[string]string{"verdict": Unknown, "error": err.Error(), "process_ready": ready})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	cp := *rep
 	cp.ProcessReady = ready
-	cp.WriteJSON(w)
+	_ = cp.WriteJSON(w)
 }
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +230,7 @@ func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	io.WriteString(w, buf.String())
+	_, _ = io.WriteString(w, buf.String())
 }
 
 // plot draws the kept samples against seconds before now.

@@ -70,7 +70,7 @@ func TestServeTracesWithOTELVariablesOnly(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		spans := o.Spans()
 		for _, s := range spans {

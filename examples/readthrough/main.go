@@ -36,7 +36,7 @@ func main() {
 	}
 	tier, err := cache.New(ccfg, cache.Deps{Redis: rdb})
 	must(err)
-	go tier.Run(ctx) // the watermarks the cache judges freshness by
+	go func() { log.Fatal(tier.Run(ctx)) }() // the watermarks the cache judges freshness by
 	products := reader.SourceFunc(func(ctx context.Context, shop, sku string) (it reader.Item, err error) {
 		err = pool.QueryRow(ctx, `SELECT rev, status = 'live', json_build_object('shop', shop_id, 'sku', sku, 'title', title)
 			FROM shop.products WHERE shop_id = $1 AND sku = $2`, shop, sku).Scan(&it.Version, &it.Found, &it.Payload)

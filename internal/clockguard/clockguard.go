@@ -169,7 +169,7 @@ func (g *Guard) Run(ctx context.Context) error {
 	t := time.NewTicker(g.cfg.Interval)
 	defer t.Stop()
 	for {
-		g.Check(ctx)
+		_ = g.Check(ctx) // the outcome is kept in g (Err, the gauge)
 		select {
 		case <-ctx.Done():
 			return nil

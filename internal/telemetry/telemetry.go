@@ -147,7 +147,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not alive: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	io.WriteString(w, "ok\n")
+	_, _ = io.WriteString(w, "ok\n")
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +159,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	io.WriteString(w, "ready\n")
+	_, _ = io.WriteString(w, "ready\n")
 }
 
 // check runs fs within 2 s and joins their errors.

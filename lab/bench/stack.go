@@ -14,14 +14,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/proc"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/proc"
 	"github.com/tidemark/tidemark/migrations"
 	"github.com/tidemark/tidemark/schema"
 )

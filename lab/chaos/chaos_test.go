@@ -65,7 +65,7 @@ func run(t *testing.T, cfg Config) *Report {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	rep.WriteText(&b)
+	_ = rep.WriteText(&b) // a bytes.Buffer
 	t.Logf("report:\n%s", b.String())
 	return rep
 }
@@ -108,7 +108,9 @@ func TestChaosPromotion(t *testing.T) {
 	}
 	f := rep.Faults[i]
 	var version int
-	fmt.Sscanf(f.Target, "Postgres %d:", &version)
+	if _, err := fmt.Sscanf(f.Target, "Postgres %d:", &version); err != nil {
+		t.Fatalf("target %q: %v", f.Target, err)
+	}
 	want := "reset path"
 	if version >= 17 {
 		want = "failover-slot path"

@@ -14,13 +14,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/proc"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/proc"
 )
 
 // ClockOffsetEnv makes a serve or apply process believe its wall clock is
@@ -497,7 +496,7 @@ func (in *injector) redisReadonly(ctx context.Context, hold time.Duration) (stri
 		return errors.Join(errs...)
 	}
 	if err := set("1"); err != nil {
-		set("0")
+		_ = set("0") // undo; the error returned is the first one
 		return "all masters", err
 	}
 	sleep(ctx, hold)

@@ -13,12 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/proc"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/tidemark/tidemark/lab/proc"
 	"github.com/tidemark/tidemark/schema"
 )
 

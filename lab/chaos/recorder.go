@@ -167,7 +167,7 @@ func (r *recorder) load(ctx context.Context) error {
 		before := r.src.Len()
 		r.src.Add(c)
 		if r.keep && r.src.Len() > before {
-			r.commitsE.Encode(c)
+			_ = r.commitsE.Encode(c) // a write error sticks in the bufio.Writer; close reports it
 		}
 	}
 	n, err := strconv.ParseUint(low, 10, 64)
@@ -209,7 +209,7 @@ func (r *recorder) judge() {
 			r.stats.First = append(r.stats.First, x)
 		}
 		if r.keep {
-			r.violsE.Encode(x)
+			_ = r.violsE.Encode(x) // a write error sticks in the bufio.Writer; close reports it
 		}
 	}
 	for i := range ready {
@@ -235,7 +235,7 @@ func (r *recorder) judgeOne(a Answer) {
 		r.keys.add(a)
 	}
 	if r.keep {
-		r.answersE.Encode(a)
+		_ = r.answersE.Encode(a) // a write error sticks in the bufio.Writer; close reports it
 	}
 	if a.Status == 0 || a.Status == 503 {
 		return
@@ -254,7 +254,7 @@ func (r *recorder) judgeOne(a Answer) {
 			st.First = append(st.First, x)
 		}
 		if r.keep {
-			r.violsE.Encode(x)
+			_ = r.violsE.Encode(x) // a write error sticks in the bufio.Writer; close reports it
 		}
 	}
 }

@@ -15,9 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/proc"
-	"github.com/tidemark/tidemark/lab/seed"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -25,6 +22,8 @@ import (
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/lab/seed"
 	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/schema"
 )

@@ -75,7 +75,9 @@ func TestAdoptWalkthrough(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		lastCacheStatus = res.Header.Get("Cache-Status")
 		var m map[string]any
-		json.Unmarshal(b, &m)
+		if err := json.Unmarshal(b, &m); err != nil {
+			return res.StatusCode, nil, fmt.Errorf("answer %q: %w", b, err)
+		}
 		return res.StatusCode, m, nil
 	}
 	testenv.Eventually(t, 90*time.Second, "serve answers sku-1 with display built from title, image_url and body", func() error {

@@ -45,7 +45,9 @@ func TestRestartReusesDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o755) // the private Postgres runs as another user
+	if err := os.Chmod(dir, 0o755); err != nil { // the private Postgres runs as another user
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	k := testenv.StartKafka(t)
 

@@ -402,7 +402,7 @@ func (e *e2e) floorsMatchSource(within time.Duration) {
 			return err
 		}
 		cmds := make([]*redis.StringCmd, len(all))
-		e.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		_, _ = e.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 			for i, x := range all {
 				cmds[i] = p.HGet(context.Background(), x.key, schema.FieldFloor)
 			}

@@ -9,11 +9,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tidemark/tidemark/lab/seed"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/lab/seed"
 )
 
 // Demo data: two tenants with the same item ids, so tenant isolation shows.

@@ -22,10 +22,10 @@ func Clock(t testing.TB, rdb redis.UniversalClient, pg clockguard.Querier) *cloc
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Check(context.Background())
+	_ = g.Check(context.Background()) // the outcome is kept in g
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); g.Run(ctx) }()
+	go func() { defer close(done); _ = g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return g
 }

@@ -16,7 +16,7 @@ type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
-	defer func() { recover() }() // a log line after the test ended must not panic
+	defer func() { _ = recover() }() // a log line after the test ended must not panic
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }

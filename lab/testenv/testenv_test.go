@@ -113,7 +113,9 @@ func TestRedisClusterRoutes(t *testing.T) {
 		}
 	}
 	var masters atomic.Int32 // ForEachMaster calls back concurrently
-	c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { masters.Add(1); return nil })
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { masters.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
 	if masters := masters.Load(); masters != 3 {
 		t.Fatalf("masters = %d", masters)
 	}

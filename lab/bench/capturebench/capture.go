@@ -173,7 +173,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s); err != nil {
 			return res, fmt.Errorf("bench capture: create slot: %w", err)
 		}
-		defer conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", s)
+		defer func() {
+			_, _ = conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", s)
+		}() // best effort: the private server is removed after the run
 	}
 	tenant := "bench" + suffix
 	log.Info("writing the WAL workload", "rows", cfg.Rows)
@@ -215,7 +217,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		closeKafka()
 		return err
 	}
-	defer func() { cancel() }()
+	defer func() { _ = cancel() }() // the round's own cancel reports capture's error
 	// Rounds alternate, so a neighbour's load on a shared box hits both kinds.
 	for i := range rounds {
 		log.Info("draining with pg_recvlogical", "round", i+1, "path", cfg.Recvlogical)

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/proc"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -26,6 +24,7 @@ import (
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/proc"
 	"github.com/tidemark/tidemark/migrations"
 )
 
@@ -240,7 +239,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	ready := make(chan struct{})
 	g.Go(func() error { return obs.consume(gctx, st.brokers, st.topic) })
 	g.Go(func() error { return obs.subscribe(gctx, rdb, ready) })
-	defer func() { stopObs(); g.Wait() }()
+	defer func() { stopObs(); _ = g.Wait() }() // stopped here: their error is context.Canceled
 	select {
 	case <-ready:
 	case <-gctx.Done():

@@ -145,7 +145,7 @@ func coldOnce(ctx context.Context, cfg Config, client *http.Client, apiKey strin
 					}
 					continue
 				}
-				io.Copy(io.Discard, res.Body)
+				_, _ = io.Copy(io.Discard, res.Body)
 				res.Body.Close()
 				if res.StatusCode != http.StatusOK {
 					failed.Add(1)

@@ -239,7 +239,7 @@ func measure(ctx context.Context, cc *redis.ClusterClient, c *cache.Client, b *r
 		bwg.Add(1)
 		go func() { // the builder's renewals, as serve runs them
 			defer bwg.Done()
-			lifecycle.Every(mctx, replica.DefaultConfig().Interval, func() { b.Ensure(mctx, tenant, item, cfg.Replicas) })
+			lifecycle.Every(mctx, replica.DefaultConfig().Interval, func() { _, _ = b.Ensure(mctx, tenant, item, cfg.Replicas) }) // a failed renewal is retried next tick, as serve does
 		}()
 	}
 	before, err := commandCounts(ctx, cc)

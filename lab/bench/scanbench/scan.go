@@ -19,14 +19,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/seed"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/seed"
 )
 
 // Config of one run.

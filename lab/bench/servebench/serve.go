@@ -20,14 +20,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/seed"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
+	"github.com/tidemark/tidemark/lab/seed"
 	"github.com/tidemark/tidemark/migrations"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -364,7 +363,7 @@ func (g *generator) get(ctx context.Context, url string) bool {
 	if err != nil {
 		return false
 	}
-	io.Copy(io.Discard, res.Body)
+	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode == 200
 }
