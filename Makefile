@@ -10,7 +10,7 @@ PKGS      := ./...
 # prometheus package) for the alert rules, chromium for the status-page
 # browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint bench deps deps-run deps-test pg18 image fuzz clean
+.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint golangci-lint bench deps deps-run deps-test pg18 image fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -181,10 +181,24 @@ test-kafka: pg18
 	TIDEMARK_TEST_KAFKA=real TIDEMARK_PG_BIN=$(PG18_BIN) $(GO) test -race -count=1 -timeout 15m \
 		-run 'TestChaosShortRun$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
 
-lint:
+# golangci-lint (.golangci.yml: errcheck, staticcheck, unparam, goimports
+# -local, ...), built from its Go module at a pinned version into the tools
+# cache, as helm is.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI_DIR     := $(HOME)/.cache/tidemark-tools/golangci-lint-$(GOLANGCI_VERSION)
+GOLANGCI         := $(GOLANGCI_DIR)/golangci-lint
+
+golangci-lint:
+	@if [ ! -x "$(GOLANGCI)" ]; then \
+		echo "installing golangci-lint $(GOLANGCI_VERSION) into $(GOLANGCI_DIR)"; \
+		GOBIN="$(GOLANGCI_DIR)" GOFLAGS=-mod=mod $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); \
+	fi
+
+lint: golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags realkafka $(PKGS)
+	$(GOLANGCI) run $(PKGS)
 
 bench: build
 	./$(LAB_BIN) bench capture --svg bin/bench/capture.svg
