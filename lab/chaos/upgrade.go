@@ -331,16 +331,12 @@ func roleOf(p *proc.Process) string {
 
 const upgradeReadyWithin = time.Minute
 
-// ready waits until p answers its readiness probe (serve: a read of the
-// catalog answered 200).
+// ready waits until p answers its readiness probe, /readyz, as a rollout
+// on Kubernetes does. (A read of one item is no probe for serve: in a new
+// namespace every read is cold, and under the run's load the foreground
+// budget may refuse that one read for longer than the wait.)
 func (u *upgrader) ready(ctx context.Context, p *proc.Process) error {
-	url := ""
-	if roleOf(p) == "serve" {
-		i := slices.Index(u.sys.serves, p)
-		url = u.sys.apiBases[i] + "/v1/catalog/items/item-00001"
-	} else {
-		url = "http://" + argValue(p.Config().Args, "--metrics-addr") + "/readyz"
-	}
+	url := "http://" + argValue(p.Config().Args, "--metrics-addr") + "/readyz"
 	deadline := time.Now().Add(upgradeReadyWithin)
 	var last error
 	for time.Now().Before(deadline) {

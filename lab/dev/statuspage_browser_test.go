@@ -174,11 +174,16 @@ func checkStatusJSON(t *testing.T, e *e2e) {
 		}
 		// The page also carries the figures of the auditor running in the
 		// serving process (its own metrics, which `tidemark status` cannot
-		// see); otherwise the two documents have the same members.
+		// see) and that process's readiness (its /readyz), which a one-shot
+		// `tidemark status` has not; otherwise the two documents have the
+		// same members.
 		if _, ok := page["audit"]; !ok {
 			return errors.New("/status.json lacks the serving process's audit figures")
 		}
-		cli["audit"] = nil
+		if page["process_ready"] != "ready" {
+			return fmt.Errorf("/status.json process_ready %v, want ready", page["process_ready"])
+		}
+		cli["audit"], cli["process_ready"] = nil, nil
 		if got, want := slices.Sorted(maps.Keys(page)), slices.Sorted(maps.Keys(cli)); !slices.Equal(got, want) {
 			return fmt.Errorf("/status.json members %v, `tidemark status --json` members (and audit) %v", got, want)
 		}
