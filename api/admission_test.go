@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
 
@@ -55,9 +56,12 @@ type scanRun struct {
 // a full cache (maxmemory with volatile-lru): with admission B's hit ratio
 // drops by at most 5 points; without it (FillRate 0) the scan evicts B's
 // entries, which the second run shows, so the first run's figure is the
-// admission's doing.
+// admission's doing. Both phases are counted in reads, not timed: a slow
+// box scans the same ids more slowly, so the scan writes ~4 MB into the
+// cache's 512 KB of room whatever the box's speed, and what admission lets
+// through (FillRate 5/s) stays inside that room for a scan of up to ~90 s.
 func TestScanDoesNotEvictOtherTenantsHotSet(t *testing.T) {
-	with := scanIsolation(t, 10)
+	with := scanIsolation(t, 5)
 	without := scanIsolation(t, 0)
 	t.Logf("B's hit ratio: no scan %.1f%%; scan with admission %.1f%% (A scanned %d cold ids, %v fills skipped); "+
 		"no scan %.1f%%, scan without admission %.1f%% (A scanned %d cold ids)",
@@ -73,9 +77,9 @@ func TestScanDoesNotEvictOtherTenantsHotSet(t *testing.T) {
 }
 
 const (
-	hotItems  = 500
-	coldItems = 20000
-	scanTime  = 8 * time.Second
+	hotItems     = 500
+	coldItems    = 4000 // scanned once each, ~1 KB a value: 8x the cache's room
+	baselineGets = 1500 // B's reads before the scan
 )
 
 func scanIsolation(t *testing.T, fillRate float64) scanRun {
@@ -109,19 +113,19 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 			}
 		}
 	}
-	phase := func(d time.Duration, alongside func(ctx context.Context)) float64 {
+	// phase runs B's readers until alongside returns (it ends the phase
+	// when its work is done, not at a time).
+	phase := func(alongside func(ctx context.Context)) float64 {
 		hits.Store(0)
 		reads.Store(0)
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
+		ctx, cancel := context.WithCancel(testenv.Context(t, 3*time.Minute))
 		var wg sync.WaitGroup
 		for w := range 2 {
 			wg.Add(1)
 			go func() { defer wg.Done(); readB(ctx, w) }()
 		}
-		if alongside != nil {
-			alongside(ctx)
-		}
+		alongside(ctx)
+		cancel()
 		wg.Wait()
 		return float64(hits.Load()) / float64(max(1, reads.Load()))
 	}
@@ -153,9 +157,16 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		t.Fatal(err)
 	}
 	var run scanRun
-	run.baseline = phase(3*time.Second, nil)
-	var scanned atomic.Int64
-	run.during = phase(scanTime, func(ctx context.Context) {
+	run.baseline = phase(func(ctx context.Context) {
+		testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("B made %d baseline reads", baselineGets), func() error {
+			if n := reads.Load(); n < baselineGets {
+				return fmt.Errorf("%d reads", n)
+			}
+			return nil
+		})
+	})
+	var scanned, asked atomic.Int64
+	run.during = phase(func(ctx context.Context) {
 		var wg sync.WaitGroup
 		var next atomic.Int64
 		for range 6 {
@@ -167,6 +178,7 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 					if i > coldItems {
 						return
 					}
+					asked.Add(1)
 					if r := e.do("GET", in.item(fmt.Sprintf("c%d", i)), keyA, ""); r.code == 200 {
 						scanned.Add(1)
 					}
@@ -175,6 +187,9 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		}
 		wg.Wait()
 	})
+	if asked.Load() < coldItems {
+		t.Fatalf("the scan asked %d of %d cold ids before its 3-minute deadline", asked.Load(), coldItems)
+	}
 	run.scanned = scanned.Load()
 	run.skipped = skipped(t, in, "admission")
 	evicted := 0

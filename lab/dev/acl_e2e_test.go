@@ -33,9 +33,10 @@ import (
 func TestPipelineAsRedisACLUserOverTLS(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
-	ctx := testenv.Context(t, 3*time.Minute)
 	dir := t.TempDir()
-	keys, _, err := seedDemo(ctx, dsn, filepath.Join(dir, "keys"))
+	// Each step that takes a context gets its own deadline, so the time the
+	// processes take to come up on a loaded box never eats a later step's.
+	keys, _, err := seedDemo(testenv.Context(t, 2*time.Minute), dsn, filepath.Join(dir, "keys"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ redis-key-file: %s
 
 	// inspect, from the same file, as the same user over TLS: it reads the
 	// entries serve filled and compares them with Postgres.
-	out, err := exec.CommandContext(ctx, testenv.Binary(t), "inspect", "--config", conf, "--json").Output()
+	out, err := exec.CommandContext(testenv.Context(t, time.Minute), testenv.Binary(t), "inspect", "--config", conf, "--json").Output()
 	var rep struct{ Checked, Consistent int }
 	if err == nil {
 		err = json.Unmarshal(out, &rep)
@@ -146,7 +147,7 @@ redis-key-file: %s
 	}
 
 	// inspect as a user without the item keys' pattern is refused them.
-	if out, err := exec.CommandContext(ctx, testenv.Binary(t), "inspect", "--config", conf, "--redis-user", "nokeys",
+	if out, err := exec.CommandContext(testenv.Context(t, time.Minute), testenv.Binary(t), "inspect", "--config", conf, "--redis-user", "nokeys",
 		"--redis-password-file", secret("nokeys-password", "nokeys-pw")).CombinedOutput(); err == nil || !strings.Contains(string(out), "NOPERM") {
 		t.Errorf("inspect as a user without ~%s:v1:*: exit %v, want a failure naming NOPERM:\n%s", ns, err, tail(string(out), 3000))
 	}
