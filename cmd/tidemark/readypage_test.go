@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"html"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,36 +22,8 @@ func TestStatusPageShowsWhyTheProcessIsNotReady(t *testing.T) {
 	dsn := pg.DSN(pg.NewDatabase(t))
 	r := testenv.StartRedis(t)
 
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var logs bytes.Buffer
-	exited := make(chan int, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o bytes.Buffer
-		exited <- run(rctx, []string{"serve", "--pg", dsn, "--redis", r.URL(), "--addr", addr, "--metrics-addr", metricsAddr,
-			"--audit-rate", "0", "--warm-top", "0", "--status-every", "1s"}, &o, &logs)
-	}()
-	defer func() { cancel(); wg.Wait() }()
-
-	client := &http.Client{Timeout: 5 * time.Second}
-	get := func(path string) (int, string, error) {
-		select {
-		case code := <-exited:
-			t.Fatalf("serve exited %d:\n%s", code, logs.String())
-		default:
-		}
-		resp, err := client.Get("http://" + metricsAddr + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
+	srv := startServe(t, ctx, "--pg", dsn, "--redis", r.URL(), "--audit-rate", "0", "--warm-top", "0", "--status-every", "1s")
+	get := srv.get
 	shown := regexp.MustCompile(`(?s)<p id="process-ready"[^>]*>(.*?)</p>`)
 	page := func() (string, string, error) {
 		_, body, err := get("/")

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,41 +29,20 @@ func TestServeExportsTheWatermarkAge(t *testing.T) {
 	}
 	setW(time.Now())
 
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var logs bytes.Buffer
-	exited := make(chan int, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o bytes.Buffer
-		exited <- run(rctx, []string{"serve", "--pg", dsn, "--redis", r.URL(), "--addr", addr, "--metrics-addr", metricsAddr,
-			"--audit-rate", "0", "--warm-top", "0"}, &o, &logs)
-	}()
-	defer func() { cancel(); wg.Wait() }()
+	srv := startServe(t, ctx, "--pg", dsn, "--redis", r.URL(), "--audit-rate", "0", "--warm-top", "0")
 
 	line := regexp.MustCompile(`(?m)^tidemark_watermark_age_seconds\{([^}]*)\} (\S+)$`)
-	client := &http.Client{Timeout: 5 * time.Second}
 	age := func() (float64, string, error) {
-		select {
-		case code := <-exited:
-			t.Fatalf("serve exited %d:\n%s", code, logs.String())
-		default:
-		}
-		resp, err := client.Get("http://" + metricsAddr + "/metrics")
+		_, b, err := srv.get("/metrics")
 		if err != nil {
 			return 0, "", err
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		m := line.FindSubmatch(b)
+		m := line.FindStringSubmatch(b)
 		if m == nil {
 			return 0, "", fmt.Errorf("serve's /metrics has no tidemark_watermark_age_seconds")
 		}
-		v, err := strconv.ParseFloat(string(m[2]), 64)
-		return v, string(m[1]), err
+		v, err := strconv.ParseFloat(m[2], 64)
+		return v, m[1], err
 	}
 	var labels string
 	testenv.Eventually(t, 60*time.Second, "serve exports a fresh watermark age", func() error {
