@@ -23,7 +23,9 @@ import (
 
 // rollouts is this process's view of the tenants' serving modes (package
 // rollout; docs/design.md, "Rollout, rollback and upgrades"): polled from
-// the cache tier every RolloutPoll, with the shadow comparisons of reads
+// the cache tier every RolloutPoll and checked against the durable record in
+// Postgres when the copy changed, shrank or was lost (decide), with the
+// shadow comparisons of reads
 // routed to the source, whose counts it adds to the store on the same tick
 // and from which it halts a ramp whose mismatch rate crosses the threshold.
 type rollouts struct {
@@ -31,10 +33,14 @@ type rollouts struct {
 	store *rollout.Store
 	def   rollout.Setting
 	cur   atomic.Pointer[rollout.Settings]
-	// written: the settings hash was seen with its marker; if it then
-	// vanishes (the cache tier lost its data) the last settings are kept
-	// rather than every tenant silently returning to the default.
-	written bool
+	// decided: cur holds settings this process verified (else the default
+	// before the first poll, or every tenant from the source when the first
+	// polls could not tell which settings are in force). gen is the
+	// generation of cur; recGen the generation of Postgres's record as last
+	// read (-1: not yet). Only the poller touches them.
+	decided bool
+	gen     int64
+	recGen  int64
 	log     *slog.Logger
 	m       *rolloutMetrics
 	now     func() time.Time
@@ -56,11 +62,12 @@ type rolloutMetrics struct {
 	readsBy    map[rollout.Mode]prometheus.Counter // reads' children, resolved once: every GET counts one
 	checks     *prometheus.CounterVec
 	halts      prometheus.Counter
+	losses     prometheus.Counter
 	pollErrors prometheus.Counter
 	skipped    prometheus.Counter
 }
 
-func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*rollouts, error) {
+func newRollouts(cfg Config, rdb redis.UniversalClient, db rollout.DB, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*rollouts, error) {
 	def := rollout.Default
 	if cfg.RolloutDefault != "" {
 		m, err := rollout.ParseMode(cfg.RolloutDefault)
@@ -81,6 +88,8 @@ func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registere
 			"outcome"),
 		halts: in.Counter("tidemark_api_rollout_halts_total",
 			"Ramps this process halted (fell back to their safe step) because the tenant's shadow mismatch rate crossed the threshold."),
+		losses: in.Counter("tidemark_api_rollout_losses_total",
+			"Times this process found the cache tier's copy of the rollout settings lost or older than Postgres's record; it served the record's settings and put them back."),
 		pollErrors: in.Counter("tidemark_api_rollout_poll_errors_total",
 			"Failed reads or writes of the rollout store (the last settings stay in force)."),
 		skipped: in.Counter("tidemark_api_shadow_skipped_total",
@@ -96,8 +105,8 @@ func newRollouts(cfg Config, rdb redis.UniversalClient, reg prometheus.Registere
 	for _, o := range rollout.Outcomes {
 		m.checks.WithLabelValues(o)
 	}
-	r := &rollouts{cfg: cfg, store: rollout.NewStore(rdb, cfg.sourcePool()), def: def, log: log, m: m, now: now,
-		pending: map[string]rollout.Counts{}, slots: make(chan struct{}, 16)}
+	r := &rollouts{cfg: cfg, store: rollout.NewStore(rdb, cfg.sourcePool()).WithDB(db), def: def, log: log, m: m, now: now,
+		recGen: -1, pending: map[string]rollout.Counts{}, slots: make(chan struct{}, 16)}
 	r.cur.Store(&rollout.Settings{})
 	return r, nil
 }
@@ -133,22 +142,86 @@ func (r *rollouts) tick(ctx context.Context) {
 		r.m.pollErrors.Inc()
 		r.log.Warn("rollout: shadow counts not recorded", "err", err)
 	}
-	ss, written, err := r.store.Load(ctx)
-	switch {
-	case err != nil:
-		r.m.pollErrors.Inc()
-		r.log.Warn("rollout: settings unreadable; keeping the last ones", "err", err)
-		return
-	case !written && r.written:
-		r.m.pollErrors.Inc()
-		r.log.Error("rollout: the settings hash vanished from the cache tier (data loss?); keeping the last settings until an operator sets them again")
+	ss, ok := r.decide(ctx)
+	if !ok {
 		return
 	}
-	r.written = r.written || written
 	r.cur.Store(&ss)
-	if len(pending) > 0 {
+	if len(pending) > 0 && r.decided {
 		r.judge(ctx, ss)
 	}
+}
+
+// sourceOnly is what a process serves while it cannot tell which settings
+// are in force: every tenant from the source (the strictest mode: a
+// rolled-back tenant is never served from the cache by mistake).
+var sourceOnly = rollout.Settings{rollout.AllTenants: {Mode: rollout.ModeSource}}
+
+// decide is the settings in force, from the cache tier's copy, checked
+// against Postgres's record when the copy is not known to be at or past it:
+// at the first poll, and whenever the copy's generation moved past the
+// record last read, fell below the settings in force, or the copy could not
+// be read (so a steady deployment reads Postgres only once per change). A
+// copy behind the record (lost by the cache tier) is a loss: the record's
+// settings are served and put back. ok false: keep the current settings.
+func (r *rollouts) decide(ctx context.Context) (rollout.Settings, bool) {
+	c, cerr := r.store.Copy(ctx)
+	if cerr == nil && c.Written && c.Gen == 0 {
+		c, cerr = r.store.Adopt(ctx) // written by a release before generations
+	}
+	if cerr == nil && r.recGen >= 0 && c.Gen == r.recGen && c.Gen >= r.gen {
+		r.gen, r.decided = c.Gen, true
+		return c.Settings, true
+	}
+	d, derr := r.store.Durable(ctx)
+	if derr == nil {
+		r.recGen = d.Gen
+	}
+	switch {
+	case cerr == nil && derr == nil && c.Gen >= d.Gen:
+		if c.Gen > d.Gen {
+			// A change whose writer could not record it: record it here.
+			if _, err := r.store.Save(ctx, c); err != nil {
+				r.m.pollErrors.Inc()
+				r.log.Warn("rollout: settings not recorded in Postgres", "generation", c.Gen, "err", err)
+			} else {
+				r.recGen = c.Gen
+			}
+		}
+		r.gen, r.decided = c.Gen, true
+		return c.Settings, true
+	case derr == nil && cerr == nil:
+		r.m.losses.Inc()
+		r.log.Error("rollout: the cache tier lost its copy of the rollout settings (data loss or a restore); serving Postgres's record and putting it back",
+			"copy_generation", c.Gen, "copy_present", c.Written, "record_generation", d.Gen)
+		if _, err := r.store.Restore(ctx, d, r.now()); err != nil {
+			r.m.pollErrors.Inc()
+			r.log.Warn("rollout: copy not restored", "err", err)
+		}
+		r.gen, r.decided = d.Gen, true
+		return d.Settings, true
+	case derr == nil:
+		r.m.pollErrors.Inc()
+		r.log.Warn("rollout: settings unreadable in the cache tier; serving Postgres's record", "err", cerr)
+		r.gen, r.decided = d.Gen, true
+		return d.Settings, true
+	case cerr == nil && c.Gen > 0 && c.Gen >= r.gen:
+		// Postgres cannot be asked; the copy is at or past what this
+		// process last verified and was written with a generation.
+		r.m.pollErrors.Inc()
+		r.log.Warn("rollout: the settings' record in Postgres unreadable; following the cache tier's copy", "generation", c.Gen, "err", derr)
+		r.gen, r.decided = c.Gen, true
+		return c.Settings, true
+	}
+	r.m.pollErrors.Inc()
+	if r.decided {
+		r.log.Error("rollout: cannot tell which rollout settings are in force (the cache tier's copy is lost or behind and Postgres's record unreadable); keeping the last ones",
+			"copy_err", cerr, "record_err", derr, "copy_generation", c.Gen, "generation", r.gen)
+		return nil, false
+	}
+	r.log.Error("rollout: cannot tell which rollout settings are in force (the cache tier's copy is lost or unreadable and Postgres's record unreadable); serving every tenant from the source until one can be read",
+		"copy_err", cerr, "record_err", derr)
+	return sourceOnly, true
 }
 
 // judge halts the ramps whose shadow mismatch rate crosses the threshold
@@ -173,9 +246,10 @@ func (r *rollouts) judge(ctx context.Context, ss rollout.Settings) {
 			c.Mismatches(), c.Total(), st.Ramp, r.cfg.HaltMismatchRate, st.Safe)
 		halted, err := r.store.Halt(ctx, tenant, st, reason, r.now())
 		if err != nil {
+			// Not recorded in Postgres: the halt is in the copy, and the
+			// next poll records it.
 			r.m.pollErrors.Inc()
-			r.log.Warn("rollout: halt not stored", "tenant", tenant, "err", err)
-			continue
+			r.log.Warn("rollout: halt not stored", "tenant", tenant, "in_copy", halted, "err", err)
 		}
 		if halted {
 			r.m.halts.Inc()

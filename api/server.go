@@ -150,7 +150,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.Table.UpdatedAtColumn != "" {
 		s.listSQL = cfg.Table.ListSQL()
 	}
-	if s.rollout, err = newRollouts(cfg, deps.Redis, reg, log, clock.Wall); err != nil {
+	if s.rollout, err = newRollouts(cfg, deps.Redis, deps.Pool, reg, log, clock.Wall); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -215,6 +215,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("api: %w", err)
 	}
+	// The rollout settings are decided before the first request: until
+	// then every tenant would follow the default, a rolled-back one too.
+	s.rollout.tick(ctx)
 	ctx, refuse := context.WithCancelCause(ctx)
 	defer refuse(nil)
 	s.bg.Add(3)

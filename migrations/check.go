@@ -47,8 +47,9 @@ func Latest() int64 {
 func Check(ctx context.Context, q Querier) error {
 	var versioned, legacy, own bool
 	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
-		to_regclass('tidemark.api_keys') IS NOT NULL AND to_regclass('tidemark.requests') IS NOT NULL AND to_regclass($3) IS NOT NULL`,
-		VersionTable, legacyVersionTable, HeartbeatTable).Scan(&versioned, &legacy, &own)
+		to_regclass('tidemark.api_keys') IS NOT NULL AND to_regclass('tidemark.requests') IS NOT NULL AND to_regclass($3) IS NOT NULL
+		AND to_regclass($4) IS NOT NULL`,
+		VersionTable, legacyVersionTable, HeartbeatTable, RolloutTable).Scan(&versioned, &legacy, &own)
 	if err != nil {
 		return fmt.Errorf("migrations: read the schema version: %w", err)
 	}
@@ -59,7 +60,7 @@ func Check(ctx context.Context, q Querier) error {
 	case !versioned && own:
 		return nil // adopted: tidemark adopt created the own tables in their final shape
 	case !versioned:
-		return fmt.Errorf("migrations: %w: the database is not migrated (no %s; tidemark's tables are missing); run tidemark migrate (schema version %d)", ErrSchemaBehind, VersionTable, latest)
+		return fmt.Errorf("migrations: %w: the database is not migrated (no %s; tidemark's tables are missing); run tidemark migrate (schema version %d), or tidemark adopt again for an adopted table", ErrSchemaBehind, VersionTable, latest)
 	}
 	var current int64
 	if err := q.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+VersionTable+` WHERE is_applied`).Scan(&current); err != nil {

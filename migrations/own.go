@@ -8,8 +8,9 @@ import (
 )
 
 // OwnTablesSQL creates tidemark's own tables (schema tidemark: API keys,
-// idempotency records, the heartbeat row) where they are missing, for a
-// database whose catalog table the operator already has (tidemark adopt).
+// idempotency records, the heartbeat row, the rollout settings' record)
+// where they are missing, for a database whose catalog table the operator
+// already has (tidemark adopt).
 // The shape is the one the numbered migrations end at; a migrated database
 // and one set up by OwnTablesSQL are checked equal by
 // TestOwnTablesMatchMigrations.
@@ -35,6 +36,12 @@ CREATE TABLE IF NOT EXISTS tidemark.heartbeat (
     beat_at timestamptz NOT NULL
 );
 INSERT INTO tidemark.heartbeat VALUES (1, now()) ON CONFLICT (id) DO NOTHING;
+CREATE TABLE IF NOT EXISTS tidemark.rollout_settings (
+    pool       text        PRIMARY KEY,
+    generation bigint      NOT NULL,
+    settings   jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
 `
 
 // HeartbeatTable is tidemark's heartbeat row table (capture's row mode).
@@ -47,3 +54,7 @@ func EnsureOwnTables(ctx context.Context, conn *pgx.Conn) error {
 	}
 	return nil
 }
+
+// RolloutTable is the durable record of the rollout settings (package
+// rollout).
+const RolloutTable = "tidemark.rollout_settings"

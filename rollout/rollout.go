@@ -4,7 +4,9 @@
 // sample also compared with the cache tier) and `cache` with a ramp (that
 // share of the tenant's items read through the cache). The settings and the
 // shadow comparison's per-tenant counts live in the cache tier, in two hashes
-// named by the deployment's source pool, which every serve process polls.
+// named by the deployment's source pool, which every serve process polls;
+// the settings are also recorded in Postgres (durable.go), so a copy the
+// cache tier lost is found and restored, never silently undone.
 package rollout
 
 import (
@@ -171,8 +173,8 @@ var ErrHalted = errors.New("rollout: the tenant's ramp was halted by shadow mism
 // errChanged: another writer changed the setting between read and write.
 var errChanged = errors.New("rollout: setting changed concurrently")
 
-// marker is a field of the settings hash every write sets: a process that
-// has seen it and then finds the hash gone knows the cache tier lost it.
+// marker is a field of the settings hash every write sets: a hash without
+// it was lost by the cache tier (the scripts spell it too).
 const marker = "_written"
 
 // Store reads and writes the settings and shadow counts of one source pool.
@@ -180,25 +182,32 @@ const marker = "_written"
 // set script can touch both.
 type Store struct {
 	rdb    redis.UniversalClient
+	pool   string
 	modes  string
 	shadow string
+	gen    string // the copy's generation (durable.go)
+	lost   string // the note of the last loss a serve process restored
 	set    *redis.Script
+	db     DB // the durable record; nil: the cache tier's copy only (WithDB)
 }
 
 // NewStore is the store of pool (api.Config's source pool: the deployment's
 // name, shared by every namespace of an upgrade).
 func NewStore(rdb redis.UniversalClient, pool string) *Store {
 	tag := "{" + pool + ":v1:_rollout}" // under the ACL key pattern {<ns>:v1:* (cache.ACLRules)
-	return &Store{rdb: rdb, modes: tag + ":modes", shadow: tag + ":shadow", set: redis.NewScript(setLua)}
+	return &Store{rdb: rdb, pool: pool, modes: tag + ":modes", shadow: tag + ":shadow", gen: tag + ":gen", lost: tag + ":lost",
+		set: redis.NewScript(setLua)}
 }
 
-// Load reads every setting; written reports whether the hash has ever been
-// written (it carries the marker).
+// Load reads every setting of the cache tier's copy; written reports
+// whether the hash has ever been written (it carries the marker).
 func (s *Store) Load(ctx context.Context) (ss Settings, written bool, err error) {
-	raw, err := s.rdb.HGetAll(ctx, s.modes).Result()
-	if err != nil {
-		return nil, false, fmt.Errorf("rollout: read settings: %w", err)
-	}
+	c, err := s.Copy(ctx)
+	return c.Settings, c.Written, err
+}
+
+// parseHash is the settings of the copy's hash.
+func parseHash(raw map[string]string) (ss Settings, written bool, err error) {
 	ss = make(Settings, len(raw))
 	for tenant, v := range raw {
 		if tenant == marker {
@@ -220,6 +229,9 @@ func (s *Store) Load(ctx context.Context) (ss Settings, written bool, err error)
 // shadow comparison is only raised with force. The tenant's shadow counts
 // restart, so the halt judges each step by its own comparisons.
 func (s *Store) Set(ctx context.Context, tenant string, mode Mode, ramp float64, force bool, now time.Time) (Setting, error) {
+	if err := s.sync(ctx); err != nil {
+		return Setting{}, err
+	}
 	for range 10 {
 		cur, raw, err := s.get(ctx, tenant)
 		if err != nil {
@@ -241,11 +253,14 @@ func (s *Store) Set(ctx context.Context, tenant string, mode Mode, ramp float64,
 		if err := next.Validate(); err != nil {
 			return Setting{}, err
 		}
-		err = s.cas(ctx, tenant, raw, next, true)
+		gen, err := s.cas(ctx, tenant, raw, next, true)
 		if errors.Is(err, errChanged) {
 			continue
 		}
-		return next, err
+		if err != nil {
+			return Setting{}, err
+		}
+		return next, s.persist(ctx, gen)
 	}
 	return Setting{}, fmt.Errorf("rollout: set tenant %q: %w ten times", tenant, errChanged)
 }
@@ -269,11 +284,14 @@ func (s *Store) Halt(ctx context.Context, tenant string, seen Setting, reason st
 	}
 	next := seen
 	next.Ramp, next.Halted, next.Updated = seen.Safe, reason, now.UTC()
-	err = s.cas(ctx, tenant, raw, next, true)
+	gen, err := s.cas(ctx, tenant, raw, next, true)
 	if errors.Is(err, errChanged) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	return true, s.persist(ctx, gen)
 }
 
 // get is tenant's own stored setting (Default and "" when it has none).
@@ -303,23 +321,25 @@ func (s *Store) get(ctx context.Context, tenant string) (Setting, string, error)
 	return st, raw, nil
 }
 
-func (s *Store) cas(ctx context.Context, tenant, expected string, next Setting, clear bool) error {
+// cas stores next if tenant's stored JSON is still expected and returns
+// the copy's new generation.
+func (s *Store) cas(ctx context.Context, tenant, expected string, next Setting, clear bool) (int64, error) {
 	b, err := json.Marshal(next)
 	if err != nil {
-		return fmt.Errorf("rollout: %w", err)
+		return 0, fmt.Errorf("rollout: %w", err)
 	}
 	args := []any{tenant, expected, string(b), marker, clear}
 	for _, o := range Outcomes {
 		args = append(args, o)
 	}
-	n, err := s.set.Run(ctx, s.rdb, []string{s.modes, s.shadow}, args...).Int()
+	gen, err := s.set.Run(ctx, s.rdb, []string{s.modes, s.shadow, s.gen, s.lost}, args...).Int64()
 	if err != nil {
-		return fmt.Errorf("rollout: write setting of tenant %q: %w", tenant, err)
+		return 0, fmt.Errorf("rollout: write setting of tenant %q: %w", tenant, err)
 	}
-	if n == 0 {
-		return errChanged
+	if gen == 0 {
+		return 0, errChanged
 	}
-	return nil
+	return gen, nil
 }
 
 // Record adds shadow comparison counts by tenant (one round trip).
@@ -372,12 +392,15 @@ type TenantStatus struct {
 	Shadow  Counts  `json:"shadow"`
 }
 
-// Status is every tenant with a setting or shadow counts, sorted by name.
+// Status is every tenant with a setting or shadow counts, sorted by name:
+// the settings in force (Report).
 func (s *Store) Status(ctx context.Context) ([]TenantStatus, error) {
-	ss, _, err := s.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
+	r, err := s.Report(ctx)
+	return r.Tenants, err
+}
+
+// tenants is every tenant of ss or with shadow counts, sorted by name.
+func (s *Store) tenants(ctx context.Context, ss Settings) ([]TenantStatus, error) {
 	sh, err := s.Shadow(ctx)
 	if err != nil {
 		return nil, err

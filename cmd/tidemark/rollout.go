@@ -8,8 +8,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
@@ -26,12 +28,16 @@ type rolloutCmd struct {
 }
 
 type rolloutStore struct {
+	pgFlag
 	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
 	cli.RedisFlags
-	Pool      string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" default:"${api_SourcePool}" help:"The serve processes' --source-pool."`
+	Pool      string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" help:"The serve processes' --source-pool (default: the pool --namespace's identity record names, else serve's default)."`
 	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"The serve processes' --namespace: its identity record must name --source-pool, or nothing is changed."`
 }
 
+// open is the store of the namespace's pool, recording in Postgres: the
+// settings' record there is what a serve process puts back when the cache
+// tier loses its copy.
 func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
 	rdb, err := cache.OpenRedis(r.RedisConn(r.Redis), e.Log)
 	if err != nil {
@@ -45,15 +51,25 @@ func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
 	bound, err := rdb.HGet(ctx, schema.IdentityKey(r.Namespace), schema.FieldIdentityPool).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+		if r.Pool == "" {
+			r.Pool = api.DefaultConfig().SourcePool
+		}
 	case err != nil:
 		rdb.Close()
 		return nil, nil, fmt.Errorf("rollout: read namespace %s's identity: %w", r.Namespace, err)
+	case r.Pool == "":
+		r.Pool = bound
 	case bound != r.Pool:
 		rdb.Close()
 		return nil, nil, cli.UsageError(fmt.Errorf("namespace %q is served on source pool %q, but --source-pool is %q: give --source-pool %s (or TIDEMARK_SOURCE_POOL, as serve reads it)",
 			r.Namespace, bound, r.Pool, bound))
 	}
-	return rollout.NewStore(rdb, r.Pool), func() { rdb.Close() }, nil
+	conn, err := pgx.Connect(ctx, r.PG)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("rollout: connect to Postgres: %w", err)
+	}
+	return rollout.NewStore(rdb, r.Pool).WithDB(conn), func() { conn.Close(context.Background()); rdb.Close() }, nil
 }
 
 type rolloutSetCmd struct {
@@ -67,6 +83,7 @@ type rolloutSetCmd struct {
 
 func (c *rolloutSetCmd) Validate() error {
 	var p config.Problems
+	c.require(&p)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -82,6 +99,7 @@ func (c *rolloutSetCmd) Validate() error {
 
 func (c *rolloutStatusCmd) Validate() error {
 	var p config.Problems
+	c.require(&p)
 	if c.Redis == "" {
 		p.Add("Redis", "is required")
 	}
@@ -122,14 +140,20 @@ func (c *rolloutStatusCmd) Run(ctx context.Context, e *cli.Env) error {
 		return err
 	}
 	defer closeFn()
-	all, err := st.Status(ctx)
+	rep, err := st.Report(ctx)
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: err.Error()}
 	}
+	all := rep.Tenants
 	if c.JSON {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(all)
+		return enc.Encode(rep)
+	}
+	for _, note := range []string{rep.Problem, rep.Restored} {
+		if note != "" {
+			fmt.Fprintln(e.Stdout, note)
+		}
 	}
 	if len(all) == 0 {
 		fmt.Fprintln(e.Stdout, "no rollout settings: every tenant is served through the cache (100 %) unless serve's --rollout-default says otherwise")

@@ -98,7 +98,7 @@ func TestSharedPoolNamespaceUpgradeAsACLUsers(t *testing.T) {
 	// The operator's rollout command, as the new namespace's user, reads
 	// (and writes) the pool's settings.
 	for _, args := range [][]string{{"set", "source", "--tenant", "acme"}, {"status"}} {
-		cmd := append(append([]string{"rollout"}, args...), "--namespace", "catalog2", "--redis", e.redisURL)
+		cmd := append(append([]string{"rollout"}, args...), "--namespace", "catalog2", "--redis", e.redisURL, "--pg", e.dsn)
 		out, err := exec.CommandContext(ctx, testenv.Binary(t), append(cmd, newFlags...)...).CombinedOutput()
 		if err != nil {
 			t.Errorf("tidemark %s as the catalog2 user: %v\n%s", strings.Join(cmd, " "), err, out)
