@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/testenv"
-	"github.com/tidemark/tidemark/reader"
 )
 
 // A cold GET reads the source and fills; the next is a cache hit with an Age;
@@ -49,118 +47,6 @@ func TestReadPathAndAuth(t *testing.T) {
 	}
 	if got := e.sourceReads(); got != 1 {
 		t.Fatalf("source reads = %d, want 1", got)
-	}
-}
-
-// 500 concurrent GETs of one cold key across 4 serve instances: exactly one
-// source read, counted by Postgres, and every answer has the same version.
-func TestStampedeOneSourceRead(t *testing.T) {
-	e := newEnv(t)
-	var ins []*instance
-	for range 4 {
-		// Generous deadlines: on a loaded -race box one read can take a
-		// second, and a Lookup slower than --lookup-timeout counts as Redis
-		// down (a budgeted read without a lease); the property here is the
-		// lease protocol, not the box's speed.
-		ins = append(ins, e.instance(instOpts{
-			cfg: func(c *Config) {
-				c.RequestTimeout, c.SourceTimeout, c.LookupTimeout = 10*time.Second, 5*time.Second, 5*time.Second
-			},
-			ccfg: func(c *cache.Config) { c.Lease = 5 * time.Second },
-		}))
-	}
-	key := e.apiKey("acme")
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'hot', 7, '{"n":1}')`)
-	for _, in := range ins { // warm the key check and connections: this test is about item reads
-		e.do("GET", in.item("warm"), key, "")
-	}
-	before := e.sourceReads()
-
-	const n = 500
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	codes := make([]int, n)
-	versions := make([]int64, n)
-	statuses := make([]string, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			r := e.do("GET", ins[i%4].item("hot"), key, "")
-			codes[i], versions[i], statuses[i] = r.code, r.version(), r.header.Get("Cache-Status")
-			if r.code != 200 {
-				t.Logf("GET %d: %d Cache-Status %q", i, r.code, r.header.Get("Cache-Status"))
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for i := range n {
-		if codes[i] != 200 || versions[i] != 7 {
-			t.Fatalf("GET %d: code %d version %d, want 200 v7", i, codes[i], versions[i])
-		}
-	}
-	if got := e.sourceReads() - before; got != 1 {
-		seen := map[string]int{}
-		for _, s := range statuses {
-			seen[s]++
-		}
-		t.Fatalf("source reads = %d, want exactly 1; the %d answers' Cache-Status: %v", got, n, seen)
-	}
-}
-
-// A reader paused after reading v41 cannot install v41 once v42 is committed
-// and invalidated: its fill is rejected and the next GET returns v42.
-func TestStaleSetRace(t *testing.T) {
-	e := newEnv(t)
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	leaseLong := func(c *cache.Config) {
-		c.Lease = 10 * time.Second
-		c.FloorTTL = 60 * time.Second
-		c.MaxAge = 10 * time.Minute
-	}
-	in := e.instance(instOpts{
-		cfg:  func(c *Config) { c.RequestTimeout = 20 * time.Second },
-		ccfg: leaseLong, // the rejection must come from the invalidation, not from lease expiry
-		hooks: func(s *Server) {
-			s.afterSourceRead = func(tenant, item string, it reader.Item) {
-				if item == "race" && it.Version == 41 {
-					once.Do(func() { close(paused); <-resume })
-				}
-			}
-		},
-	})
-	applier := e.newCache(func() cache.Config { c := testCacheConfig(); leaseLong(&c); return c }())
-	key := e.apiKey("acme")
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'race', 41, '{"v":41}')`)
-
-	first := make(chan resp, 1)
-	go func() { first <- e.do("GET", in.item("race"), key, "") }()
-	select {
-	case <-paused:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the GET never reached the source")
-	}
-	if r := e.do("PATCH", in.item("race"), key, `{"expected_version":41,"display":{"v":42}}`, "Idempotency-Key", "k1"); r.code != 200 || r.version() != 42 {
-		t.Fatalf("PATCH: %d %s", r.code, r.raw)
-	}
-	// The applier's part: the pipeline delivers (acme, race, 42).
-	if _, err := applier.Invalidate(context.Background(), "acme", "race", 42); err != nil {
-		t.Fatal(err)
-	}
-	close(resume)
-	r := <-first
-	if r.code != 200 || r.version() != 41 {
-		t.Fatalf("paused GET: %d %s", r.code, r.raw)
-	}
-	if cs := r.header.Get("Cache-Status"); strings.Contains(cs, "stored") {
-		t.Fatalf("paused GET's fill was stored: Cache-Status %q", cs)
-	}
-	r = e.do("GET", in.item("race"), key, "")
-	if r.code != 200 || r.version() != 42 {
-		t.Fatalf("GET after the race: %d %s (Cache-Status %q), want v42", r.code, r.raw, r.header.Get("Cache-Status"))
 	}
 }
 
@@ -273,48 +159,6 @@ func TestMinVersionReadYourWrites(t *testing.T) {
 	}
 }
 
-// A missing item is 404, negative-cached: the repeat does not read the
-// source, and a creation shows after the negative entry expires (at once for
-// min_version readers).
-func TestNotFoundNegativeCache(t *testing.T) {
-	e := newEnv(t)
-	in := e.instance(instOpts{})
-	key := e.apiKey("acme")
-	before := e.sourceReads()
-	if r := e.do("GET", in.item("ghost"), key, ""); r.code != 404 {
-		t.Fatalf("GET: %d %s", r.code, r.raw)
-	}
-	r := e.do("GET", in.item("ghost"), key, "")
-	if r.code != 404 || r.cacheStatus() != "tidemark; hit; detail=not-found" {
-		t.Fatalf("repeat: %d %v", r.code, r.header)
-	}
-	if got := e.sourceReads() - before; got != 1 {
-		t.Fatalf("source reads = %d, want 1", got)
-	}
-	created := time.Now()
-	e.do("POST", in.url+"/v1/catalog/items", key, `{"item_id":"ghost","display":1}`)
-	if r := e.do("GET", in.item("ghost"), key, ""); r.code != 404 {
-		t.Fatalf("within the negative TTL: %d", r.code)
-	}
-	if r := e.do("GET", in.item("ghost")+"?min_version=1", key, ""); r.code != 200 || r.version() != 1 {
-		t.Fatalf("min_version=1: %d %s", r.code, r.raw)
-	}
-	testenv.Eventually(t, 5*time.Second, "the item shows once the negative entry expires", func() error {
-		if r := e.do("GET", in.item("ghost"), key, ""); r.code != 200 {
-			return fmt.Errorf("GET: %d", r.code)
-		}
-		return nil
-	})
-	if d := time.Since(created); d > 4*time.Second {
-		t.Fatalf("negative entry lived %s", d)
-	}
-	// A tombstone is 404 too.
-	e.do("DELETE", in.item("ghost")+"?expected_version=1", key, "")
-	if r := e.do("GET", in.item("ghost")+"?min_version=2", key, ""); r.code != 404 {
-		t.Fatalf("tombstone: %d %s", r.code, r.raw)
-	}
-}
-
 // Postgres stopped: the cached value is served (stale) until its hard
 // deadline, then 503 with Retry-After; never 404.
 func TestPostgresDownStaleThen503(t *testing.T) {
@@ -409,39 +253,6 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	}
 	if reads > limit {
 		t.Fatalf("%d source reads with Redis down, limit %d", reads, limit)
-	}
-}
-
-// A soft-expired value is served stale at once, and the caller holding the
-// refresh token re-reads it in the background under the background class.
-func TestStaleServedAndRefreshedInBackground(t *testing.T) {
-	e := newEnv(t)
-	in := e.instance(instOpts{
-		cfg: func(c *Config) { c.L1Size = 0 },
-		ccfg: func(c *cache.Config) {
-			c.SoftMin, c.SoftMax, c.HardLifetime = 300*time.Millisecond, 300*time.Millisecond, 20*time.Second
-		},
-	})
-	key := e.apiKey("acme")
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 's', 1, '"one"')`)
-	if r := e.do("GET", in.item("s"), key, ""); r.version() != 1 {
-		t.Fatalf("GET: %s", r.raw)
-	}
-	// Changed behind the pipeline's back: only a refresh can find it.
-	e.exec(`UPDATE catalog.items SET version = 2, display = '"two"' WHERE item_id = 's'`)
-	time.Sleep(400 * time.Millisecond)
-	r := e.do("GET", in.item("s"), key, "")
-	if r.code != 200 || r.version() != 1 || r.cacheStatus() != "tidemark; hit; detail=stale" {
-		t.Fatalf("soft-expired GET: %d %v %s", r.code, r.header, r.raw)
-	}
-	testenv.Eventually(t, 5*time.Second, "the background refresh lands", func() error {
-		if r := e.do("GET", in.item("s"), key, ""); r.version() != 2 {
-			return fmt.Errorf("GET: %s (%s)", r.raw, r.header.Get("Cache-Status"))
-		}
-		return nil
-	})
-	if got := in.metric(t, "tidemark_api_source_reads_total", reader.ClassBackground, "found"); got < 1 {
-		t.Fatalf("background source reads = %v", got)
 	}
 }
 
