@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -87,5 +88,42 @@ func TestMinVersionAboveMissingFloor(t *testing.T) {
 	}
 	if r := getAdmitted(t, rd, Query{Tenant: "acme", Item: "old", MinVersion: 5000}); r.Kind != Found || r.Version != 5000 {
 		t.Fatalf("min_version=5000 on an item at 5000 under a stored floor of 1500: %d version %d %q, want Found at 5000", r.Kind, r.Version, r.CacheStatus)
+	}
+}
+
+// min_version: a lower cached version is skipped and the source read; a
+// min_version above the source's version is a fast BelowMin, one read, no
+// loop.
+func TestMinVersionSkipsLowerCachedVersion(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	src := newMemSource()
+	src.set("acme", "m", 1, `"one"`)
+	// No soft expiry during the test: a background refresh would be a
+	// second source read.
+	rd := newTestReaderOf(t, rdb, src, func(c *Config) { c.L1Size = 0 }, func(c *cache.Config) { c.SoftMin, c.SoftMax = 25*time.Second, 25*time.Second })
+	m := Query{Tenant: "acme", Item: "m"}
+	if r := getAdmitted(t, rd, m); r.Kind != Found || r.Version != 1 {
+		t.Fatalf("Get: %d version %d %q", r.Kind, r.Version, r.CacheStatus)
+	}
+	src.set("acme", "m", 2, `"two"`)
+	// No pipeline runs here: the cache still holds v1 for plain readers.
+	if r := rd.Get(t.Context(), m); r.Kind != Found || r.Version != 1 {
+		t.Fatalf("plain Get should still see the cached v1: %d version %d %q", r.Kind, r.Version, r.CacheStatus)
+	}
+	m.MinVersion = 2
+	if r := getAdmitted(t, rd, m); r.Kind != Found || r.Version != 2 || string(r.Payload) != `"two"` {
+		t.Fatalf("min_version=2: %d version %d %s %q", r.Kind, r.Version, r.Payload, r.CacheStatus)
+	}
+	before := src.reads.Load()
+	t0 := time.Now()
+	m.MinVersion = 9
+	if r := getAdmitted(t, rd, m); r.Kind != BelowMin || r.Version != 2 {
+		t.Fatalf("min_version=9: %d version %d %q, want BelowMin at 2", r.Kind, r.Version, r.CacheStatus)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("BelowMin took %s", d)
+	}
+	if got := src.reads.Load() - before; got != 1 {
+		t.Fatalf("min_version=9 made %d source reads, want 1", got)
 	}
 }
