@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"context"
@@ -9,20 +9,19 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/lab/testenv"
-	"github.com/tidemark/tidemark/reader"
 )
 
 // AcquireBackground waits while the background class is spent: n reads at
 // the class rate take at least (n-1)/rate less the burst, every refusal on
 // the way is counted, and an ending context ends the wait with its error.
 func TestAcquireBackgroundWaitsForTheBudget(t *testing.T) {
-	e := newEnv(t)
+	rdb := testenv.StartRedis(t).Client(t)
 	const rate, burst, n = 20.0, 50 * time.Millisecond, 20
-	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = rate, burst }})
-	refusals := func() float64 { return in.metric(t, "tidemark_api_budget_rejections_total", reader.ClassBackground) }
+	rd := newTestReaderOf(t, rdb, newMemSource(), func(c *Config) { c.BackgroundRate, c.BudgetBurst = rate, burst }, nil)
+	refusals := func() float64 { return counterValue(t, rd.m.budgetRejections.WithLabelValues(ClassBackground)) }
 	before := refusals()
 	start := time.Now()
-	if err := in.srv.AcquireBackground(testenv.Context(t, 30*time.Second), n); err != nil {
+	if err := rd.AcquireBackground(testenv.Context(t, 30*time.Second), n); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
@@ -32,13 +31,13 @@ func TestAcquireBackgroundWaitsForTheBudget(t *testing.T) {
 		t.Errorf("%d reads admitted in %s, want at least %s: the wait returned before the budget admitted them", n, took, least)
 	}
 	if refusals() == before {
-		t.Error("no refusal counted in tidemark_api_budget_rejections_total{class=background}")
+		t.Error("no refusal counted in tidemark_reader_budget_rejections_total{class=background}")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	err := in.srv.AcquireBackground(ctx, 1000)
+	err := rd.AcquireBackground(ctx, 1000)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AcquireBackground past its context's end: %v, want context.DeadlineExceeded", err)
 	}
@@ -52,16 +51,17 @@ func TestAcquireBackgroundWaitsForTheBudget(t *testing.T) {
 // budget admits it, instead of finding its own lease held (WarmBusy) and
 // leaving the key cold.
 func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
-	e := newEnv(t)
+	rdb := testenv.StartRedis(t).Client(t)
+	src := newMemSource()
+	src.set("acme", "a", 1, `{"n":1}`)
+	src.set("acme", "b", 1, `{"n":2}`)
 	// One background read every 5 s: once one is admitted, the next is refused.
-	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate = 0.2 }})
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES
-		('acme', 'a', 1, '{"n":1}'), ('acme', 'b', 1, '{"n":2}')`)
-	ctx := testenv.Context(t, 30*time.Second)
+	rd := newTestReaderOf(t, rdb, src, func(c *Config) { c.BackgroundRate = 0.2 }, nil)
+	ctx := testenv.Context(t, 60*time.Second)
 	// A fresh budget starts empty, and background reads leave half of the
 	// total's burst to the request path: the first read waits for that.
 	testenv.Eventually(t, 20*time.Second, "the first warm read is admitted", func() error {
-		out, err := in.srv.Warm(ctx, "acme", "a")
+		out, err := rd.Warm(ctx, "acme", "a")
 		switch {
 		case errors.Is(err, ErrBudget):
 			return err
@@ -70,15 +70,15 @@ func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
 		}
 		return nil
 	})
-	if out, err := in.srv.Warm(ctx, "acme", "b"); !errors.Is(err, ErrBudget) {
+	if out, err := rd.Warm(ctx, "acme", "b"); !errors.Is(err, ErrBudget) {
 		t.Fatalf("second warm read within the budget's interval: %+v %v, want a refusal", out, err)
 	}
 	// Retried at once: the lease of the refused read must be free again.
-	if out, err := in.srv.Warm(ctx, "acme", "b"); out.Result == WarmBusy || (err != nil && !errors.Is(err, ErrBudget)) {
+	if out, err := rd.Warm(ctx, "acme", "b"); out.Result == WarmBusy || (err != nil && !errors.Is(err, ErrBudget)) {
 		t.Fatalf("retry after a refusal: %+v %v, want a refusal or filled (busy: the refused read kept the key's lease)", out, err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the refused key is filled once the budget admits it", func() error {
-		out, err := in.srv.Warm(ctx, "acme", "b")
+		out, err := rd.Warm(ctx, "acme", "b")
 		switch {
 		case errors.Is(err, ErrBudget):
 			return err
@@ -96,10 +96,9 @@ func TestWarmRefusedGivesTheLeaseBack(t *testing.T) {
 // script calls, not one per entry (which was up to 200 scripts/s on the
 // Redis that answers lookups).
 func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
-	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) { c.BackgroundRate, c.BudgetBurst = 5000, 100*time.Millisecond }})
+	rdb := testenv.StartRedis(t).Client(t)
+	rd := newTestReaderOf(t, rdb, newMemSource(), func(c *Config) { c.BackgroundRate, c.BudgetBurst = 5000, 100*time.Millisecond }, nil)
 	ctx := testenv.Context(t, 30*time.Second)
-	rdb := e.redis.Client(t)
 	scripts := func() int64 {
 		info, err := rdb.Info(ctx, "commandstats").Result()
 		if err != nil {
@@ -109,7 +108,10 @@ func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
 		for _, line := range strings.Split(info, "\n") {
 			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
 				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-					n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					if err != nil {
+						t.Fatalf("INFO commandstats %q: %v", line, err)
+					}
 					total += n
 				}
 			}
@@ -117,13 +119,13 @@ func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
 		return total
 	}
 	const n = 100
-	most := (n+in.srv.rd.MaxCost(reader.ClassBackground)-1)/in.srv.rd.MaxCost(reader.ClassBackground) + 5 // + other loops' scripts meanwhile
+	most := (n+rd.MaxCost(ClassBackground)-1)/rd.MaxCost(ClassBackground) + 5 // + other loops' scripts meanwhile
 	before := scripts()
-	if err := in.srv.AcquireBackground(ctx, n); err != nil {
+	if err := rd.AcquireBackground(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	if got := scripts() - before; got > int64(most) {
 		t.Errorf("AcquireBackground(%d) ran %d scripts on the budget's Redis, want at most %d (one admission per %d reads)",
-			n, got, most, in.srv.rd.MaxCost(reader.ClassBackground))
+			n, got, most, rd.MaxCost(ClassBackground))
 	}
 }
