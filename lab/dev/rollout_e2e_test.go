@@ -154,8 +154,11 @@ func TestRolloutFollowsTheNamespaceOfTheEnvironment(t *testing.T) {
 	defer pg.Close(context.Background())
 	if _, err := pg.Exec(context.Background(), `CREATE SCHEMA shop;
 		CREATE TABLE shop.products (shop_id text NOT NULL, sku text NOT NULL, rev bigint NOT NULL DEFAULT 1, title text,
-		    status text NOT NULL DEFAULT 'live', PRIMARY KEY (shop_id, sku));
-		INSERT INTO shop.products (shop_id, sku, title) SELECT $1, 'sku-' || i, 'Lamp ' || i FROM generate_series(1, 10) i`, key.tenant); err != nil {
+		    status text NOT NULL DEFAULT 'live', PRIMARY KEY (shop_id, sku))`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Exec(context.Background(), `INSERT INTO shop.products (shop_id, sku, title)
+		SELECT $1, 'sku-' || i, 'Lamp ' || i FROM generate_series(1, 10) i`, key.tenant); err != nil {
 		t.Fatal(err)
 	}
 	shop, shopBase, _ := e.serveAt("serve shop", append([]string{"--namespace", "shop", "--source-pool", "shop"}, shopTable...)...)
