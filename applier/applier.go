@@ -33,9 +33,11 @@ type Applier struct {
 	cfg   Config
 	cache Cache
 	ns    string // the cache tier's namespace, carried by every commit (group.go)
-	log   *slog.Logger
-	met   *metrics
-	proc  processor
+	// hardLifetime is the cache tier's: the rewind span after a failover.
+	hardLifetime time.Duration
+	log          *slog.Logger
+	met          *metrics
+	proc         processor
 
 	counts  counters
 	cancel  context.CancelCauseFunc
@@ -67,13 +69,14 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		cfg.Group = GroupFor(ns)
 	}
 	a := &Applier{
-		cfg:     cfg,
-		ns:      ns,
-		cache:   deps.Cache,
-		log:     deps.Log.With("component", "applier"),
-		met:     met,
-		rewindC: make(chan time.Time, 1),
-		workers: make(map[int32]*worker),
+		cfg:          cfg,
+		ns:           ns,
+		hardLifetime: deps.Cache.Config().HardLifetime,
+		cache:        deps.Cache,
+		log:          deps.Log.With("component", "applier"),
+		met:          met,
+		rewindC:      make(chan time.Time, 1),
+		workers:      make(map[int32]*worker),
 		// metricsLoop goes round every MetricsInterval unless a lock is stuck.
 		liveLoop: telemetry.NewLoop("applier: state loop", 10*cfg.MetricsInterval+30*time.Second),
 	}

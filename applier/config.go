@@ -57,6 +57,10 @@ type Cache interface {
 	// Namespace is the tier's key prefix: the namespace every commit of
 	// the group carries (group.go).
 	Namespace() string
+	// Config is the tier's configuration: its HardLifetime is the rewind
+	// span after a failover, read from the tier as the reader reads it, so
+	// no second copy can disagree with the lifetime the entries get.
+	Config() cache.Config
 	// ClaimIdentity binds the namespace to this applier's group (group.go).
 	ClaimIdentity(ctx context.Context, id cache.Identity) error
 	ServerIdentity(ctx context.Context) (string, error)
@@ -109,9 +113,8 @@ type Config struct {
 	MetricsInterval  time.Duration // how often watermark/lag gauges are refreshed
 	TopicInterval    time.Duration // how often the topic's partition count is re-read (also the group's metadata max age)
 
-	HardLifetime time.Duration // the cache tier's hard lifetime: the rewind span after a failover
-	BackoffMin   time.Duration // first retry delay when Redis or Kafka fails
-	BackoffMax   time.Duration // retry delay cap
+	BackoffMin time.Duration // first retry delay when Redis or Kafka fails
+	BackoffMax time.Duration // retry delay cap
 }
 
 // DefaultConfig is what `tidemark apply` runs with (brokers aside).
@@ -127,7 +130,6 @@ func DefaultConfig() Config {
 		IdentityInterval: 500 * time.Millisecond,
 		MetricsInterval:  time.Second,
 		TopicInterval:    5 * time.Second,
-		HardLifetime:     cache.DefaultConfig().HardLifetime,
 		BackoffMin:       50 * time.Millisecond,
 		BackoffMax:       5 * time.Second,
 	}
@@ -173,7 +175,6 @@ func (c Config) Validate() error {
 		// kgo's metadata max age may not be under its 1 s minimum age.
 		p.Add("TopicInterval", "must be between 1s and 1m (got %s)", c.TopicInterval)
 	}
-	p.Positive("HardLifetime", c.HardLifetime)
 	p.Positive("BackoffMin", c.BackoffMin)
 	if c.BackoffMax < c.BackoffMin {
 		p.Add("BackoffMax", "must be at least the minimum backoff %s (got %s)", c.BackoffMin, c.BackoffMax)

@@ -107,7 +107,7 @@ func (a *Applier) preflight(ctx context.Context) error {
 	}
 	at := time.Now()
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash while no applier watched: setting reset_at and rewinding partitions as they are assigned",
-		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", a.cfg.HardLifetime.String())
+		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", a.hardLifetime.String())
 	a.met.failoverRewinds.Inc()
 	// reset_at by the cache tier's clock plus the margin, not this host's.
 	err = retry(ctx, bo, a.log, "set reset_at after failover", func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
@@ -173,7 +173,7 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 	}
 	at := time.Now()
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash: setting reset_at and rewinding partitions",
-		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", a.cfg.HardLifetime.String()+" + lag")
+		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", a.hardLifetime.String()+" + lag")
 	a.met.failoverRewinds.Inc()
 	err = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "set reset_at after failover",
 		func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
@@ -261,11 +261,11 @@ func (a *Applier) rewind(ctx context.Context, at time.Time) {
 	}
 	// One lookup at the earliest target of our partitions: rewinding a bit
 	// further than needed is only re-applying idempotent records.
-	target := at.Add(-a.cfg.HardLifetime)
+	target := at.Add(-a.hardLifetime)
 	for _, w := range ws {
 		w.qmu.Lock()
 		if !w.appliedTime.IsZero() {
-			if t := w.appliedTime.Add(-a.cfg.HardLifetime); t.Before(target) {
+			if t := w.appliedTime.Add(-a.hardLifetime); t.Before(target) {
 				target = t // lag = at - appliedTime
 			}
 		}

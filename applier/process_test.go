@@ -59,6 +59,7 @@ func (f *fakeCache) ReadWatermark(context.Context) (cache.Watermark, error) {
 	return cache.Watermark{}, nil
 }
 func (f *fakeCache) ServerIdentity(context.Context) (string, error) { return "x", nil }
+func (f *fakeCache) Config() cache.Config                           { return cache.DefaultConfig() }
 
 func rec(off int64, key string, ev schema.Event) *kgo.Record {
 	return &kgo.Record{Offset: off, Key: []byte(key), Value: schema.Encode(ev)}

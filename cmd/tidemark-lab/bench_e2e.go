@@ -3,47 +3,51 @@ package main
 import (
 	"context"
 	"os"
-	"time"
 
 	"github.com/tidemark/tidemark/cmd/internal/cli"
+	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/e2ebench"
 )
 
-// benchE2ECmd wires flags into e2ebench.Config and prints the report.
+// benchE2ECmd binds its flags into e2ebench.Config and prints the report.
 type benchE2ECmd struct {
-	Kafka        string        `field:"e2e.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Run against these Kafka brokers instead of starting tidemark-lab kafka."`
-	SyncWrites   bool          `field:"e2e.SyncWrites" name:"sync-writes" help:"Start tidemark-lab kafka with --sync-writes (fsync every batch)."`
-	TxRate       int           `field:"e2e.TxRate" name:"tx-rate" default:"${e2e_TxRate}" help:"Single-row transactions/s of the first phase and of the pg_recvlogical ceiling."`
-	ChangeRate   int           `field:"e2e.ChangeRate" name:"change-rate" default:"${e2e_ChangeRate}" help:"Changes/s of the multi-row phase."`
-	RowsPerTx    int           `field:"e2e.RowsPerTx" name:"rows-per-tx" default:"${e2e_RowsPerTx}" help:"Rows per transaction of the multi-row phase."`
-	Duration     time.Duration `field:"e2e.Duration" name:"duration" default:"${e2e_Duration}" help:"Length of each measured phase."`
-	Drain        time.Duration `field:"e2e.Drain" name:"drain" default:"${e2e_Drain}" help:"How long the tail may take to arrive after a phase's load stops."`
-	Keys         int           `field:"e2e.Keys" name:"keys" default:"${e2e_Keys}" help:"Rows each phase cycles through."`
-	Partitions   int           `field:"e2e.Partitions" name:"partitions" default:"${e2e_Partitions}" help:"Partitions of the bench topic."`
-	Workers      int           `field:"e2e.Workers" name:"workers" default:"${e2e_Workers}" help:"Postgres connections of the load generator."`
-	Dir          string        `field:"e2e.Dir" name:"dir" help:"Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed."`
-	Profile      bool          `field:"e2e.Profile" name:"profile" help:"The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top."`
-	Trace        bool          `field:"e2e.Trace" name:"trace" help:"The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits)."`
-	ObserveEvery int           `field:"e2e.ObserveEvery" name:"observe-every" default:"${e2e_ObserveEvery}" help:"Time the changes of every Nth row (1, 10, 100 or 1000): timing every change costs the bench more CPU than any stage."`
-	Recvlogical  string        `field:"e2e.Recvlogical" name:"recvlogical" help:"pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH)."`
-	SVG          string        `name:"svg" default:"e2e.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
+	e2e e2ebench.Config
+	svg string
 }
 
-func (c *benchE2ECmd) config() e2ebench.Config {
-	cfg := e2ebench.DefaultConfig()
-	cfg.Brokers, cfg.SyncWrites = cli.SplitList(c.Kafka), c.SyncWrites
-	cfg.TxRate, cfg.ChangeRate, cfg.RowsPerTx, cfg.Duration, cfg.Drain = c.TxRate, c.ChangeRate, c.RowsPerTx, c.Duration, c.Drain
-	cfg.Keys, cfg.Partitions, cfg.Workers, cfg.Dir, cfg.Recvlogical, cfg.Profile, cfg.Trace = c.Keys, c.Partitions, c.Workers, c.Dir, c.Recvlogical, c.Profile, c.Trace
-	cfg.ObserveEvery = c.ObserveEvery
-	cfg.Binary, cfg.LabBinary = "-", "-" // resolved in Run; validated here for the other fields
-	return cfg
+func (c *benchE2ECmd) Bind(b *cli.Binder) {
+	c.e2e = e2ebench.DefaultConfig()
+	c.svg = "e2e.svg"
+	b.EnvPrefix("")
+	b.Flag(&c.e2e.Brokers, "kafka", "Run against these Kafka brokers instead of starting tidemark-lab kafka.").Env("TIDEMARK_KAFKA")
+	b.Flag(&c.e2e.SyncWrites, "sync-writes", "Start tidemark-lab kafka with --sync-writes (fsync every batch).")
+	b.Flag(&c.e2e.TxRate, "tx-rate", "Single-row transactions/s of the first phase and of the pg_recvlogical ceiling.")
+	b.Flag(&c.e2e.ChangeRate, "change-rate", "Changes/s of the multi-row phase.")
+	b.Flag(&c.e2e.RowsPerTx, "rows-per-tx", "Rows per transaction of the multi-row phase.")
+	b.Flag(&c.e2e.Duration, "duration", "Length of each measured phase.")
+	b.Flag(&c.e2e.Drain, "drain", "How long the tail may take to arrive after a phase's load stops.")
+	b.Flag(&c.e2e.Keys, "keys", "Rows each phase cycles through.")
+	b.Flag(&c.e2e.Partitions, "partitions", "Partitions of the bench topic.")
+	b.Flag(&c.e2e.Workers, "workers", "Postgres connections of the load generator.")
+	b.Flag(&c.e2e.Dir, "dir", "Work directory (servers' data, stage logs) kept after the run; empty: a temp dir, removed.")
+	b.Flag(&c.e2e.Profile, "profile", "The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top.")
+	b.Flag(&c.e2e.Trace, "trace", "The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits).")
+	b.Flag(&c.e2e.ObserveEvery, "observe-every", "Time the changes of every Nth row (1, 10, 100 or 1000): timing every change costs the bench more CPU than any stage.")
+	b.Flag(&c.e2e.Recvlogical, "recvlogical", "pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH).")
+	b.Flag(&c.svg, "svg", "Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart.")
 }
 
-func (c *benchE2ECmd) Validate() error { return cli.ValidateOne(c, "e2e", c.config().Validate()) }
+func (c *benchE2ECmd) Check() error {
+	cfg := c.e2e
+	cfg.Binary, cfg.LabBinary = "-", "-" // resolved in Run; checked here for the other fields
+	var p config.Problems
+	p.Nested("e2e", cfg.Validate())
+	return p.Err()
+}
 
 func (c *benchE2ECmd) Run(ctx context.Context, e *cli.Env) error {
-	cfg := c.config()
+	cfg := c.e2e
 	bin, err := tidemarkBinary()
 	if err != nil {
 		return err
@@ -56,5 +60,5 @@ func (c *benchE2ECmd) Run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	return bench.Print(e.Stdout, res, c.SVG, e2ebench.Chart)
+	return bench.Print(e.Stdout, res, c.svg, e2ebench.Chart)
 }

@@ -3,44 +3,44 @@ package main
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/tidemark/tidemark/cmd/internal/cli"
+	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench/scanbench"
 )
 
-// benchScanCmd wires flags into scanbench.Config (lab/bench/scanbench) and prints the report.
+// benchScanCmd binds its flags into scanbench.Config (lab/bench/scanbench) and prints the report.
 type benchScanCmd struct {
-	HotItems       int           `field:"benchscan.HotItems" name:"hot-items" default:"${benchscan_HotItems}" help:"Tenant B's items, read with a zipf distribution."`
-	ZipfS          float64       `field:"benchscan.Zipf" name:"zipf-s" default:"${benchscan_Zipf}" help:"Zipf exponent of B's reads (> 1; larger is more skewed)."`
-	Clients        int           `field:"benchscan.Clients" name:"clients" default:"${benchscan_Clients}" help:"Tenant B's closed-loop GET connections."`
-	ColdIDs        int           `field:"benchscan.ColdIDs" name:"cold-ids" default:"${benchscan_ColdIDs}" help:"Distinct cold ids tenant A scans, each once."`
-	Scanners       int           `field:"benchscan.Scanners" name:"scanners" default:"${benchscan_Scanners}" help:"Tenant A's GET connections."`
-	ValueBytes     int           `field:"benchscan.ValueBytes" name:"value-bytes" default:"${benchscan_ValueBytes}" help:"Padding of every item's value, bytes."`
-	Serves         int           `field:"benchscan.Serves" name:"serves" default:"${benchscan_Serves}" help:"tidemark serve processes."`
-	ForegroundRate float64       `field:"benchscan.ForegroundRate" name:"foreground-rate" default:"${benchscan_ForegroundRate}" help:"Source budget of the request path, reads/s; A scans at half of it (its fair share of two tenants)."`
-	FillRates      []float64     `field:"benchscan.FillRates" name:"fill-rates" default:"${benchscan_FillRates}" help:"Serve's --fill-rate of each arm, fills/s per process (0: admission off)."`
-	Headroom       int64         `field:"benchscan.Headroom" name:"headroom" default:"${benchscan_Headroom}" help:"Bytes of redis-server's maxmemory above what B's warmed hot set uses."`
-	Baseline       time.Duration `field:"benchscan.Baseline" name:"baseline" default:"${benchscan_Baseline}" help:"B alone before the scan."`
-	After          time.Duration `field:"benchscan.After" name:"after" default:"${benchscan_After}" help:"B alone after the scan."`
-	GoalDrop       float64       `field:"benchscan.GoalDrop" name:"goal-drop" default:"${benchscan_GoalDrop}" help:"Largest drop of B's hit ratio during the scan, in points, the report accepts with admission."`
+	scan scanbench.Config
 }
 
-func (c *benchScanCmd) config() scanbench.Config {
-	cfg := scanbench.DefaultConfig()
-	cfg.Binary, _ = tidemarkBinary()
-	cfg.HotItems, cfg.Zipf, cfg.Clients, cfg.ColdIDs, cfg.Scanners = c.HotItems, c.ZipfS, c.Clients, c.ColdIDs, c.Scanners
-	cfg.ValueBytes, cfg.Serves, cfg.ForegroundRate, cfg.FillRates, cfg.Headroom = c.ValueBytes, c.Serves, c.ForegroundRate, c.FillRates, c.Headroom
-	cfg.Baseline, cfg.After, cfg.GoalDrop = c.Baseline, c.After, c.GoalDrop
-	return cfg
+func (c *benchScanCmd) Bind(b *cli.Binder) {
+	c.scan = scanbench.DefaultConfig()
+	b.EnvPrefix("")
+	b.Flag(&c.scan.HotItems, "hot-items", "Tenant B's items, read with a zipf distribution.")
+	b.Flag(&c.scan.Zipf, "zipf-s", "Zipf exponent of B's reads (> 1; larger is more skewed).")
+	b.Flag(&c.scan.Clients, "clients", "Tenant B's closed-loop GET connections.")
+	b.Flag(&c.scan.ColdIDs, "cold-ids", "Distinct cold ids tenant A scans, each once.")
+	b.Flag(&c.scan.Scanners, "scanners", "Tenant A's GET connections.")
+	b.Flag(&c.scan.ValueBytes, "value-bytes", "Padding of every item's value, bytes.")
+	b.Flag(&c.scan.Serves, "serves", "tidemark serve processes.")
+	b.Flag(&c.scan.ForegroundRate, "foreground-rate", "Source budget of the request path, reads/s; A scans at half of it (its fair share of two tenants).")
+	b.Flag(&c.scan.FillRates, "fill-rates", "Serve's --fill-rate of each arm, fills/s per process (0: admission off).")
+	b.Flag(&c.scan.Headroom, "headroom", "Bytes of redis-server's maxmemory above what B's warmed hot set uses.")
+	b.Flag(&c.scan.Baseline, "baseline", "B alone before the scan.")
+	b.Flag(&c.scan.After, "after", "B alone after the scan.")
+	b.Flag(&c.scan.GoalDrop, "goal-drop", "Largest drop of B's hit ratio during the scan, in points, the report accepts with admission.")
 }
 
-func (c *benchScanCmd) Validate() error {
-	return cli.ValidateOne(c, "benchscan", c.config().Validate())
+func (c *benchScanCmd) Check() error {
+	c.scan.Binary, _ = tidemarkBinary() // not found: Validate says Binary is not set
+	var p config.Problems
+	p.Nested("scan", c.scan.Validate())
+	return p.Err()
 }
 
 func (c *benchScanCmd) Run(ctx context.Context, e *cli.Env) error {
-	res, err := scanbench.Run(ctx, c.config(), scanbench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
+	res, err := scanbench.Run(ctx, c.scan, scanbench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
 	if len(res.Arms) > 0 {
 		err = errors.Join(err, res.WriteTable(e.Stdout))
 	}

@@ -3,48 +3,50 @@ package main
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/tidemark/tidemark/cmd/internal/cli"
+	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/bench/servebench"
 )
 
-// benchServeCmd wires flags into servebench.Config (lab/bench/servebench) and prints the report.
+// benchServeCmd binds its flags into servebench.Config (lab/bench/servebench) and prints the report.
 type benchServeCmd struct {
-	PG          string        `field:"benchserve.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres to use (empty: start a private one, with --redis empty too)."`
-	Redis       string        `field:"benchserve.Redis" name:"redis" env:"TIDEMARK_REDIS" help:"Redis to use (empty: start a private one)."`
-	Items       int           `field:"benchserve.Items" name:"items" default:"${benchserve_Items}" help:"Items in the zipf-distributed key set."`
-	ZipfS       float64       `field:"benchserve.ZipfS" name:"zipf-s" default:"${benchserve_ZipfS}" help:"Zipf exponent (> 1; larger is more skewed)."`
-	Warmup      time.Duration `field:"benchserve.Warmup" name:"warmup" default:"${benchserve_Warmup}" help:"Closed-loop warm-up before measuring."`
-	Duration    time.Duration `field:"benchserve.Duration" name:"duration" default:"${benchserve_Duration}" help:"Length of each measured step."`
-	Concurrency int           `field:"benchserve.Concurrency" name:"concurrency" default:"${benchserve_Concurrency}" help:"Connections of the closed-loop saturation step."`
-	Workers     int           `field:"benchserve.Workers" name:"workers" default:"${benchserve_Workers}" help:"Connections of the open-loop steps."`
-	Steps       []float64     `field:"benchserve.Steps" name:"steps" default:"${benchserve_Steps}" help:"Open-loop rates as fractions of the saturated rate."`
-	P99Goal     time.Duration `field:"benchserve.P99Goal" name:"p99-goal" default:"${benchserve_P99Goal}" help:"Latency goal the report checks."`
-	ServeArg    []string      `field:"benchserve.ServeArgs" name:"serve-arg" help:"Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0."`
-	Dir         string        `field:"benchserve.Dir" name:"dir" help:"Directory --profile writes to (created if missing)."`
-	Profile     bool          `field:"benchserve.Profile" name:"profile" help:"serve writes its CPU profile of the whole run to <dir>/serve.pprof (needs --dir); read it with go tool pprof -top."`
-	SVG         string        `name:"svg" default:"serve.svg" help:"Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart."`
+	serve servebench.Config
+	svg   string
 }
 
-func (c *benchServeCmd) config() servebench.Config {
-	cfg := servebench.DefaultConfig()
-	cfg.Binary, _ = tidemarkBinary()
-	cfg.PG, cfg.Redis, cfg.ServeArgs, cfg.Items, cfg.ZipfS = c.PG, c.Redis, c.ServeArg, c.Items, c.ZipfS
-	cfg.Warmup, cfg.Duration, cfg.Concurrency, cfg.Workers, cfg.Steps, cfg.P99Goal = c.Warmup, c.Duration, c.Concurrency, c.Workers, c.Steps, c.P99Goal
-	cfg.Dir, cfg.Profile = c.Dir, c.Profile
-	return cfg
+func (c *benchServeCmd) Bind(b *cli.Binder) {
+	c.serve = servebench.DefaultConfig()
+	c.svg = "serve.svg"
+	b.EnvPrefix("")
+	b.Flag(&c.serve.PG, "pg", "Postgres to use (empty: start a private one, with --redis empty too).").Env("TIDEMARK_PG")
+	b.Flag(&c.serve.Redis, "redis", "Redis to use (empty: start a private one).").Env("TIDEMARK_REDIS")
+	b.Flag(&c.serve.Items, "items", "Items in the zipf-distributed key set.")
+	b.Flag(&c.serve.ZipfS, "zipf-s", "Zipf exponent (> 1; larger is more skewed).")
+	b.Flag(&c.serve.Warmup, "warmup", "Closed-loop warm-up before measuring.")
+	b.Flag(&c.serve.Duration, "duration", "Length of each measured step.")
+	b.Flag(&c.serve.Concurrency, "concurrency", "Connections of the closed-loop saturation step.")
+	b.Flag(&c.serve.Workers, "workers", "Connections of the open-loop steps.")
+	b.Flag(&c.serve.Steps, "steps", "Open-loop rates as fractions of the saturated rate.")
+	b.Flag(&c.serve.P99Goal, "p99-goal", "Latency goal the report checks.")
+	b.Flag(&c.serve.ServeArgs, "serve-arg", "Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0.")
+	b.Flag(&c.serve.Dir, "dir", "Directory --profile writes to (created if missing).")
+	b.Flag(&c.serve.Profile, "profile", "serve writes its CPU profile of the whole run to <dir>/serve.pprof (needs --dir); read it with go tool pprof -top.")
+	b.Flag(&c.svg, "svg", "Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart.")
 }
 
-func (c *benchServeCmd) Validate() error {
-	return cli.ValidateOne(c, "benchserve", c.config().Validate())
+func (c *benchServeCmd) Check() error {
+	c.serve.Binary, _ = tidemarkBinary() // not found: Validate says Binary is not set
+	var p config.Problems
+	p.Nested("serve", c.serve.Validate())
+	return p.Err()
 }
 
 func (c *benchServeCmd) Run(ctx context.Context, e *cli.Env) error {
-	res, err := servebench.Run(ctx, c.config(), servebench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
+	res, err := servebench.Run(ctx, c.serve, servebench.Deps{Log: e.Log.With("component", "bench"), Progress: e.Stderr})
 	if len(res.Rows) > 0 {
-		err = errors.Join(err, bench.Print(e.Stdout, res, c.SVG, servebench.Chart))
+		err = errors.Join(err, bench.Print(e.Stdout, res, c.svg, servebench.Chart))
 	}
 	return err
 }

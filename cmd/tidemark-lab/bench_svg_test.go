@@ -3,10 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/svgchart/svgcharttest"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
@@ -15,20 +15,17 @@ import (
 // --svg to write it, as BENCHMARKS.md says: a config refactor once dropped
 // bench warm's.
 func TestChartingBenchesHaveSVGFlag(t *testing.T) {
-	for name, cmd := range map[string]any{
-		"bench capture": &benchCaptureCmd{}, "bench cache": &benchCacheCmd{}, "bench apply": &benchApplyCmd{},
-		"bench serve": &benchServeCmd{}, "bench e2e": &benchE2ECmd{}, "bench warm": &benchWarmCmd{},
-		"bench hotkey": &benchHotkeyCmd{}, "bench memory": &benchMemoryCmd{},
-	} {
-		typ := reflect.TypeOf(cmd).Elem()
-		found := false
-		for i := range typ.NumField() {
-			if typ.Field(i).Tag.Get("name") == "svg" {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("tidemark %s has no --svg flag", name)
+	cmds, err := cli.Commands(&root{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := map[string]bool{}
+	for _, c := range cmds {
+		has[c.Path] = c.Binder.FlagOf("svg") != nil
+	}
+	for _, name := range []string{"bench capture", "bench cache", "bench apply", "bench serve", "bench e2e", "bench warm", "bench hotkey", "bench memory"} {
+		if !has[name] {
+			t.Errorf("tidemark-lab %s has no --svg flag", name)
 		}
 	}
 }

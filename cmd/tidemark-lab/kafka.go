@@ -9,26 +9,29 @@ import (
 )
 
 type kafkaCmd struct {
-	DataDir    string `field:"broker.DataDir" name:"data-dir" env:"TIDEMARK_KAFKA_DATA_DIR" default:"${broker_DataDir}" help:"Persist topics and offsets here (page cache, fsync on segment roll and shutdown: survives kill -9, not a machine crash); empty keeps them in memory."`
-	SyncWrites bool   `field:"broker.SyncWrites" name:"sync-writes" env:"TIDEMARK_KAFKA_SYNC_WRITES" help:"Fsync every produced batch before acknowledging it (survives a machine crash; every produce waits for the disk). Embedded broker only."`
-	Port       int    `field:"broker.Port" name:"port" env:"TIDEMARK_KAFKA_PORT" default:"${broker_Port}" help:"Port of the first broker; broker i listens on port+i."`
-	Brokers    int    `field:"broker.Brokers" name:"brokers" env:"TIDEMARK_KAFKA_BROKERS" default:"${broker_Brokers}" help:"Number of brokers."`
-	Partitions int    `field:"broker.Partitions" name:"partitions" env:"TIDEMARK_KAFKA_PARTITIONS" default:"${broker_Partitions}" help:"Partitions of auto-created topics."`
-	Real       bool   `field:"broker.Real" name:"real" env:"TIDEMARK_KAFKA_REAL" help:"Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i."`
+	broker broker.Config
 }
 
-func (c *kafkaCmd) config() broker.Config {
-	return broker.Config{DataDir: c.DataDir, SyncWrites: c.SyncWrites, Port: c.Port, Brokers: c.Brokers, Partitions: c.Partitions, Real: c.Real}
+func (c *kafkaCmd) Bind(b *cli.Binder) {
+	c.broker = broker.DefaultConfig()
+	k := &c.broker
+	b.EnvPrefix("TIDEMARK_KAFKA_")
+	b.Flag(&k.DataDir, "data-dir", "Persist topics and offsets here (page cache, fsync on segment roll and shutdown: survives kill -9, not a machine crash); empty keeps them in memory.")
+	b.Flag(&k.SyncWrites, "sync-writes", "Fsync every produced batch before acknowledging it (survives a machine crash; every produce waits for the disk). Embedded broker only.")
+	b.Flag(&k.Port, "port", "Port of the first broker; broker i listens on port+i.")
+	b.Flag(&k.Brokers, "brokers", "Number of brokers.")
+	b.Flag(&k.Partitions, "partitions", "Partitions of auto-created topics.")
+	b.Flag(&k.Real, "real", "Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i.")
 }
 
-func (c *kafkaCmd) Validate() error {
+func (c *kafkaCmd) Check() error {
 	var p config.Problems
-	cli.ValidateAs(&p, "broker", c.config().Validate())
-	return cli.FlagErrors(c, p.Err())
+	p.Nested("broker", c.broker.Validate())
+	return p.Err()
 }
 
 func (c *kafkaCmd) Run(ctx context.Context, e *cli.Env) error {
-	b, err := broker.New(c.config(), broker.Deps{Log: e.Log})
+	b, err := broker.New(c.broker, broker.Deps{Log: e.Log})
 	if err != nil {
 		return err
 	}

@@ -8,24 +8,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/tidemark/tidemark/cmd/internal/cli"
-	"github.com/tidemark/tidemark/lab/bench/applybench"
-	"github.com/tidemark/tidemark/lab/bench/cachebench"
-	"github.com/tidemark/tidemark/lab/bench/capturebench"
-	"github.com/tidemark/tidemark/lab/bench/e2ebench"
-	"github.com/tidemark/tidemark/lab/bench/hotkeybench"
-	"github.com/tidemark/tidemark/lab/bench/memorybench"
-	"github.com/tidemark/tidemark/lab/bench/scanbench"
-	"github.com/tidemark/tidemark/lab/bench/servebench"
-	"github.com/tidemark/tidemark/lab/bench/warmbench"
-	"github.com/tidemark/tidemark/lab/broker"
-	"github.com/tidemark/tidemark/lab/chaos"
-	"github.com/tidemark/tidemark/lab/dev"
 )
 
 // root is tidemark-lab's command line.
@@ -42,22 +29,9 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// labDefaults are the lab packages' defaults, by the name their flags'
-// field tags use, on top of the product's.
-func labDefaults() map[string]any {
-	d := maps.Clone(cli.ProductDefaults())
-	maps.Copy(d, map[string]any{
-		"broker": broker.DefaultConfig(), "dev": dev.DefaultConfig(), "chaos": chaos.DefaultConfig(),
-		"benchcache": cachebench.DefaultConfig(), "benchapply": applybench.DefaultConfig(), "benchserve": servebench.DefaultConfig(),
-		"e2e": e2ebench.DefaultConfig(), "benchwarm": warmbench.DefaultConfig(), "benchhotkey": hotkeybench.DefaultConfig(),
-		"benchscan": scanbench.DefaultConfig(), "benchcapture": capturebench.DefaultConfig(), "benchmemory": memorybench.DefaultConfig(),
-	})
-	return d
-}
-
 // app is tidemark-lab as cli.Main runs it, with r as its root.
 func app(r *root) cli.App {
-	return cli.App{Name: "tidemark-lab", Root: r, Globals: &r.Globals, Defaults: labDefaults(),
+	return cli.App{Name: "tidemark-lab", Root: r, Globals: &r.Globals,
 		Description: "tidemark's lab: the local pipeline, an embedded broker, benchmarks and the chaos harness, running the product binary tidemark."}
 }
 

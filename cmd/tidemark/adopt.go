@@ -7,41 +7,51 @@ import (
 	"strings"
 
 	"github.com/tidemark/tidemark/adopt"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
+	"github.com/tidemark/tidemark/internal/config"
 )
 
-// adoptCmd wires flags into adopt.Config and prints what adoption did.
+// adoptCmd binds its flags into adopt.Config and prints what adoption did.
 type adoptCmd struct {
-	PG string `field:"adopt.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres connection string of the catalog database (a role that owns the table)."`
-	cli.TableFlags
-	Publication string `field:"adopt.Publication" name:"publication" env:"TIDEMARK_PUBLICATION" default:"${adopt_Publication}" help:"Publication capture streams."`
-	Deletes     string `field:"adopt.Deletes" name:"deletes" env:"TIDEMARK_ADOPT_DELETES" default:"${adopt_Deletes}" enum:"tombstone,refuse" help:"What a DELETE on the table becomes: tombstone (an update to --deleted-state with the next version) or refuse (an error)."`
-	DryRun      bool   `field:"adopt.DryRun" name:"dry-run" help:"Print the SQL adoption would run and change nothing."`
+	adopt adopt.Config
+	table catalog.Table
 }
 
-func (c *adoptCmd) config() adopt.Config {
-	cfg := adopt.DefaultConfig()
-	cfg.PG, cfg.Table, cfg.Publication, cfg.Deletes, cfg.DryRun = c.PG, c.CatalogTable(), c.Publication, c.Deletes, c.DryRun
-	return cfg
+func (c *adoptCmd) Bind(b *cli.Binder) {
+	c.adopt = adopt.DefaultConfig()
+	a := &c.adopt
+	c.table = a.Table
+	b.Flag(&a.PG, "pg", "Postgres connection string of the catalog database (a role that owns the table).")
+	cli.TableFlags(b, &c.table)
+	b.Derive(&a.Table, &c.table)
+	b.Flag(&a.Publication, "publication", "Publication capture streams.")
+	b.Flag(&a.Deletes, "deletes", "What a DELETE on the table becomes: tombstone (an update to --deleted-state with the next version) or refuse (an error).").
+		Env("TIDEMARK_ADOPT_DELETES").Enum("tombstone,refuse")
+	b.Flag(&a.DryRun, "dry-run", "Print the SQL adoption would run and change nothing.").Env("")
 }
 
-func (c *adoptCmd) Validate() error { return cli.ValidateOne(c, "adopt", c.config().Validate()) }
+func (c *adoptCmd) Check() error {
+	var p config.Problems
+	p.Nested("adopt", c.adopt.Validate())
+	return p.Err()
+}
 
 // Run exits non-zero when a step is left to the operator, after printing it.
 func (c *adoptCmd) Run(ctx context.Context, e *cli.Env) error {
-	rep, err := adopt.Run(ctx, c.config(), e.Log.With("component", "adopt"))
+	rep, err := adopt.Run(ctx, c.adopt, e.Log.With("component", "adopt"))
 	for _, s := range rep.Steps {
 		mark := "ok  "
 		switch {
 		case s.Manual:
 			mark = "TODO"
-		case s.SQL != "" && c.DryRun:
+		case s.SQL != "" && c.adopt.DryRun:
 			mark = "plan"
 		case s.SQL != "":
 			mark = "done"
 		}
 		fmt.Fprintf(e.Stdout, "%s  %s\n", mark, s.What)
-		if s.SQL != "" && (c.DryRun || s.Manual) {
+		if s.SQL != "" && (c.adopt.DryRun || s.Manual) {
 			for _, l := range strings.Split(strings.TrimSpace(s.SQL), "\n") {
 				fmt.Fprintf(e.Stdout, "        %s\n", l)
 			}

@@ -19,29 +19,34 @@ type apikeyCmd struct {
 
 type apikeyCreateCmd struct {
 	pgFlag
-	Tenant string `field:"Tenant" name:"tenant" env:"TIDEMARK_TENANT" help:"Tenant the key acts for."`
+	tenant string
 }
 
-func (c *apikeyCreateCmd) Validate() error {
+func (c *apikeyCreateCmd) Bind(b *cli.Binder) {
+	c.bindPG(b)
+	b.Flag(&c.tenant, "tenant", "Tenant the key acts for.")
+}
+
+func (c *apikeyCreateCmd) Check() error {
 	var p config.Problems
 	c.require(&p)
-	if strings.TrimSpace(c.Tenant) == "" {
-		p.Add("Tenant", "is required")
+	if strings.TrimSpace(c.tenant) == "" {
+		p.Add("tenant", "is required")
 	}
-	return cli.FlagErrors(c, p.Err())
+	return p.Err()
 }
 
 func (c *apikeyCreateCmd) Run(ctx context.Context, e *cli.Env) error {
-	conn, err := pgx.Connect(ctx, c.PG)
+	conn, err := pgx.Connect(ctx, c.pg)
 	if err != nil {
 		return fmt.Errorf("apikey: connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	key, err := api.CreateAPIKey(ctx, conn, c.Tenant)
+	key, err := api.CreateAPIKey(ctx, conn, c.tenant)
 	if err != nil {
 		return err
 	}
 	// The key alone on the last line, so scripts can take it with tail -n1.
-	fmt.Fprintf(e.Stdout, "API key for tenant %q (shown once; only its SHA-256 is stored):\n%s\n", c.Tenant, key)
+	fmt.Fprintf(e.Stdout, "API key for tenant %q (shown once; only its SHA-256 is stored):\n%s\n", c.tenant, key)
 	return nil
 }

@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"runtime"
-	"time"
 
+	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/lifecycle"
@@ -14,97 +15,103 @@ import (
 	"github.com/tidemark/tidemark/relay"
 )
 
-// captureCmd wires flags into capture.Config and runs the stage with the
-// metrics endpoint.
+// captureCmd binds its flags into capture.Config and runs the stage with
+// the metrics endpoint.
 type captureCmd struct {
-	pgFlag
 	statusPageFlag
 	processFlags
-	cli.KafkaFlags
-	cli.RedisFlags
-	cli.TableFlags
-	Kafka           string        `field:"capture.Relay.Brokers,page.Check.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Topic           string        `field:"capture.Relay.Topic,page.Check.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${capture_Relay_Topic}" help:"Kafka topic of invalidation events."`
-	Partitions      int           `field:"capture.Relay.Partitions" name:"partitions" env:"TIDEMARK_PARTITIONS" default:"${capture_Relay_Partitions}" help:"Partitions of the topic when capture creates it."`
-	Slot            string        `field:"capture.Slot,page.Check.Slot" name:"slot" env:"TIDEMARK_SLOT" default:"${capture_Slot}" help:"Logical replication slot."`
-	Publication     string        `field:"capture.Publication" name:"publication" env:"TIDEMARK_PUBLICATION" default:"${capture_Publication}" help:"Publication to stream."`
-	CreateSlot      bool          `field:"capture.CreateSlot" name:"create-slot" env:"TIDEMARK_CREATE_SLOT" default:"${capture_CreateSlot}" negatable:"" help:"Create the slot when missing."`
-	Heartbeat       time.Duration `field:"capture.Heartbeat" name:"heartbeat" env:"TIDEMARK_HEARTBEAT" default:"${capture_Heartbeat}" help:"Heartbeat interval (resolved markers follow it)."`
-	HeartbeatMargin time.Duration `field:"capture.HeartbeatMargin" name:"heartbeat-margin" env:"TIDEMARK_HEARTBEAT_MARGIN" default:"${capture_HeartbeatMargin}" help:"Resolved marker time = heartbeat time - margin."`
-	HeartbeatMode   string        `field:"capture.HeartbeatMode" name:"heartbeat-mode" env:"TIDEMARK_HEARTBEAT_MODE" default:"${capture_HeartbeatMode}" help:"auto, message (pg_logical_emit_message) or row (update --heartbeat-table)."`
-	HeartbeatTable  string        `field:"capture.HeartbeatTable" name:"heartbeat-table" env:"TIDEMARK_HEARTBEAT_TABLE" default:"${capture_HeartbeatTable}" help:"Heartbeat table for row mode."`
-	MaxInflight     int           `field:"capture.Relay.MaxInflight" name:"max-inflight" env:"TIDEMARK_MAX_INFLIGHT" default:"${capture_Relay_MaxInflight}" help:"Records in flight to Kafka before WAL reading pauses."`
-	SlotPoll        time.Duration `field:"capture.SlotPoll" name:"slot-poll" env:"TIDEMARK_SLOT_POLL" default:"${capture_SlotPoll}" help:"How often slot health is polled."`
-	ShutdownTimeout time.Duration `field:"capture.ShutdownTimeout" name:"shutdown-timeout" env:"TIDEMARK_SHUTDOWN_TIMEOUT" default:"${capture_ShutdownTimeout}" help:"Bound on the final flush to Kafka at shutdown."`
-	StatusInterval  time.Duration `field:"capture.StatusInterval" name:"status-interval" env:"TIDEMARK_STATUS_INTERVAL" default:"${capture_StatusInterval}" help:"Standby status to Postgres at least this often (at most 10s)."`
-	RetryMin        time.Duration `field:"capture.RetryMin" name:"retry-min" env:"TIDEMARK_RETRY_MIN" default:"${capture_RetryMin}" help:"First retry delay while the slot is active elsewhere or Postgres is down."`
-	RetryMax        time.Duration `field:"capture.RetryMax" name:"retry-max" env:"TIDEMARK_RETRY_MAX" default:"${capture_RetryMax}" help:"Longest retry delay."`
-	Linger          time.Duration `field:"capture.Relay.Linger" name:"linger" env:"TIDEMARK_LINGER" default:"${capture_Relay_Linger}" help:"How long the producer waits to fill a batch."`
-	TopicRefresh    time.Duration `field:"capture.Relay.TopicRefresh" name:"topic-refresh" env:"TIDEMARK_TOPIC_REFRESH" default:"${capture_Relay_TopicRefresh}" help:"How old the producer's view of the topic may get: partitions added to the topic are routed to and marked within about this."`
-	TopicReplicas   int           `field:"capture.Relay.Require.ReplicationFactor" name:"topic-replication-factor" env:"TIDEMARK_TOPIC_REPLICATION_FACTOR" default:"${require_ReplicationFactor}" help:"Replication factor the data topic must have (a smaller cluster is held to its broker count)."`
-	TopicMinInsync  int           `field:"capture.Relay.Require.MinInsync" name:"topic-min-insync" env:"TIDEMARK_TOPIC_MIN_INSYNC" default:"${require_MinInsync}" help:"min.insync.replicas the data topic must have."`
-	TopicRetention  time.Duration `field:"capture.Relay.Require.Retention" name:"topic-min-retention" env:"TIDEMARK_TOPIC_MIN_RETENTION" default:"${require_Retention}" help:"Shortest retention.ms the data topic may have when it deletes old segments."`
-	MaxProcs        int           `field:"MaxProcs" name:"max-procs" env:"TIDEMARK_CAPTURE_MAX_PROCS" default:"1" help:"GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark)."`
-	MetricsAddr     string        `name:"metrics-addr" env:"TIDEMARK_METRICS_ADDR" default:"127.0.0.1:9101" help:"Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off)."`
-	Redis           string        `field:"page.Check.Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness)."`
-	Group           string        `field:"page.Check.Group" name:"group" env:"TIDEMARK_GROUP" default:"${page_Check_Group}" help:"The applier's consumer group, for the status page's lag table."`
-	Namespace       string        `field:"page.Check.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${page_Check_Namespace}" help:"Cache-tier key namespace, for the status page."`
+	capture     capture.Config
+	table       catalog.Table
+	redis       cache.RedisConfig
+	maxProcs    int
+	metricsAddr string
 }
 
-func (c *captureCmd) config() capture.Config {
-	cfg := capture.DefaultConfig()
-	cfg.PG = c.PG
-	cfg.Relay.Brokers, cfg.Relay.Kafka = cli.SplitList(c.Kafka), c.KafkaConn()
-	cfg.Relay.Topic, cfg.Relay.Partitions, cfg.Relay.MaxInflight = c.Topic, c.Partitions, c.MaxInflight
-	cfg.Slot, cfg.Publication, cfg.CreateSlot = c.Slot, c.Publication, c.CreateSlot
-	t := c.CatalogTable()
-	cfg.Table, cfg.TenantColumn, cfg.ItemColumn, cfg.VersionColumn = t.Name, t.TenantColumn, t.ItemColumn, t.VersionColumn
-	cfg.StateColumn, cfg.DeletedState = t.StateColumn, t.DeletedState
-	cfg.Heartbeat, cfg.HeartbeatMargin, cfg.HeartbeatMode, cfg.HeartbeatTable = c.Heartbeat, c.HeartbeatMargin, c.HeartbeatMode, c.HeartbeatTable
-	cfg.SlotPoll, cfg.ShutdownTimeout = c.SlotPoll, c.ShutdownTimeout
-	cfg.StatusInterval, cfg.RetryMin, cfg.RetryMax, cfg.Relay.Linger = c.StatusInterval, c.RetryMin, c.RetryMax, c.Linger
-	cfg.Relay.TopicRefresh = c.TopicRefresh
-	cfg.Relay.Require = relay.TopicRequirements{ReplicationFactor: c.TopicReplicas, MinInsync: c.TopicMinInsync, Retention: c.TopicRetention}
-	return cfg
-}
-
-func (c *captureCmd) Validate() error {
-	var p config.Problems
-	c.processFlags.validate(&p)
-	cli.ValidateAs(&p, "table", c.CatalogTable().Validate())
-	cli.ValidateAs(&p, "capture", c.config().Validate())
-	c.ValidateRedis(&p, c.Redis)
-	if c.MaxProcs < 0 {
-		p.Add("MaxProcs", "must not be negative (got %d)", c.MaxProcs)
+func (c *captureCmd) Bind(b *cli.Binder) {
+	c.capture, c.table, c.redis = capture.DefaultConfig(), catalog.DefaultTable(), cache.DefaultRedisConfig()
+	c.capture.Relay.Require = relay.DefaultTopicRequirements() // what capture holds the topic to when left zero
+	c.maxProcs, c.metricsAddr = 1, "127.0.0.1:9101"
+	cfg, r := &c.capture, &c.capture.Relay
+	b.Flag(&cfg.PG, "pg", "Postgres connection string (postgres://user@host:port/db).")
+	c.bindPage(b)
+	c.bindProcess(b)
+	cli.KafkaFlags(b, &r.Kafka)
+	cli.RedisFlags(b, &c.redis, "Cache tier whose freshness watermark the status page reads (optional; without it the page cannot judge freshness).")
+	cli.TableFlags(b, &c.table)
+	b.Flag(&r.Brokers, "kafka", "Kafka bootstrap brokers, comma-separated (host:port,...).")
+	b.Flag(&r.Topic, "topic", "Kafka topic of invalidation events.")
+	b.Flag(&r.Partitions, "partitions", "Partitions of the topic when capture creates it.")
+	b.Flag(&cfg.Slot, "slot", "Logical replication slot.")
+	b.Flag(&cfg.Publication, "publication", "Publication to stream.")
+	b.Flag(&cfg.CreateSlot, "create-slot", "Create the slot when missing.").Negatable()
+	b.Flag(&cfg.Heartbeat, "heartbeat", "Heartbeat interval (resolved markers follow it).")
+	b.Flag(&cfg.HeartbeatMargin, "heartbeat-margin", "Resolved marker time = heartbeat time - margin.")
+	b.Flag(&cfg.HeartbeatMode, "heartbeat-mode", "auto, message (pg_logical_emit_message) or row (update --heartbeat-table).")
+	b.Flag(&cfg.HeartbeatTable, "heartbeat-table", "Heartbeat table for row mode.")
+	b.Flag(&r.MaxInflight, "max-inflight", "Records in flight to Kafka before WAL reading pauses.")
+	b.Flag(&cfg.SlotPoll, "slot-poll", "How often slot health is polled.")
+	b.Flag(&cfg.ShutdownTimeout, "shutdown-timeout", "Bound on the final flush to Kafka at shutdown.")
+	b.Flag(&cfg.StatusInterval, "status-interval", "Standby status to Postgres at least this often (at most 10s).")
+	b.Flag(&cfg.RetryMin, "retry-min", "First retry delay while the slot is active elsewhere or Postgres is down.")
+	b.Flag(&cfg.RetryMax, "retry-max", "Longest retry delay.")
+	b.Flag(&r.Linger, "linger", "How long the producer waits to fill a batch.")
+	b.Flag(&r.TopicRefresh, "topic-refresh", "How old the producer's view of the topic may get: partitions added to the topic are routed to and marked within about this.")
+	b.Flag(&r.Require.ReplicationFactor, "topic-replication-factor", "Replication factor the data topic must have (a smaller cluster is held to its broker count).")
+	b.Flag(&r.Require.MinInsync, "topic-min-insync", "min.insync.replicas the data topic must have.")
+	b.Flag(&r.Require.Retention, "topic-min-retention", "Shortest retention.ms the data topic may have when it deletes old segments.")
+	b.Flag(&c.maxProcs, "max-procs", "GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark).").Env("TIDEMARK_CAPTURE_MAX_PROCS")
+	b.Flag(&c.metricsAddr, "metrics-addr", "Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off).")
+	b.Flag(&c.page.Check.Group, "group", "The applier's consumer group, for the status page's lag table.")
+	b.Flag(&c.page.Check.Namespace, "namespace", "Cache-tier key namespace, for the status page.")
+	// capture names the table's columns itself; the status page reads what
+	// capture writes to.
+	t := &c.table
+	for _, d := range [][2]*string{{&cfg.Table, &t.Name}, {&cfg.TenantColumn, &t.TenantColumn}, {&cfg.ItemColumn, &t.ItemColumn},
+		{&cfg.VersionColumn, &t.VersionColumn}, {&cfg.StateColumn, &t.StateColumn}, {&cfg.DeletedState, &t.DeletedState}} {
+		b.Derive(d[0], d[1])
 	}
-	cli.ValidateAs(&p, "page", c.pageConfig(c.target()).Validate())
-	return cli.FlagErrors(c, p.Err())
+	b.Derive(&c.page.Check.Brokers, &r.Brokers)
+	b.Derive(&c.page.Check.Kafka, &r.Kafka)
+	b.Derive(&c.page.Check.Topic, &r.Topic)
+	b.Derive(&c.page.Check.Slot, &cfg.Slot)
+	b.Derive(&c.page.Check.PG, &cfg.PG)
+	b.Derive(&c.page.Check.Redis, &c.redis.URL)
+	b.Derive(&c.page.Check.RedisConn, &c.redis)
+}
+
+func (c *captureCmd) Check() error {
+	var p config.Problems
+	c.checkProcess(&p)
+	p.Nested("table", c.table.Validate())
+	p.Nested("capture", c.capture.Validate())
+	cli.CheckRedis(&p, c.redis)
+	if c.maxProcs < 0 {
+		p.Add("maxProcs", "must not be negative (got %d)", c.maxProcs)
+	}
+	p.Nested("page", c.page.Validate())
+	return p.Err()
 }
 
 func (c *captureCmd) Run(ctx context.Context, e *cli.Env) error {
-	if c.MaxProcs > 0 {
-		runtime.GOMAXPROCS(c.MaxProcs)
+	if c.maxProcs > 0 {
+		runtime.GOMAXPROCS(c.maxProcs)
 	}
-	pl := telemetry.Pipeline{Namespace: c.Namespace, Topic: c.Topic}
+	pl := telemetry.Pipeline{Namespace: c.page.Check.Namespace, Topic: c.capture.Relay.Topic}
 	reg := telemetry.NewRegistry(pl)
 	var g lifecycle.Group
 	tp, err := c.tracing(e, &g, "capture", pl)
 	if err != nil {
 		return err
 	}
-	ccfg := c.config()
+	ccfg := c.capture
 	ccfg.PGFile = e.File("pg")
 	capt, err := wiring.AddCapture(&g, ccfg, e.Log, reg, tp)
 	if err != nil {
 		return err
 	}
-	page, err := c.page(e, "capture", c.target(), reg, ready(capt.Ready))
+	page, err := c.statusPage(e, "capture", reg, ready(capt.Ready))
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, e, c.processFlags, c.MetricsAddr, reg, page, &g, probes{ready: ready(capt.Ready), live: ready(capt.Live)})
-}
-
-func (c *captureCmd) target() statusTarget {
-	return statusTarget{c.Kafka, c.Redis, c.PG, c.Topic, c.Group, c.Namespace, c.Slot, c.KafkaConn(), c.RedisConn(c.Redis), ""}
+	return runProcess(ctx, e, c.processFlags, c.metricsAddr, reg, page, &g, probes{ready: ready(capt.Ready), live: ready(capt.Live)})
 }

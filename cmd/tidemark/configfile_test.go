@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/tidemark/tidemark/cmd/internal/cli"
-	"github.com/tidemark/tidemark/cmd/internal/cli/clitest"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -94,10 +93,13 @@ since: 10m
 session-timeout: 7s
 request-timeout: 3s
 `)
-	_, cmds := clitest.Commands(t, &root{}, cli.ProductDefaults())
+	cmds, err := cli.Commands(&root{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range cmds {
-		name := strings.Join(c.Path, " ")
-		args := append(append([]string{}, c.Path...), "--config", cfg, "--print-config")
+		name := c.Path
+		args := append(strings.Fields(c.Path), "--config", cfg, "--print-config")
 		code, out, stderr := runCLI(t, args...)
 		if strings.Contains(stderr, "unknown key") || strings.Contains(stderr, cfg+":") {
 			t.Errorf("tidemark %s: the shared file is refused: %s", name, stderr)

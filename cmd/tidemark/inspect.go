@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"text/tabwriter"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/hotset"
 	"github.com/tidemark/tidemark/inspect"
@@ -19,52 +19,61 @@ import (
 )
 
 type inspectCmd struct {
-	cli.TableFlags
-	PG    string `field:"inspect.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres DSN of the catalog (the source of truth)."`
-	Redis string `field:"inspect.Redis,Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	cli.RedisFlags
-	Namespace string        `field:"inspect.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${inspect_Namespace}" help:"Cache-tier key namespace."`
-	Sample    int           `field:"inspect.Sample" name:"sample" env:"TIDEMARK_INSPECT_SAMPLE" default:"${inspect_Sample}" help:"Cached entries to check."`
-	Tenant    string        `field:"inspect.Tenant" name:"tenant" env:"TIDEMARK_INSPECT_TENANT" help:"Only check this tenant's entries."`
-	SLO       time.Duration `field:"inspect.SLO" name:"slo" env:"TIDEMARK_SLO" default:"${inspect_SLO}" help:"Freshness SLO."`
-	JSON      bool          `name:"json" help:"Print the report as JSON."`
-	Hot       bool          `name:"hot" help:"Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed)."`
-	Top       int           `field:"Top" name:"top" default:"20" help:"With --hot: how many keys to print."`
+	inspect inspect.Config
+	table   catalog.Table
+	redis   cache.RedisConfig
+	json    bool
+	hot     bool
+	top     int
 }
 
-func (c *inspectCmd) config() inspect.Config {
-	return inspect.Config{Redis: c.Redis, RedisConn: c.RedisConn(c.Redis), PG: c.PG, Namespace: c.Namespace, Sample: c.Sample, Tenant: c.Tenant,
-		SLO: c.SLO, Table: c.CatalogTable()}
+func (c *inspectCmd) Bind(b *cli.Binder) {
+	c.inspect, c.redis, c.top = inspect.DefaultConfig(), cache.DefaultRedisConfig(), 20
+	in := &c.inspect
+	c.table = in.Table
+	cli.TableFlags(b, &c.table)
+	b.Flag(&in.PG, "pg", "Postgres DSN of the catalog (the source of truth).")
+	cli.RedisFlags(b, &c.redis, "Cache tier URL.")
+	b.Flag(&in.Namespace, "namespace", "Cache-tier key namespace.")
+	b.Flag(&in.Sample, "sample", "Cached entries to check.").Env("TIDEMARK_INSPECT_SAMPLE")
+	b.Flag(&in.Tenant, "tenant", "Only check this tenant's entries.").Env("TIDEMARK_INSPECT_TENANT")
+	b.Flag(&in.SLO, "slo", "Freshness SLO.")
+	b.EnvPrefix("")
+	b.Flag(&c.json, "json", "Print the report as JSON.")
+	b.Flag(&c.hot, "hot", "Print the shared hot set instead: the hottest keys with their read rates, tenants and published read replicas, and every Redis master's command rate (only --redis needed).")
+	b.Flag(&c.top, "top", "With --hot: how many keys to print.")
+	b.Derive(&in.Table, &c.table)
+	b.Derive(&in.Redis, &c.redis.URL)
+	b.Derive(&in.RedisConn, &c.redis)
 }
 
-func (c *inspectCmd) Validate() error {
-	if c.Hot {
-		var p config.Problems
-		if c.Redis == "" {
-			p.Add("Redis", "is required")
-		}
-		if c.Top < 1 {
-			p.Add("Top", "must be at least 1 (got %d)", c.Top)
-		}
-		return cli.FlagErrors(c, p.Err())
-	}
+func (c *inspectCmd) Check() error {
 	var p config.Problems
-	cli.ValidateAs(&p, "inspect", c.config().Validate())
-	c.ValidateRedis(&p, c.Redis)
-	return cli.FlagErrors(c, p.Err())
+	if c.hot {
+		if c.redis.URL == "" {
+			p.Add("redis.URL", "is required")
+		}
+		if c.top < 1 {
+			p.Add("top", "must be at least 1 (got %d)", c.top)
+		}
+		return p.Err()
+	}
+	p.Nested("inspect", c.inspect.Validate())
+	cli.CheckRedis(&p, c.redis)
+	return p.Err()
 }
 
 // Run exits 1 when an entry would be served while older than the SLO, 2 when
 // it could not read.
 func (c *inspectCmd) Run(ctx context.Context, e *cli.Env) error {
-	if c.Hot {
+	if c.hot {
 		return c.runHot(ctx, e)
 	}
-	rep, err := inspect.Run(ctx, c.config(), e.Log)
+	rep, err := inspect.Run(ctx, c.inspect, e.Log)
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
-	if err := cli.WriteReport(e.Stdout, rep, c.JSON); err != nil {
+	if err := cli.WriteReport(e.Stdout, rep, c.json); err != nil {
 		return err
 	}
 	if rep.Violations > 0 {
@@ -77,12 +86,12 @@ func (c *inspectCmd) Run(ctx context.Context, e *cli.Env) error {
 // with the number of read replicas each key has published, and every
 // master's command rate (how the load spreads over a Cluster).
 func (c *inspectCmd) runHot(ctx context.Context, e *cli.Env) error {
-	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
+	rdb, err := cache.OpenRedis(c.redis, e.Log)
 	if err != nil {
 		return cli.UsageError(err)
 	}
 	defer rdb.Close()
-	top, err := hotset.ReadTop(ctx, rdb, c.Namespace, c.Top, c.Tenant)
+	top, err := hotset.ReadTop(ctx, rdb, c.inspect.Namespace, c.top, c.inspect.Tenant)
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
@@ -93,7 +102,7 @@ func (c *inspectCmd) runHot(ctx context.Context, e *cli.Env) error {
 	keys := make([]hotKey, len(top))
 	for i, h := range top {
 		keys[i].Hot = h
-		rep, err := rdb.HGet(ctx, schema.RedisKey(c.Namespace, h.Tenant, h.Item), cache.FieldReplicas).Result()
+		rep, err := rdb.HGet(ctx, schema.RedisKey(c.inspect.Namespace, h.Tenant, h.Item), cache.FieldReplicas).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 		}
@@ -105,7 +114,7 @@ func (c *inspectCmd) runHot(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: "inspect: " + err.Error()}
 	}
-	if c.JSON {
+	if c.json {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {

@@ -1,7 +1,7 @@
 // Command tidemark is the product binary of the tidemark pipeline: the
-// commands an operator deploys and runs. Each subcommand only wires flags
-// and environment into package configs and runs the stages; the logic lives
-// in the packages. The lab (local servers, benchmarks, chaos) is the
+// commands an operator deploys and runs. Each subcommand only binds its
+// flags into package configs (cli.Binder) and runs the stages; the logic
+// lives in the packages. The lab (local servers, benchmarks, chaos) is the
 // separate tidemark-lab binary; nothing here imports it.
 package main
 
@@ -38,7 +38,7 @@ func main() {
 
 // app is tidemark as cli.Main runs it, with r as its root.
 func app(r *root) cli.App {
-	return cli.App{Name: "tidemark", Root: r, Globals: &r.Globals, Defaults: cli.ProductDefaults(),
+	return cli.App{Name: "tidemark", Root: r, Globals: &r.Globals,
 		Description: "tidemark keeps a multi-tenant catalog cache fresh: Postgres changes -> Kafka -> Redis invalidations, gated by a freshness watermark."}
 }
 

@@ -10,15 +10,20 @@ import (
 	"github.com/tidemark/tidemark/migrations"
 )
 
-// pgFlag is the Postgres connection shared by commands that need one.
+// pgFlag is the Postgres connection of commands that need one and hand it
+// to no config of their own (migrate, apikey, serve's pool).
 type pgFlag struct {
-	PG string `field:"PG,capture.PG,inspect.PG,page.Check.PG" name:"pg" env:"TIDEMARK_PG" help:"Postgres connection string (postgres://user@host:port/db)."`
+	pg string
+}
+
+func (f *pgFlag) bindPG(b *cli.Binder) {
+	b.Flag(&f.pg, "pg", "Postgres connection string (postgres://user@host:port/db).")
 }
 
 // require records a missing --pg.
-func (f pgFlag) require(p *config.Problems) {
-	if strings.TrimSpace(f.PG) == "" {
-		p.Add("PG", "is required")
+func (f *pgFlag) require(p *config.Problems) {
+	if strings.TrimSpace(f.pg) == "" {
+		p.Add("pg", "is required")
 	}
 }
 
@@ -26,14 +31,16 @@ type migrateCmd struct {
 	pgFlag
 }
 
-func (c *migrateCmd) Validate() error {
+func (c *migrateCmd) Bind(b *cli.Binder) { c.bindPG(b) }
+
+func (c *migrateCmd) Check() error {
 	var p config.Problems
 	c.require(&p)
-	return cli.FlagErrors(c, p.Err())
+	return p.Err()
 }
 
 func (c *migrateCmd) Run(ctx context.Context, e *cli.Env) error {
-	res, err := migrations.Up(ctx, c.PG, e.Log.With("component", "migrate"))
+	res, err := migrations.Up(ctx, c.pg, e.Log.With("component", "migrate"))
 	if err != nil {
 		return err
 	}

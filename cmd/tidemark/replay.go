@@ -19,24 +19,33 @@ import (
 	"github.com/tidemark/tidemark/internal/lifecycle"
 )
 
-// replayCmd wires flags into applier.ReplayConfig, runs the replay with a
-// progress display and prints the summary.
+// replayCmd binds its flags into applier.ReplayConfig and cache.Config,
+// runs the replay with a progress display and prints the summary.
 type replayCmd struct {
-	Kafka      string        `field:"replay.Brokers" name:"kafka" env:"TIDEMARK_KAFKA" help:"Kafka bootstrap brokers, comma-separated (host:port,...)."`
-	Redis      string        `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster."`
-	Topic      string        `field:"replay.Topic" name:"topic" env:"TIDEMARK_TOPIC" default:"${replay_Topic}" help:"Kafka topic of invalidation events."`
-	Namespace  string        `field:"cache.Namespace" name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${cache_Namespace}" help:"Cache-tier key namespace."`
-	Since      string        `field:"replay.Since" name:"since" help:"Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time."`
-	Partitions []int32       `field:"replay.Partitions" name:"partitions" sep:"," help:"Only these partitions (comma-separated); default all."`
-	MaxBatch   int           `field:"replay.MaxBatch" name:"max-batch" default:"${replay_MaxBatch}" help:"Invalidations per batched cache-tier call."`
-	Window     int           `field:"replay.Window" name:"window" default:"${replay_Window}" help:"Records a partition gathers and dedupes by key before applying."`
-	BackoffMin time.Duration `field:"replay.BackoffMin" name:"backoff-min" env:"TIDEMARK_BACKOFF_MIN" default:"${replay_BackoffMin}" help:"First retry delay after a cache-tier or Kafka error."`
-	BackoffMax time.Duration `field:"replay.BackoffMax" name:"backoff-max" env:"TIDEMARK_BACKOFF_MAX" default:"${replay_BackoffMax}" help:"Longest retry delay."`
-	cli.CacheFlags
-	cli.KafkaFlags
-	cli.RedisFlags
+	replay applier.ReplayConfig
+	cache  cache.Config
+	redis  cache.RedisConfig
+	since  string    // parsed into replay.Since at Check
+	now    time.Time // fixed at Check, so --since is resolved once
+}
 
-	now time.Time // fixed at Validate, so --since is resolved once
+func (c *replayCmd) Bind(b *cli.Binder) {
+	c.replay, c.cache, c.redis = applier.DefaultReplayConfig(), cache.DefaultConfig(), cache.DefaultRedisConfig()
+	r := &c.replay
+	b.Flag(&r.Brokers, "kafka", "Kafka bootstrap brokers, comma-separated (host:port,...).")
+	cli.RedisFlags(b, &c.redis, "Cache tier: redis://host:port/db, or a comma-separated seed list for Redis Cluster.")
+	b.Flag(&r.Topic, "topic", "Kafka topic of invalidation events.")
+	b.Flag(&c.cache.Namespace, "namespace", "Cache-tier key namespace.")
+	b.Flag(&r.BackoffMin, "backoff-min", "First retry delay after a cache-tier or Kafka error.")
+	b.Flag(&r.BackoffMax, "backoff-max", "Longest retry delay.")
+	b.EnvPrefix("")
+	b.Flag(&c.since, "since", "Re-apply records from this point: a duration back from now (10m, 1h) or an RFC 3339 time.")
+	b.Flag(&r.Partitions, "partitions", "Only these partitions (comma-separated); default all.")
+	b.Flag(&r.MaxBatch, "max-batch", "Invalidations per batched cache-tier call.")
+	b.Flag(&r.Window, "window", "Records a partition gathers and dedupes by key before applying.")
+	cli.CacheFlags(b, &c.cache)
+	cli.KafkaFlags(b, &r.Kafka)
+	b.Computed(&r.Since, &c.since)
 }
 
 // parseSince accepts a duration back from now or an RFC 3339 time.
@@ -57,50 +66,33 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-func (c *replayCmd) config() (applier.ReplayConfig, error) {
-	if c.now.IsZero() {
-		c.now = time.Now()
-	}
-	cfg := applier.DefaultReplayConfig()
-	cfg.Brokers, cfg.Kafka = cli.SplitList(c.Kafka), c.KafkaConn()
-	cfg.Topic, cfg.Partitions, cfg.MaxBatch, cfg.Window = c.Topic, c.Partitions, c.MaxBatch, c.Window
-	cfg.BackoffMin, cfg.BackoffMax = c.BackoffMin, c.BackoffMax
-	var err error
-	cfg.Since, err = parseSince(c.Since, c.now)
-	return cfg, err
-}
-
-func (c *replayCmd) cacheConfig() cache.Config { return c.CacheTier(c.Namespace) }
-
-func (c *replayCmd) Validate() error {
-	cfg, err := c.config()
+func (c *replayCmd) Check() error {
+	c.now = time.Now()
 	var p config.Problems
-	c.ValidateRedis(&p, c.Redis)
-	if c.Redis == "" {
-		p.Add("Redis", "is required (redis://host:port/db or a Cluster seed list)")
+	cli.CheckRedis(&p, c.redis)
+	if c.redis.URL == "" {
+		p.Add("redis.URL", "is required (redis://host:port/db or a Cluster seed list)")
 	}
-	ccfg := c.cacheConfig()
+	since, err := parseSince(c.since, c.now)
 	if err != nil {
-		p.Add("replay.Since", "%v", err)
-		cfg.Since = c.now // reported above; keep Validate from repeating it
+		p.Add("since", "%v", err)
+		since = c.now // reported above; keep Validate from repeating it
 	}
-	cli.ValidateAs(&p, "replay", cfg.Validate())
-	cli.ValidateAs(&p, "cache", ccfg.Validate())
-	return cli.FlagErrors(c, p.Err())
+	c.replay.Since = since
+	p.Nested("replay", c.replay.Validate())
+	p.Nested("cache", c.cache.Validate())
+	return p.Err()
 }
 
 func (c *replayCmd) Run(ctx context.Context, e *cli.Env) error {
-	cfg, err := c.config()
-	if err != nil {
-		return cli.UsageError(err)
-	}
-	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
+	cfg := c.replay
+	rdb, err := cache.OpenRedis(c.redis, e.Log)
 	if err != nil {
 		return cli.UsageError(err)
 	}
 	defer rdb.Close()
 	reg := prometheus.NewRegistry() // a one-shot command exposes no metrics
-	cc, err := cache.New(c.cacheConfig(), cache.Deps{Redis: rdb, Log: e.Log, Registerer: reg})
+	cc, err := cache.New(c.cache, cache.Deps{Redis: rdb, Log: e.Log, Registerer: reg})
 	if err != nil {
 		return err
 	}

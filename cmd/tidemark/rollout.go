@@ -29,17 +29,33 @@ type rolloutCmd struct {
 
 type rolloutStore struct {
 	pgFlag
-	Redis string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	cli.RedisFlags
-	Pool      string `name:"source-pool" env:"TIDEMARK_SOURCE_POOL" help:"The serve processes' --source-pool (default: the pool --namespace's identity record names, else serve's default)."`
-	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${api_Namespace}" help:"The serve processes' --namespace: its identity record must name --source-pool, or nothing is changed."`
+	redis     cache.RedisConfig
+	pool      string
+	namespace string
+}
+
+func (r *rolloutStore) bindStore(b *cli.Binder) {
+	r.redis, r.namespace = cache.DefaultRedisConfig(), api.DefaultConfig().Namespace
+	r.bindPG(b)
+	cli.RedisFlags(b, &r.redis, "Cache tier URL.")
+	b.Flag(&r.pool, "source-pool", "The serve processes' --source-pool (default: the pool --namespace's identity record names, else serve's default).")
+	b.Flag(&r.namespace, "namespace", "The serve processes' --namespace: its identity record must name --source-pool, or nothing is changed.")
+}
+
+// checkStore records a missing --pg or a missing or wrong --redis.
+func (r *rolloutStore) checkStore(p *config.Problems) {
+	r.require(p)
+	if r.redis.URL == "" {
+		p.Add("redis.URL", "is required")
+	}
+	cli.CheckRedis(p, r.redis)
 }
 
 // open is the store of the namespace's pool, recording in Postgres: the
 // settings' record there is what a serve process puts back when the cache
 // tier loses its copy.
 func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
-	rdb, err := cache.OpenRedis(r.RedisConn(r.Redis), e.Log)
+	rdb, err := cache.OpenRedis(r.redis, e.Log)
 	if err != nil {
 		return nil, nil, cli.UsageError(err)
 	}
@@ -48,63 +64,70 @@ func (r *rolloutStore) open(e *cli.Env) (*rollout.Store, func(), error) {
 	// serve (and might change another deployment's).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	bound, err := rdb.HGet(ctx, schema.IdentityKey(r.Namespace), schema.FieldIdentityPool).Result()
+	bound, err := rdb.HGet(ctx, schema.IdentityKey(r.namespace), schema.FieldIdentityPool).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		if r.Pool == "" {
-			r.Pool = api.DefaultConfig().SourcePool
+		if r.pool == "" {
+			r.pool = api.DefaultConfig().SourcePool
 		}
 	case err != nil:
 		rdb.Close()
-		return nil, nil, fmt.Errorf("rollout: read namespace %s's identity: %w", r.Namespace, err)
-	case r.Pool == "":
-		r.Pool = bound
-	case bound != r.Pool:
+		return nil, nil, fmt.Errorf("rollout: read namespace %s's identity: %w", r.namespace, err)
+	case r.pool == "":
+		r.pool = bound
+	case bound != r.pool:
 		rdb.Close()
 		return nil, nil, cli.UsageError(fmt.Errorf("namespace %q is served on source pool %q, but --source-pool is %q: give --source-pool %s (or TIDEMARK_SOURCE_POOL, as serve reads it)",
-			r.Namespace, bound, r.Pool, bound))
+			r.namespace, bound, r.pool, bound))
 	}
-	conn, err := pgx.Connect(ctx, r.PG)
+	conn, err := pgx.Connect(ctx, r.pg)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, fmt.Errorf("rollout: connect to Postgres: %w", err)
 	}
-	return rollout.NewStore(rdb, r.Pool).WithDB(conn), func() { conn.Close(context.Background()); rdb.Close() }, nil
+	return rollout.NewStore(rdb, r.pool).WithDB(conn), func() { conn.Close(context.Background()); rdb.Close() }, nil
 }
 
 type rolloutSetCmd struct {
 	rolloutStore
-	Mode   string  `arg:"" enum:"source,shadow,cache" help:"source, shadow or cache."`
-	Tenant string  `field:"Tenant" name:"tenant" help:"The tenant."`
-	All    bool    `name:"all" help:"Every tenant without a setting of its own."`
-	Ramp   float64 `field:"Ramp" name:"ramp" default:"100" help:"With cache: percent of the tenant's items read through the cache (the rest from the source), 0-100."`
-	Force  bool    `name:"force" help:"Raise a ramp that shadow mismatches halted."`
+	Mode   string `arg:"" enum:"source,shadow,cache" help:"source, shadow or cache."`
+	tenant string
+	all    bool
+	ramp   float64
+	force  bool
 }
 
-func (c *rolloutSetCmd) Validate() error {
-	var p config.Problems
-	c.require(&p)
-	if c.Redis == "" {
-		p.Add("Redis", "is required")
-	}
-	c.ValidateRedis(&p, c.Redis)
-	if (c.Tenant == "") == !c.All {
-		p.Add("Tenant", "give exactly one of a tenant and --all")
-	}
-	if !(c.Ramp >= 0 && c.Ramp <= 100) {
-		p.Add("Ramp", "must be between 0 and 100 (got %v)", c.Ramp)
-	}
-	return cli.FlagErrors(c, p.Err())
+func (c *rolloutSetCmd) Bind(b *cli.Binder) {
+	c.bindStore(b)
+	c.ramp = 100
+	b.EnvPrefix("")
+	b.Flag(&c.tenant, "tenant", "The tenant.")
+	b.Flag(&c.all, "all", "Every tenant without a setting of its own.")
+	b.Flag(&c.ramp, "ramp", "With cache: percent of the tenant's items read through the cache (the rest from the source), 0-100.")
+	b.Flag(&c.force, "force", "Raise a ramp that shadow mismatches halted.")
 }
 
-func (c *rolloutStatusCmd) Validate() error {
+func (c *rolloutSetCmd) Check() error {
 	var p config.Problems
-	c.require(&p)
-	if c.Redis == "" {
-		p.Add("Redis", "is required")
+	c.checkStore(&p)
+	if (c.tenant == "") == !c.all {
+		p.Add("tenant", "give exactly one of a tenant and --all")
 	}
-	c.ValidateRedis(&p, c.Redis)
-	return cli.FlagErrors(c, p.Err())
+	if !(c.ramp >= 0 && c.ramp <= 100) {
+		p.Add("ramp", "must be between 0 and 100 (got %v)", c.ramp)
+	}
+	return p.Err()
+}
+
+func (c *rolloutStatusCmd) Bind(b *cli.Binder) {
+	c.bindStore(b)
+	b.Flag(&c.json, "json", "Print JSON.").Env("")
+}
+
+func (c *rolloutStatusCmd) Check() error {
+	var p config.Problems
+	c.checkStore(&p)
+	return p.Err()
 }
 
 func (c *rolloutSetCmd) Run(ctx context.Context, e *cli.Env) error {
@@ -117,11 +140,11 @@ func (c *rolloutSetCmd) Run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return cli.UsageError(err)
 	}
-	tenant := c.Tenant
-	if c.All {
+	tenant := c.tenant
+	if c.all {
 		tenant = rollout.AllTenants
 	}
-	set, err := st.Set(ctx, tenant, mode, c.Ramp, c.Force, time.Now())
+	set, err := st.Set(ctx, tenant, mode, c.ramp, c.force, time.Now())
 	if err != nil {
 		return err
 	}
@@ -131,7 +154,7 @@ func (c *rolloutSetCmd) Run(ctx context.Context, e *cli.Env) error {
 
 type rolloutStatusCmd struct {
 	rolloutStore
-	JSON bool `name:"json" help:"Print JSON."`
+	json bool
 }
 
 func (c *rolloutStatusCmd) Run(ctx context.Context, e *cli.Env) error {
@@ -145,7 +168,7 @@ func (c *rolloutStatusCmd) Run(ctx context.Context, e *cli.Env) error {
 		return &cli.ExitError{Code: cli.ExitUnreadable, Msg: err.Error()}
 	}
 	all := rep.Tenants
-	if c.JSON {
+	if c.json {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)

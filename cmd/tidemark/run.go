@@ -17,34 +17,32 @@ import (
 // processFlags are shared by the long-running commands (capture, apply,
 // serve).
 type processFlags struct {
-	ShutdownDelay    time.Duration `field:"ShutdownDelay" name:"shutdown-delay" env:"TIDEMARK_SHUTDOWN_DELAY" default:"0s" help:"On SIGTERM, fail /readyz at once and keep serving this long before the listeners close, so load balancers (a Kubernetes Service's endpoints) stop sending work first. The pod's termination grace period must cover it plus the role's flush."`
-	TraceEndpoint    string        `field:"trace.Endpoint" name:"trace-endpoint" env:"TIDEMARK_TRACE_ENDPOINT" help:"OpenTelemetry collector to send sampled traces to, over OTLP/HTTP (http://collector:4318); empty: the one OTEL_EXPORTER_OTLP_ENDPOINT names, else no tracing. OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER are honoured."`
-	TraceSampleRatio float64       `field:"trace.SampleRatio" name:"trace-sample-ratio" env:"TIDEMARK_TRACE_SAMPLE_RATIO" default:"${trace_SampleRatio}" help:"Share (0-1) of GETs and captured changes traced; a change's trace continues through Kafka into the applier."`
+	shutdownDelay time.Duration
+	trace         telemetry.TraceConfig
 }
 
-func (f processFlags) validate(p *config.Problems) {
-	if f.ShutdownDelay < 0 {
-		p.Add("ShutdownDelay", "must not be negative (got %s)", f.ShutdownDelay)
-	}
-	cli.ValidateAs(p, "trace", f.traceConfig("", telemetry.Pipeline{}).Validate())
+func (f *processFlags) bindProcess(b *cli.Binder) {
+	f.trace = telemetry.DefaultTraceConfig()
+	b.Flag(&f.shutdownDelay, "shutdown-delay", "On SIGTERM, fail /readyz at once and keep serving this long before the listeners close, so load balancers (a Kubernetes Service's endpoints) stop sending work first. The pod's termination grace period must cover it plus the role's flush.")
+	b.Flag(&f.trace.Endpoint, "trace-endpoint", "OpenTelemetry collector to send sampled traces to, over OTLP/HTTP (http://collector:4318); empty: the one OTEL_EXPORTER_OTLP_ENDPOINT names, else no tracing. OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER are honoured.")
+	b.Flag(&f.trace.SampleRatio, "trace-sample-ratio", "Share (0-1) of GETs and captured changes traced; a change's trace continues through Kafka into the applier.")
 }
 
-func (f processFlags) traceConfig(service string, pl telemetry.Pipeline) telemetry.TraceConfig {
-	cfg := telemetry.DefaultTraceConfig()
-	cfg.Endpoint, cfg.SampleRatio = f.TraceEndpoint, f.TraceSampleRatio
-	if service != "" {
-		cfg.Service = service
+func (f *processFlags) checkProcess(p *config.Problems) {
+	if f.shutdownDelay < 0 {
+		p.Add("shutdownDelay", "must not be negative (got %s)", f.shutdownDelay)
 	}
-	cfg.Pipeline = pl
-	return cfg
+	p.Nested("trace", f.trace.Validate())
 }
 
 // tracing is the process's tracer provider, nil without --trace-endpoint or
 // OTEL_EXPORTER_OTLP_ENDPOINT (the stages then start no span at all); its
 // exporter runs in g's Telemetry phase, stopped last, so the spans of the
 // shutdown are sent too.
-func (f processFlags) tracing(e *cli.Env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
-	t, err := telemetry.NewTracing(f.traceConfig("tidemark-"+role, pl), e.Log)
+func (f *processFlags) tracing(e *cli.Env, g *lifecycle.Group, role string, pl telemetry.Pipeline) (trace.TracerProvider, error) {
+	cfg := f.trace
+	cfg.Service, cfg.Pipeline = "tidemark-"+role, pl
+	t, err := telemetry.NewTracing(cfg, e.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +77,7 @@ func runProcess(ctx context.Context, e *cli.Env, pf processFlags, metricsAddr st
 	tel.Handle("/", page.Handler())
 	g.Add(lifecycle.Observe, "status page", page.Run)
 	g.Add(lifecycle.Telemetry, "telemetry", tel.Run)
-	return g.RunServices(drainFirst(ctx, e, tel, pf.ShutdownDelay))
+	return g.RunServices(drainFirst(ctx, e, tel, pf.shutdownDelay))
 }
 
 // drainFirst is ctx, ended delay after ctx ends; in between the process

@@ -9,7 +9,7 @@ import (
 
 // Every command words its problems one way: each on its own line, naming
 // the flag (and its variable) that fills the field, as config.FieldError
-// and flagErrors word them; exit 2.
+// and the binder words them (cli.Binder.Words); exit 2.
 func TestValidationWordsProblemsByFlag(t *testing.T) {
 	cases := []struct {
 		args []string

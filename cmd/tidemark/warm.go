@@ -14,44 +14,56 @@ import (
 // warmCmd queues a warm request for the elected warmer of a serve process
 // and, with --wait, follows its progress.
 type warmCmd struct {
-	Redis     string `field:"Redis,redis.URL" name:"redis" env:"TIDEMARK_REDIS" help:"Cache tier URL."`
-	Namespace string `name:"namespace" env:"TIDEMARK_NAMESPACE" default:"${warm_Namespace}" help:"Cache namespace."`
-	Top       int    `field:"Top" name:"top" default:"${warm_Top}" help:"Warm this many of the hottest keys."`
-	Tenant    string `name:"tenant" help:"Only this tenant's hottest keys."`
-	cli.RedisFlags
-	Wait time.Duration `field:"Wait" name:"wait" default:"0s" help:"Follow the run for up to this long (0: just queue the request)."`
+	redis     cache.RedisConfig
+	namespace string
+	request   warm.Request
+	wait      time.Duration
 }
 
-func (c *warmCmd) Validate() error {
+func (c *warmCmd) Bind(b *cli.Binder) {
+	c.redis = cache.DefaultRedisConfig()
+	def := warm.DefaultConfig()
+	c.namespace, c.request.Top = def.Namespace, def.Top
+	cli.RedisFlags(b, &c.redis, "Cache tier URL.")
+	b.Flag(&c.namespace, "namespace", "Cache namespace.")
+	b.EnvPrefix("")
+	b.Flag(&c.request.Top, "top", "Warm this many of the hottest keys.")
+	b.Flag(&c.request.Tenant, "tenant", "Only this tenant's hottest keys.")
+	b.Flag(&c.wait, "wait", "Follow the run for up to this long (0: just queue the request).")
+}
+
+func (c *warmCmd) Check() error {
 	var p config.Problems
-	c.ValidateRedis(&p, c.Redis)
-	if c.Redis == "" {
-		p.Add("Redis", "is required")
+	cli.CheckRedis(&p, c.redis)
+	if c.redis.URL == "" {
+		p.Add("redis.URL", "is required")
 	}
-	if c.Top < 1 {
-		p.Add("Top", "must be at least 1 (got %d)", c.Top)
+	if c.request.Top < 1 {
+		p.Add("request.Top", "must be at least 1 (got %d)", c.request.Top)
 	}
-	if c.Wait < 0 {
-		p.Add("Wait", "must not be negative (got %s)", c.Wait)
+	if c.wait < 0 {
+		p.Add("wait", "must not be negative (got %s)", c.wait)
 	}
-	return cli.FlagErrors(c, p.Err())
+	return p.Err()
 }
 
 func (c *warmCmd) Run(ctx context.Context, e *cli.Env) error {
-	rdb, err := cache.OpenRedis(c.RedisConn(c.Redis), e.Log)
+	rdb, err := cache.OpenRedis(c.redis, e.Log)
 	if err != nil {
 		return cli.UsageError(err)
 	}
 	defer rdb.Close()
 	at := time.Now()
-	if err := warm.Enqueue(ctx, rdb, c.Namespace, warm.Request{Top: c.Top, Tenant: c.Tenant, At: at.UnixMilli()}); err != nil {
+	req := c.request
+	req.At = at.UnixMilli()
+	if err := warm.Enqueue(ctx, rdb, c.namespace, req); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "queued: warm the %d hottest keys; the elected warmer of a running serve process picks it up within a second\n", c.Top)
-	if c.Wait == 0 {
+	fmt.Fprintf(e.Stdout, "queued: warm the %d hottest keys; the elected warmer of a running serve process picks it up within a second\n", c.request.Top)
+	if c.wait == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(c.Wait)
+	deadline := time.Now().Add(c.wait)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for time.Now().Before(deadline) {
@@ -60,7 +72,7 @@ func (c *warmCmd) Run(ctx context.Context, e *cli.Env) error {
 			return nil
 		case <-t.C:
 		}
-		p, ok, err := warm.ReadProgress(ctx, rdb, c.Namespace)
+		p, ok, err := warm.ReadProgress(ctx, rdb, c.namespace)
 		if err != nil || !ok || p.Started.Before(at.Add(-time.Second)) {
 			continue // not picked up yet
 		}
@@ -69,5 +81,5 @@ func (c *warmCmd) Run(ctx context.Context, e *cli.Env) error {
 			return nil
 		}
 	}
-	return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("warm: not finished after %s (is a serve process running?)", c.Wait)}
+	return &cli.ExitError{Code: cli.ExitFailure, Msg: fmt.Sprintf("warm: not finished after %s (is a serve process running?)", c.wait)}
 }

@@ -93,7 +93,6 @@ func (s *Stages) ApplierConfig() applier.Config {
 	c.Brokers = s.ep.Brokers
 	c.Topic = s.cfg.Topic
 	c.Group = s.cfg.Group
-	c.HardLifetime = s.cfg.Cache.HardLifetime
 	return c
 }
 

@@ -94,7 +94,7 @@ func TestModuleLaneHoldsTheServerFreeTests(t *testing.T) {
 	for _, want := range []string{
 		"/schema TestGoldenEvents",
 		"/cache TestConfigValidateReportsEveryProblem",
-		"/cmd/tidemark TestEveryFlagReachesItsField",
+		"/cmd/tidemark TestEveryValidatedFieldHasAFlag",
 		"/hotset TestSketchFindsHeavyHittersUnderScan",
 		"/lab/chaos TestCheckerPlantedViolations",
 		"/internal/svgchart TestLineChartLogY",

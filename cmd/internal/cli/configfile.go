@@ -16,7 +16,7 @@ import (
 
 // A config file (--config FILE, TIDEMARK_CONFIG) is YAML whose keys are
 // the flags' names ("session-timeout") or the config fields they fill, as
-// the field tags name them ("applier.SessionTimeout", nested or dotted).
+// the binder records them ("applier.SessionTimeout", nested or dotted).
 // One file may serve every process of an environment: a key of another
 // command is ignored by this one, a key no command knows is an error. A
 // flag on the command line wins over its environment variable, which wins
@@ -31,8 +31,9 @@ type fileValue struct {
 
 // configFile is a loaded config file, a kong.Resolver.
 type configFile struct {
-	path string
-	keys map[string]fileValue
+	path  string
+	keys  map[string]fileValue
+	bound *bindings // which flag a field key sets
 }
 
 // configPath finds --config in args (before parsing: kong needs the
@@ -108,35 +109,29 @@ func (cf *configFile) flatten(prefix string, n *yaml.Node) error {
 	return nil
 }
 
-// flagKeys are the keys that set f: its name and the fields it fills.
-func flagKeys(f *kong.Flag) []string {
-	keys := []string{f.Name}
-	for _, field := range strings.Split(f.Tag.Get("field"), ",") {
-		if field = strings.TrimSpace(field); field != "" {
-			keys = append(keys, field)
+// lookup is the file's value for f: under its name, or a field it sets.
+func (cf *configFile) lookup(f *kong.Flag) (fileValue, bool) {
+	if v, ok := cf.keys[f.Name]; ok {
+		return v, true
+	}
+	keys := make([]string, 0, len(cf.keys))
+	for k := range cf.keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the same key every time if two name f
+	for _, k := range keys {
+		if cf.bound.keyFlag(k, f) {
+			return cf.keys[k], true
 		}
 	}
-	return keys
+	return fileValue{}, false
 }
 
 // Validate refuses a key that no flag of any command takes.
 func (cf *configFile) Validate(app *kong.Application) error {
-	known := map[string]bool{}
-	var walk func(n *kong.Node)
-	walk = func(n *kong.Node) {
-		for _, f := range n.Flags {
-			for _, k := range flagKeys(f) {
-				known[k] = true
-			}
-		}
-		for _, c := range n.Children {
-			walk(c)
-		}
-	}
-	walk(app.Node)
 	var bad []fileValue
 	for _, v := range cf.keys {
-		if !known[v.key] {
+		if !cf.bound.known(app, v.key) {
 			bad = append(bad, v)
 		}
 	}
@@ -159,23 +154,20 @@ func (cf *configFile) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (a
 			return nil, nil
 		}
 	}
-	for _, k := range flagKeys(flag) {
-		v, ok := cf.keys[k]
-		if !ok {
-			continue
-		}
-		// Decode into a scratch value so a bad value is reported with the
-		// file's line, not just the flag.
-		scratch := reflect.New(flag.Target.Type()).Elem()
-		if err := flag.Mapper.Decode(&kong.DecodeContext{Value: flag.Value, Scan: kong.Scan().PushTyped(v.value, kong.FlagValueToken)}, scratch); err != nil {
-			return nil, fmt.Errorf("%s:%d: %s: %w", cf.path, v.line, v.key, err)
-		}
-		if flag.Enum != "" && !contains(strings.Split(flag.Enum, ","), v.value) {
-			return nil, fmt.Errorf("%s:%d: %s: must be one of %s (got %q)", cf.path, v.line, v.key, flag.Enum, v.value)
-		}
-		return v.value, nil
+	v, ok := cf.lookup(flag)
+	if !ok {
+		return nil, nil
 	}
-	return nil, nil
+	// Decode into a scratch value so a bad value is reported with the
+	// file's line, not just the flag.
+	scratch := reflect.New(flag.Target.Type()).Elem()
+	if err := flag.Mapper.Decode(&kong.DecodeContext{Value: flag.Value, Scan: kong.Scan().PushTyped(v.value, kong.FlagValueToken)}, scratch); err != nil {
+		return nil, fmt.Errorf("%s:%d: %s: %w", cf.path, v.line, v.key, err)
+	}
+	if flag.Enum != "" && !contains(strings.Split(flag.Enum, ","), v.value) {
+		return nil, fmt.Errorf("%s:%d: %s: must be one of %s (got %q)", cf.path, v.line, v.key, flag.Enum, v.value)
+	}
+	return v.value, nil
 }
 
 // flagSources says where each flag of the selected command got its value:
@@ -205,11 +197,8 @@ func flagSources(kctx *kong.Context, cf *configFile, fe *fileEnv) map[*kong.Flag
 			if cf == nil {
 				break
 			}
-			for _, k := range flagKeys(f) {
-				if v, ok := cf.keys[k]; ok {
-					src = fmt.Sprintf("file %s:%d", cf.path, v.line)
-					break
-				}
+			if v, ok := cf.lookup(f); ok {
+				src = fmt.Sprintf("file %s:%d", cf.path, v.line)
 			}
 		default:
 			for _, env := range f.Envs {
@@ -234,7 +223,7 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 		case "help", "config", "print-config":
 			continue
 		}
-		val := redactValue(f, f.Target)
+		val := redactValue(f, f.Target, cf.bound)
 		if k := f.Target.Kind(); k == reflect.String || k == reflect.Slice {
 			val = yamlScalar(val)
 		}
@@ -245,7 +234,7 @@ func printConfig(w io.Writer, kctx *kong.Context, cf *configFile, fe *fileEnv) {
 // secretGivenTwice refuses a secret given both as a value and as a file
 // (--x and --x-file, from any of flag, env and file): which one wins would
 // be a guess, and a rotated file would silently not be used.
-func secretGivenTwice(kctx *kong.Context, cf *configFile, fe *fileEnv) error {
+func secretGivenTwice(kctx *kong.Context, cf *configFile, fe *fileEnv, bs *bindings) error {
 	byName := map[string]*kong.Flag{}
 	for _, f := range kctx.Flags() {
 		byName[f.Name] = f
@@ -254,7 +243,7 @@ func secretGivenTwice(kctx *kong.Context, cf *configFile, fe *fileEnv) error {
 	var msgs []string
 	for _, f := range kctx.Flags() {
 		file := byName[f.Name+"-file"]
-		if f.Tag.Get("secret") != "true" || file == nil || f.Target.Kind() != reflect.String {
+		if !bs.secret[f] || file == nil || f.Target.Kind() != reflect.String {
 			continue
 		}
 		if f.Target.String() != "" && file.Target.String() != "" {
@@ -272,7 +261,7 @@ var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
 
 // redactValue shows a value, hiding secrets: secret flags, a URL's
 // password, a DSN's password=.
-func redactValue(f *kong.Flag, v reflect.Value) string {
+func redactValue(f *kong.Flag, v reflect.Value, bs *bindings) string {
 	var s string
 	if v.Kind() == reflect.Slice {
 		parts := make([]string, v.Len())
@@ -283,7 +272,7 @@ func redactValue(f *kong.Flag, v reflect.Value) string {
 	} else {
 		s = fmt.Sprint(v.Interface())
 	}
-	if s != "" && f.Tag.Get("secret") == "true" {
+	if s != "" && bs.secret[f] {
 		return "<redacted>"
 	}
 	if u, err := url.Parse(s); err == nil && u.User != nil {

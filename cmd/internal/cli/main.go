@@ -1,9 +1,10 @@
 // Package cli is what the two binaries share: the product's tidemark and
-// the lab's tidemark-lab. It parses a command line with kong, fills flag
-// defaults from the packages' DefaultConfig, reads a YAML config file and
-// *_FILE variables, words config errors by flag, and runs the command with
-// an injected logger. It holds the flag groups both binaries' commands
-// embed (Kafka, Redis, cache tier, catalog table); it never imports the lab.
+// the lab's tidemark-lab. It parses a command line with kong, each flag
+// bound once into the config field it sets with the package's default
+// (bind.go), reads a YAML config file and *_FILE variables, words config
+// errors by flag, and runs the command with an injected logger. It holds
+// the flag groups both binaries' commands bind (Kafka, Redis, cache tier,
+// catalog table); it never imports the lab.
 package cli
 
 import (
@@ -13,11 +14,13 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
@@ -32,18 +35,19 @@ const (
 // Globals are the flags every command of both binaries takes; a binary's
 // root struct embeds them.
 type Globals struct {
-	LogFormat   string `field:"Format" name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
-	LogLevel    string `field:"Level" name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
+	LogFormat   string `name:"log-format" env:"TIDEMARK_LOG_FORMAT" default:"text" help:"Log format: text or json."`
+	LogLevel    string `name:"log-level" env:"TIDEMARK_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn, error."`
 	Config      string `name:"config" env:"TIDEMARK_CONFIG" type:"path" help:"YAML config file: keys are flag names (session-timeout) or the fields they fill (applier.SessionTimeout); flags and environment win over it."`
 	PrintConfig bool   `name:"print-config" help:"Print the command's effective configuration (secrets redacted) with where each value came from, and exit."`
 
 	file    *configFile // the loaded --config, for where a value came from
 	fileEnv *fileEnv    // the *_FILE variables, likewise
+	bound   *bindings   // the commands' bound flags
 }
 
 // Validate runs before every command's own checks.
 func (g *Globals) Validate(kctx *kong.Context) error {
-	return secretGivenTwice(kctx, g.file, g.fileEnv)
+	return secretGivenTwice(kctx, g.file, g.fileEnv, g.bound)
 }
 
 // Env is what every command gets: the logger and the process streams.
@@ -60,15 +64,13 @@ type Env struct {
 // it again for every new connection, so a rotated secret is picked up.
 func (e *Env) File(flag string) string { return e.files[flag] }
 
-// App is one binary: its name and description, its root command struct
-// (embedding Globals, reached through globals) and the package defaults its
-// flags name.
+// App is one binary: its name and description and its root command struct
+// (embedding Globals, reached through globals).
 type App struct {
 	Name        string
 	Description string
 	Root        any
 	Globals     *Globals
-	Defaults    map[string]any
 }
 
 // Main parses args for app, runs the command and returns the exit code.
@@ -77,7 +79,9 @@ func Main(ctx context.Context, app App, args []string, stdout, stderr io.Writer)
 		exited   bool
 		exitCode int
 	)
-	opts := []kong.Option{}
+	bs := newBindings()
+	app.Globals.bound = bs
+	opts := []kong.Option{bs.option()} // each command's flags bound into its configs
 	var cf *configFile
 	if path := configPath(args); path != "" {
 		var err error
@@ -85,6 +89,7 @@ func Main(ctx context.Context, app App, args []string, stdout, stderr io.Writer)
 			fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
 			return ExitUsage
 		}
+		cf.bound = bs
 		opts = append(opts, kong.Resolvers(cf))
 		app.Globals.file = cf
 	}
@@ -94,7 +99,6 @@ func Main(ctx context.Context, app App, args []string, stdout, stderr io.Writer)
 	parser, err := kong.New(app.Root, append(opts,
 		kong.Name(app.Name),
 		kong.Description(app.Description),
-		Defaults(app.Defaults), // flag defaults come from the packages' DefaultConfig
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exited, exitCode = true, code }),
 	)...)
@@ -117,16 +121,26 @@ func Main(ctx context.Context, app App, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "%s: %v\n(see %s --help)\n", app.Name, err, app.Name)
 		return ExitUsage
 	}
+	if b := bs.byNode[kctx.Selected()]; b != nil {
+		if err := b.check(); err != nil {
+			fmt.Fprintf(stderr, "%s: %s: %v\n(see %s --help)\n", app.Name, kctx.Selected().Path(), err, app.Name)
+			return ExitUsage
+		}
+	}
 	if app.Globals.PrintConfig {
 		if cf == nil {
-			cf = &configFile{}
+			cf = &configFile{bound: bs}
 		}
 		printConfig(stdout, kctx, cf, fe)
 		return 0
 	}
 	log, err := telemetry.NewLogger(stderr, app.Globals.LogFormat, app.Globals.LogLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", app.Name, FlagErrors(app.Root, err))
+		var ferr *config.FieldError
+		if errors.As(err, &ferr) {
+			err = fmt.Errorf("--log-%s (TIDEMARK_LOG_%s): %s", strings.ToLower(ferr.Field), strings.ToUpper(ferr.Field), ferr.Problem) // Format, Level
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
 		return ExitUsage
 	}
 	cache.RedisLogger(log)
