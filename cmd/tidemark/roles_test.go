@@ -140,6 +140,14 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if c, b := do("PATCH", "/v1/catalog/items/i", `{"expected_version":1,"display":{"n":2}}`); c != 200 {
 		t.Fatalf("PATCH as tidemark_serve: %d %s", c, b)
 	}
+	// tidemark rollout, run with the serve role's DSN, records the settings
+	// in Postgres (tidemark.rollout_settings's grant) and reads them back.
+	if code, out, errs := runCLI(t, "rollout", "set", "shadow", "--tenant", "acme", "--pg", dsn("tidemark_serve"), "--redis", r.URL()); code != 0 {
+		t.Fatalf("rollout set as tidemark_serve: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "rollout", "status", "--pg", dsn("tidemark_serve"), "--redis", r.URL()); code != 0 || !strings.Contains(out, "shadow") || strings.Contains(out, "LOST") {
+		t.Fatalf("rollout status as tidemark_serve: exit %d\n%s\n%s", code, out, errs)
+	}
 	// Capture has read past the writes (and its heartbeat, as the role may
 	// send it, keeps confirming the slot).
 	var written string
