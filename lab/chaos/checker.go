@@ -39,6 +39,11 @@ const (
 	// held that version (a write had produced it): refused although it
 	// could be answered.
 	KindMinVersionRefused Kind = "min-version-refused"
+	// KindForeignRow: a 200 (or a 304) whose payload is a row of another
+	// table than the catalog's, whatever its tenant, item and version
+	// (the fault second-table-reader: a reader of another table in the
+	// same namespace filled the catalog's key).
+	KindForeignRow Kind = "foreign-row"
 	// KindPipelineStopped: a change committed during a fault did not reach
 	// the cache tier within the bound (judged by the fault, not from an
 	// answer: bad-version-row's canary).
@@ -47,7 +52,7 @@ const (
 
 // Kinds lists every kind, in report order.
 var Kinds = []Kind{KindStale, KindUncommitted, KindDeletedServed, KindBelowMin, KindWrong404, KindWrong412, KindWrongOwner, KindPayload,
-	KindETag, KindMinVersionRefused, KindPipelineStopped}
+	KindETag, KindMinVersionRefused, KindForeignRow, KindPipelineStopped}
 
 // Violation is one answer the source history does not justify, with the
 // evidence: the answer and the item's commits around it.
@@ -99,6 +104,12 @@ func (c Checker) Check(a Answer, src *Source) Verdict {
 	}
 	switch status {
 	case http.StatusOK:
+		if a.PayloadTable != "" {
+			// No version of the item's history is this row.
+			bad(KindForeignRow, "asked for %s/%s, payload is a row of %s (%s/%s v%d), not of the catalog table", a.Tenant, a.Item, a.PayloadTable,
+				a.PayloadTenant, a.PayloadItem, a.PayloadVersion)
+			return out
+		}
 		if a.PayloadTenant != a.Tenant || a.PayloadItem != a.Item {
 			bad(KindWrongOwner, "asked for %s/%s, payload is %s/%s", a.Tenant, a.Item, a.PayloadTenant, a.PayloadItem)
 		}

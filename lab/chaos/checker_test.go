@@ -63,6 +63,8 @@ func TestCheckerPlantedViolations(t *testing.T) {
 		{"other tenant's payload", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadTenant = "globex" }), KindWrongOwner},
 		{"other item's payload", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadItem = "i2" }), KindWrongOwner},
 		{"payload of another version", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadVersion = 2 }), KindPayload},
+		{"another table's row at a current version", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.PayloadTable = "shop.offers" }), KindForeignRow},
+		{"304 vouching for another table's row", with(ok("acme", "i1", 3, at(60)), func(a *Answer) { a.Status, a.PayloadTable = 304, "shop.offers" }), KindForeignRow},
 		{"404 before creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(35), Received: at(35)}, ""},
 		{"404 within bound of creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(65), Received: at(65)}, ""},
 		{"404 long after creation", Answer{Tenant: "acme", Item: "new", Status: 404, Sent: at(75), Received: at(75)}, KindWrong404},

@@ -98,7 +98,8 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultSlotDrop, FaultBrokerRestart, FaultClockOffset, FaultColdBurst, FaultReshard, FaultKillMaster,
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
-	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow}
+	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
+	FaultRogueApplier, FaultSecondTable}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -115,6 +116,9 @@ func (c Config) Applicable() []string {
 		case k == FaultColdStart && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultColdStart) && c.foreign():
 			// These write tidemark's own catalog.items by its column names.
+		case (k == FaultRogueApplier || k == FaultSecondTable) && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
+			// An old build has no namespace identity; an upgrade moves the
+			// namespace and its group mid-run.
 		default:
 			out = append(out, k)
 		}

@@ -88,6 +88,8 @@ func targetsOf(kind string) []string {
 		return []string{"apply", "capture", "catalog"}
 	case FaultUnbumpedWrite, FaultBadVersionRow:
 		return []string{"catalog"}
+	case FaultRogueApplier, FaultSecondTable:
+		return nil // each takes its target itself (apply, redis), only while its process runs
 	}
 	return []string{targetOf(kind)}
 }
@@ -226,6 +228,10 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.unbumpedWrite(ctx, f.Hold)
 	case FaultBadVersionRow:
 		rec.Target, err = in.badVersionRow(ctx)
+	case FaultRogueApplier:
+		rec.Target, err = in.rogueApplier(ctx, f.Hold)
+	case FaultSecondTable:
+		rec.Target, err = in.secondTable(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -24,6 +24,10 @@ type Answer struct {
 	PayloadVersion int64  `json:"payload_version,omitempty"`
 	// PayloadUnbumped is the marker an unbumped write left in the payload.
 	PayloadUnbumped int64 `json:"payload_unbumped,omitempty"`
+	// PayloadTable names the table of a row of another table than the
+	// catalog's (the fault second-table-reader's rows say so; the
+	// catalog's never do).
+	PayloadTable string `json:"payload_table,omitempty"`
 	// For a 304 (a client cache revalidating with If-None-Match), the
 	// payload fields are the stored body's, which the 304 vouched for.
 	CacheStatus string `json:"cache_status,omitempty"`

@@ -164,11 +164,19 @@ type itemBody struct {
 		V      int64  `json:"v"`
 		// Unbumped: the marker of the fault unbumped-write.
 		Unbumped int64 `json:"unbumped"`
+		// Table: set only in the rows of the fault second-table-reader's
+		// table, never in the catalog's.
+		Table string `json:"table"`
 	} `json:"display"`
 }
 
 func (l *load) do(ctx context.Context, serve int, tenant, method, path string, body []byte, idem string) (int, itemBody, http.Header, error) {
-	req, err := http.NewRequestWithContext(ctx, method, l.sys.apiBases[serve]+path, bytes.NewReader(body))
+	return l.doAt(ctx, l.sys.apiBases[serve], tenant, method, path, body, idem)
+}
+
+// doAt is do against any API base (a process of a fault's own too).
+func (l *load) doAt(ctx context.Context, base, tenant, method, path string, body []byte, idem string) (int, itemBody, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, itemBody{}, nil, err
 	}
@@ -219,7 +227,7 @@ func (l *load) getOn(ctx context.Context, serve int, tenant, item string, minVer
 	}
 	if code == http.StatusOK && err == nil {
 		a.Version, a.PayloadTenant, a.PayloadItem, a.PayloadVersion = it.Version, it.Display.Tenant, it.Display.Item, it.Display.V
-		a.PayloadUnbumped = it.Display.Unbumped
+		a.PayloadUnbumped, a.PayloadTable = it.Display.Unbumped, it.Display.Table
 	} else if code == http.StatusOK {
 		a.Status = 0 // an unreadable body is reported as an error, not judged
 	}

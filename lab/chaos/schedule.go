@@ -52,6 +52,12 @@ var holdRange = map[string][2]time.Duration{
 	// How long the rewritten items are read after the writes: past the bound.
 	FaultUnbumpedWrite: {34 * time.Second, 38 * time.Second},
 	FaultBadVersionRow: {0, 0},
+	// How long the rogue applier stays in the group after the change (its
+	// items are read until past the bound after it).
+	FaultRogueApplier: {3 * time.Second, 6 * time.Second},
+	// How long the catalog's serve processes are asked for the items after
+	// the second table's reader was.
+	FaultSecondTable: {8 * time.Second, 12 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
