@@ -350,3 +350,54 @@ func TestBudgetOnePoolAcrossNamespaces(t *testing.T) {
 		t.Fatalf("implausible: %d reads, codes %v", reads, codes)
 	}
 }
+
+// A serve process that cannot tell which rollout settings are in force (the
+// cache tier's copy lost, Postgres's record unreadable) serves every tenant
+// from the source, and one that had settings keeps them; once the record
+// can be read again the record's settings are served and the copy put back.
+func TestRolloutUndecidedServesFromSource(t *testing.T) {
+	e := newEnv(t)
+	st := e.rolloutStore()
+	acme, globex := e.apiKey("acme"), e.apiKey("globex")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'a', 1, '{}'), ('globex', 'g', 1, '{}')`)
+	answers := func(in *instance, key, item, what string, ok func(string) bool) {
+		t.Helper()
+		testenv.Eventually(t, 15*time.Second, what, func() error {
+			if r := e.do("GET", in.item(item), key, ""); r.code != 200 || !ok(r.cacheStatus()) {
+				return fmt.Errorf("GET %s = %d, Cache-Status %q", item, r.code, r.cacheStatus())
+			}
+			return nil
+		})
+	}
+	fromSource := func(cs string) bool { return strings.Contains(cs, "detail=rollout-source") }
+	old := e.rolloutInstance(instOpts{ccfg: longSoft})
+	e.setMode(st, "acme", rollout.ModeSource, 0)
+	answers(old, acme, "a", "the rollback in force", fromSource)
+	testenv.Eventually(t, 15*time.Second, "the serve process records the change in Postgres", func() error {
+		var gen int64
+		if err := e.pool.QueryRow(context.Background(), `SELECT generation FROM tidemark.rollout_settings WHERE pool = 'catalog'`).Scan(&gen); err != nil || gen != 1 {
+			return fmt.Errorf("generation %d, %v; want 1", gen, err)
+		}
+		return nil
+	})
+
+	e.exec(`ALTER TABLE tidemark.rollout_settings RENAME TO rollout_settings_away`)
+	if err := e.redis.Client(t).Del(context.Background(), "{catalog:v1:_rollout}:modes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := e.rolloutInstance(instOpts{ccfg: longSoft})
+	answers(fresh, globex, "g", "a new process that cannot decide serves a tenant without a setting from the source", fromSource)
+	for range 5 {
+		if r := e.do("GET", old.item("a"), acme, ""); !fromSource(r.cacheStatus()) {
+			t.Fatalf("the process that had decided did not keep the rollback: %d %q", r.code, r.cacheStatus())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	e.exec(`ALTER TABLE tidemark.rollout_settings_away RENAME TO rollout_settings`)
+	answers(fresh, globex, "g", "the new process follows the record once it can be read", func(cs string) bool { return !fromSource(cs) })
+	answers(fresh, acme, "a", "the record's rollback", fromSource)
+	if c, err := st.Copy(context.Background()); err != nil || c.Gen != 1 || c.Settings["acme"].Mode != rollout.ModeSource {
+		t.Fatalf("the copy after the record is readable again: %+v, %v; want generation 1 with acme source", c, err)
+	}
+}
