@@ -1,4 +1,4 @@
-package api
+package reader
 
 import (
 	"context"
@@ -9,41 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/testenv"
-	"github.com/tidemark/tidemark/schema"
 )
-
-// A value over MaxValueBytes is answered (200, from the source) but not
-// cached: the lease is released at once (the key is gone, so the next reader
-// misses instead of waiting for a fill) and the skip is counted. A value
-// within the cap is cached as usual.
-func TestOversizedValueServedNotCached(t *testing.T) {
-	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) { c.MaxValueBytes, c.L1Size = 200, 0 }, ccfg: longSoft})
-	key := e.apiKey("acme")
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES
-		('acme', 'big', 1, jsonb_build_object('text', repeat('x', 300))), ('acme', 'small', 1, '{"n":1}')`)
-	rdb := e.redis.Client(t)
-	for i := range 2 {
-		r := e.do("GET", in.item("big"), key, "")
-		if r.code != 200 || r.version() != 1 || r.cacheStatus() != "tidemark; fwd=miss" {
-			t.Fatalf("GET %d of the big item: %d %v %s", i, r.code, r.header, r.raw)
-		}
-		if n := rdb.Exists(context.Background(), schema.RedisKey("catalog", "acme", "big")).Val(); n != 0 {
-			t.Fatalf("GET %d: the big item's key exists after the skipped fill (lease not released): %v",
-				i, rdb.HGetAll(context.Background(), schema.RedisKey("catalog", "acme", "big")).Val())
-		}
-	}
-	if got := skipped(t, in, "too_large"); got != 2 {
-		t.Fatalf("fills skipped too_large = %v, want 2", got)
-	}
-	if r := e.do("GET", in.item("small"), key, ""); r.cacheStatus() != "tidemark; fwd=miss; stored" {
-		t.Fatalf("small item: %d %v %s", r.code, r.header, r.raw)
-	}
-	if r := e.do("GET", in.item("small"), key, ""); r.cacheStatus() != "tidemark; hit" {
-		t.Fatalf("small item again: %d %v %s", r.code, r.header, r.raw)
-	}
-}
 
 // scanRun is one run of the scan-isolation test.
 type scanRun struct {
@@ -84,31 +52,36 @@ const (
 
 func scanIsolation(t *testing.T, fillRate float64) scanRun {
 	t.Helper()
-	e := newEnv(t)
-	in := e.instance(instOpts{cfg: func(c *Config) {
+	rdb := testenv.StartRedis(t).Client(t)
+	src := newMemSource()
+	value := `{"text":"` + strings.Repeat("x", 1000) + `"}`
+	for i := 1; i <= hotItems; i++ {
+		src.set("steady", fmt.Sprintf("h%d", i), 1, value)
+	}
+	for i := 1; i <= coldItems; i++ {
+		src.set("scanner", fmt.Sprintf("c%d", i), 1, value)
+	}
+	rd := newTestReaderOf(t, rdb, src, func(c *Config) {
 		c.FillRate, c.L1Size = fillRate, 0
 		// Generous deadlines and budget: a loaded -race box must not turn
-		// slowness into 503s; the property here is what stays cached.
+		// slowness into Unavailable; the property here is what stays cached.
 		c.ForegroundRate, c.RequestTimeout, c.SourceTimeout, c.LookupTimeout, c.InFlightWait = 20000, 10*time.Second, 5*time.Second, 5*time.Second, 5*time.Second
-	}, ccfg: longSoft})
-	keyA, keyB := e.apiKey("scanner"), e.apiKey("steady")
-	pad := strings.Repeat("x", 1000)
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT 'steady', 'h' || g, 1, jsonb_build_object('text', $1::text) FROM generate_series(1, $2::int) g`, pad, hotItems)
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT 'scanner', 'c' || g, 1, jsonb_build_object('text', $1::text) FROM generate_series(1, $2::int) g`, pad, coldItems)
+	}, func(c *cache.Config) { c.SoftMin, c.SoftMax = 25*time.Second, 25*time.Second })
 
 	// B's reads: two readers over its hot set; ratio counts hits.
 	var hits, reads atomic.Int64
 	readB := func(ctx context.Context, w int) {
 		for i := w; ctx.Err() == nil; i += 2 {
-			r := e.do("GET", in.item(fmt.Sprintf("h%d", i%hotItems+1)), keyB, "")
-			if r.code != 200 {
-				t.Errorf("B GET: %d %s", r.code, r.raw)
+			r := rd.Get(ctx, Query{Tenant: "steady", Item: fmt.Sprintf("h%d", i%hotItems+1)})
+			if r.Kind != Found {
+				if ctx.Err() != nil { // the phase ended while this read was out
+					return
+				}
+				t.Errorf("B Get: %d %q", r.Kind, r.CacheStatus)
 				return
 			}
 			reads.Add(1)
-			if strings.HasPrefix(r.cacheStatus(), "tidemark; hit") {
+			if strings.HasPrefix(r.CacheStatus, "tidemark; hit") {
 				hits.Add(1)
 			}
 		}
@@ -121,39 +94,27 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		ctx, cancel := context.WithCancel(testenv.Context(t, 3*time.Minute))
 		var wg sync.WaitGroup
 		for w := range 2 {
-			wg.Add(1)
-			go func() { defer wg.Done(); readB(ctx, w) }()
+			wg.Go(func() { readB(ctx, w) })
 		}
 		alongside(ctx)
 		cancel()
 		wg.Wait()
 		return float64(hits.Load()) / float64(max(1, reads.Load()))
 	}
-	// Warm B's hot set (second-hit admission may need two passes), then fit
-	// the cache to it with a little room to spare.
+	// Warm B's hot set (second-hit admission may need two passes; a fresh
+	// budget refuses the first reads), then fit the cache to it with a
+	// little room to spare.
 	for pass := 0; pass < 3; pass++ {
 		for i := 1; i <= hotItems; i++ {
-			e.do("GET", in.item(fmt.Sprintf("h%d", i)), keyB, "")
+			rd.Get(t.Context(), Query{Tenant: "steady", Item: fmt.Sprintf("h%d", i)})
 		}
 	}
-	rdb := e.redis.Client(t)
-	ctx := context.Background()
-	info := rdb.Info(ctx, "memory").Val()
-	var usedMem int64
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-			if _, err := fmt.Sscan(v, &usedMem); err != nil {
-				t.Fatalf("used_memory %q: %v", v, err)
-			}
-		}
-	}
-	if usedMem == 0 {
-		t.Fatalf("no used_memory in INFO memory: %q", info)
-	}
+	ctx := testenv.Context(t, 30*time.Second)
+	used := usedMemory(t, ctx, rdb)
 	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(usedMem+512<<10)).Err(); err != nil {
+	if err := rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(used+512<<10)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var run scanRun
@@ -170,20 +131,18 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		var wg sync.WaitGroup
 		var next atomic.Int64
 		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for ctx.Err() == nil {
 					i := next.Add(1)
 					if i > coldItems {
 						return
 					}
 					asked.Add(1)
-					if r := e.do("GET", in.item(fmt.Sprintf("c%d", i)), keyA, ""); r.code == 200 {
+					if r := rd.Get(ctx, Query{Tenant: "scanner", Item: fmt.Sprintf("c%d", i)}); r.Kind == Found {
 						scanned.Add(1)
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 	})
@@ -191,7 +150,7 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 		t.Fatalf("the scan asked %d of %d cold ids before its 3-minute deadline", asked.Load(), coldItems)
 	}
 	run.scanned = scanned.Load()
-	run.skipped = skipped(t, in, "admission")
+	run.skipped = counterValue(t, rd.m.fillsSkipped.WithLabelValues(skipAdmission))
 	evicted := 0
 	for _, l := range strings.Split(rdb.Info(ctx, "stats").Val(), "\r\n") {
 		if v, ok := strings.CutPrefix(l, "evicted_keys:"); ok {
@@ -203,11 +162,4 @@ func scanIsolation(t *testing.T, fillRate float64) scanRun {
 	t.Logf("fill rate %v: B %d reads during the scan, hit ratio %.3f -> %.3f; A scanned %d; skipped %v; redis evicted %d keys",
 		fillRate, reads.Load(), run.baseline, run.during, run.scanned, run.skipped, evicted)
 	return run
-}
-
-// skipped reads tidemark_api_fills_skipped_total{reason} of one instance
-// (its series exist from the start, at 0).
-func skipped(t *testing.T, in *instance, reason string) float64 {
-	t.Helper()
-	return in.metric(t, "tidemark_api_fills_skipped_total", reason)
 }
