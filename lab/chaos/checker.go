@@ -46,7 +46,7 @@ const (
 	KindForeignRow Kind = "foreign-row"
 	// KindPipelineStopped: a change committed during a fault did not reach
 	// the cache tier within the bound (judged by the fault, not from an
-	// answer: bad-version-row's canary).
+	// answer: bad-version-row's canary, cold-start's change).
 	KindPipelineStopped Kind = "pipeline-stopped"
 )
 

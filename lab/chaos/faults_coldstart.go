@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/lab/proc"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // FaultColdStart: capture's first start against a cache tier that already
@@ -92,6 +93,13 @@ func (in *injector) coldStart(ctx context.Context, hold time.Duration) (string, 
 			time.Sleep(500 * time.Millisecond) // the first one creates the topic and the slot
 		}
 	}
+	// The namespace's identity record binds it to the old group, and an
+	// applier of another group is refused (cache.ClaimIdentity): the
+	// operator who moves the namespace to a new group unbinds the old one
+	// first, as the refusal says.
+	if derr := s.rdb.HDel(cctx, schema.IdentityKey(s.watermarkNS()), schema.FieldIdentityGroup).Err(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("unbind the old group from the namespace's identity: %w", derr))
+	}
 	for _, p := range s.appliers {
 		err = errors.Join(err, p.Start())
 	}
@@ -100,6 +108,22 @@ func (in *injector) coldStart(ctx context.Context, hold time.Duration) (string, 
 		readAll()
 		sleep(ctx, 500*time.Millisecond)
 	}
-	return fmt.Sprintf("%d items read, changed with no slot, pipeline on topic %s (group %s), read %s after", len(items), topic, group,
-		hold.Round(time.Second)), err
+	what := fmt.Sprintf("%d items read, changed with no slot, pipeline on topic %s (group %s), read %s after", len(items), topic, group,
+		hold.Round(time.Second))
+	// The pipeline must be back: the watermark past the change (an applier
+	// of the new group refused, or a capture that never streams, keeps no
+	// promise broken but serves nothing from the cache from then on).
+	wait := in.load.rec.checker.Bound
+	if len(s.cfg.Kinds()) > 1 {
+		wait = canaryWaitAmongFaults
+	}
+	if !waitFor(cctx, max(0, wait-time.Since(changed)), func() bool {
+		age, werr := s.watermarkAge(cctx)
+		return werr == nil && time.Now().Add(-age).After(changed)
+	}) {
+		in.load.rec.addViolation(Violation{Kind: KindPipelineStopped,
+			Detail: fmt.Sprintf("cold start: the watermark did not pass the change within %s: the pipeline on topic %s (group %s) did not come back", wait, topic, group)})
+		what += fmt.Sprintf(": the watermark did not pass the change within %s", wait)
+	}
+	return what, err
 }
