@@ -136,10 +136,11 @@ schemathesis:
 		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
 	fi
 
-# lab/chaos (its seven chaos runs, two at a time, about 6 minutes) is the
-# longest package, so it is named first and starts first; the other packages
-# share the other two slots. Most tests wait on their servers more than they
-# compute: three packages at a time keep the two cores busy.
+# lab/chaos (its seventeen chaos runs of 40-100 s, two at a time, about
+# 12-15 minutes) is the longest package, so it is named first and starts
+# first; the other packages share the other two slots. Most tests wait on
+# their servers more than they compute: three packages at a time keep the
+# two cores busy.
 test-go:
 	$(GO) test -race -count=1 -p 3 -timeout 45m ./lab/chaos $(PKGS)
 
