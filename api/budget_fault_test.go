@@ -204,6 +204,19 @@ func fallbackFlood(t *testing.T, e *tenv, ins []*instance, counted int, classes 
 		waitFor(t, 30*time.Second, "the process knows its share", func() bool { _, ok := in.srv.rd.Share(time.Now()); return ok })
 	}
 	e.redis.Kill()
+	// A process admits locally only once the others (on Redis, were any
+	// left) would reserve its share: from presenceLate (3 s) after the
+	// deadline of its last beat (docs/design.md, Source budget). The flood
+	// starts when every counted one does; a probe's read is never made.
+	for _, in := range ins[:counted] {
+		waitFor(t, 15*time.Second, "the local fallback window opens", func() bool {
+			release, err := in.srv.rd.Acquire(context.Background(), reader.ClassForeground, "probe")
+			if err == nil {
+				release()
+			}
+			return err == nil
+		})
+	}
 	f := fallback{readers: len(ins) * len(classes) * 4}
 	var mu sync.Mutex
 	sp := e.sample()

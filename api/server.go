@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("api: %w", err)
 	}
+	// This process's name in its pool: its host and where it listens, which
+	// no other live process can share, so a restart in place takes over its
+	// predecessor's presence instead of waiting for it to expire.
+	host, _ := os.Hostname() // without one, the address alone still names this process on its host
+	s.rd.SetInstance(host + "|" + ln.Addr().String())
 	// The rollout settings are decided before the first request: until
 	// then every tenant would follow the default, a rolled-back one too.
 	s.rollout.tick(ctx)

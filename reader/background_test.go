@@ -119,11 +119,14 @@ func TestAcquireBackgroundIsOneAdmissionOfCostN(t *testing.T) {
 		return total
 	}
 	const n = 100
-	most := (n+rd.MaxCost(ClassBackground)-1)/rd.MaxCost(ClassBackground) + 5 // + other loops' scripts meanwhile
 	before := scripts()
+	start := time.Now()
 	if err := rd.AcquireBackground(ctx, n); err != nil {
 		t.Fatal(err)
 	}
+	// + the other loops' scripts meanwhile: 5, and the presence beats' 3
+	// a second (budget set, serve set, namespace stamp) on a slow box.
+	most := (n+rd.MaxCost(ClassBackground)-1)/rd.MaxCost(ClassBackground) + 5 + 3*int(time.Since(start).Seconds()+1)
 	if got := scripts() - before; got > int64(most) {
 		t.Errorf("AcquireBackground(%d) ran %d scripts on the budget's Redis, want at most %d (one admission per %d reads)",
 			n, got, most, rd.MaxCost(ClassBackground))

@@ -28,6 +28,10 @@ const (
 // as active in it (and so to shrink the others' fair share).
 const tenantWindow = time.Second
 
+// budgetRetries is how many times an ask of the shared budget that failed
+// is asked again while this process still reaches Redis (presence.reachable).
+const budgetRetries = 2
+
 //go:embed budget.lua
 var budgetLua string
 
@@ -50,11 +54,13 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // budget admits source reads: a per-process in-flight cap, then the
 // cluster-wide GCRA in Redis: the total (foreground + background, what the
 // source is promised), the class inside it, and a fair share per tenant
-// inside the class. Background reads leave the last part of the total's
-// burst to the request path (they back off first). When Redis cannot be
-// asked the process falls back to local buckets at its share of the same
-// rates (rate / live serve processes), the total included, so a Redis
-// outage never means more reads of Postgres than the total allows.
+// inside the class and inside the total. Background reads leave the last
+// part of the total's burst to the request path (they back off first). When
+// Redis cannot be asked the process falls back to local buckets at its
+// share of the same rates (rate / live serve processes), the total
+// included, for as long as the processes still on Redis reserve that share
+// (presence.go), so neither an outage nor one process cut off from Redis
+// means more reads of Postgres than the total allows.
 type budget struct {
 	rdb       redis.Scripter
 	script    *redis.Script
@@ -102,7 +108,7 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
 	shared := make(chan struct{}, cfg.MaxInFlight)
-	tag := "{" + cfg.SourcePool + ":v1:_budget}" // one pool across the namespaces of an upgrade
+	tag := budgetTag(cfg.SourcePool) // one pool across the namespaces of an upgrade
 	mkRate := func(rate float64) bucketRate {
 		interval := int64(math.Max(1, 1e6/rate))
 		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds())))}
@@ -121,7 +127,7 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 		classes: map[string]*classBudget{
 			ClassForeground:     mk(ClassForeground, cfg.ForegroundRate, shared),
 			ClassBackground:     bg,
-			ClassReadYourWrites: mk(ClassReadYourWrites, cfg.ReadYourWritesRate, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
+			ClassReadYourWrites: mk(ClassReadYourWrites, cfg.readYourWritesRate(), make(chan struct{}, max(1, cfg.MaxInFlight/4))),
 		},
 		total:     total,
 		totalKey:  tag + ":total",
@@ -209,11 +215,24 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 }
 
 func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost int) (bool, time.Duration, error) {
-	rctx, cancel := context.WithTimeout(ctx, b.redisWait)
-	defer cancel()
-	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey, cb.prefix + ":t:" + tenant + ":n"}
-	res, err := b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
-		b.total.interval, b.total.tolerance, cb.reserve).Int64Slice()
+	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey, cb.prefix + ":t:" + tenant + ":n",
+		b.procs.procsKey, b.procs.countKey, b.totalKey + ":t:" + tenant, b.totalKey + ":tenants", b.totalKey + ":t:" + tenant + ":n"}
+	var res []int64
+	var err error
+	// A slow Redis is not a lost one: while this process's beats land, an
+	// ask that timed out is asked again within the request's deadline
+	// instead of holding (a loaded host's Redis calls outlast the lookup
+	// timeout now and then). An ask that ran after all spent a read the
+	// retry does not use: that errs low.
+	for try := 0; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, b.redisWait)
+		res, err = b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
+			b.total.interval, b.total.tolerance, cb.reserve, b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member).Int64Slice()
+		cancel()
+		if err == nil || ctx.Err() != nil || try == budgetRetries || !b.procs.reachable(time.Now()) {
+			break
+		}
+	}
 	if err == nil && len(res) == 2 {
 		b.mu.Lock()
 		b.localUsed = false
@@ -224,19 +243,24 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 		return false, 0, fmt.Errorf("reader: source budget: %w", ctx.Err())
 	}
 	// Redis is unreachable or broken: bounded local admission instead, at
-	// this process's share of the rates.
+	// this process's share of the rates, and only while the processes still
+	// on Redis reserve that share (presence.localWindow). Before, a share it
+	// took could be one another process already has; after, one the others
+	// no longer leave it. It holds then.
 	now := time.Now()
-	n, known := b.procs.share(now)
+	n, _ := b.procs.share(now)
+	ok, retry, why := b.procs.localWindow(now)
 	if last := b.lastWarn.Load(); now.UnixNano()-last > int64(10*time.Second) && b.lastWarn.CompareAndSwap(last, now.UnixNano()) {
-		b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n, "share_known", known)
+		if ok {
+			b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n)
+		} else {
+			b.log.Warn("shared source budget unavailable; holding source reads", "err", err, "serve_processes", n, "why", why)
+		}
 	}
-	if !known {
-		// This process has not yet counted the live serve processes (or was
-		// counted by the others only a moment ago): any share it took could
-		// be one another process already has. Hold.
-		return false, time.Second, nil
+	if !ok {
+		return false, retry, nil
 	}
-	ok, retry := b.local(now, cb, n, cost)
+	ok, retry = b.local(now, cb, n, cost)
 	return ok, retry, nil
 }
 

@@ -10,6 +10,11 @@
 -- KEYS[3]  sorted set of the tenants that asked within the window (score: time)
 -- KEYS[4]  the total's bucket
 -- KEYS[5]  the tenant count the tenant's bucket was last spent at
+-- KEYS[6]  the pool's readers: sorted set, member -> last beat (ms)
+-- KEYS[7]  hash, reader -> the count of readers its last beat saw
+-- KEYS[8]  the tenant's bucket in the total (every class)
+-- KEYS[9]  sorted set of the tenants that asked any class within the window
+-- KEYS[10] the tenant count the tenant's total bucket was last spent at
 -- ARGV[1]  emission interval of the class in microseconds (1e6 / rate)
 -- ARGV[2]  burst tolerance of the class in microseconds
 -- ARGV[3]  the tenant
@@ -19,9 +24,17 @@
 -- ARGV[7]  burst tolerance of the total in microseconds
 -- ARGV[8]  reserve: the part of the total's tolerance this class must leave
 --          to the others (background work backs off first)
+-- ARGV[9]  ms after which a reader's beat is late (it may admit locally)
+-- ARGV[10] ms after which a reader is dropped (it no longer admits locally)
+-- ARGV[11] the calling reader (on Redis, whatever its beat says)
 -- A tenant's share is the class rate divided by the tenants active in the
 -- window: alone it may use the whole class; with others waiting it gets its
--- share and no more. Returns {1, 0} when the reads are admitted,
+-- share and no more. The same holds where the total is spent, across
+-- classes: a tenant flooding read-your-writes reads (or several classes at
+-- once) takes no more of the total than its share of it.
+-- A reader of the pool whose beat is late may be admitting locally (it
+-- cannot reach Redis) at the share its last beat saw (rate / count): the
+-- rates here are what is left once those shares are reserved. Returns {1, 0} when the reads are admitted,
 -- {0, retry_after_us} when not; a refusal spends nothing.
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
@@ -30,13 +43,49 @@ local cost = tonumber(ARGV[5])
 local total_iv = tonumber(ARGV[6])
 local total_tol = tonumber(ARGV[7])
 local reserve = tonumber(ARGV[8])
+local late_ms = tonumber(ARGV[9])
+local ttl_ms = tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-redis.call('ZADD', KEYS[3], now, ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
-redis.call('PEXPIRE', KEYS[3], math.floor(window / 1000) + 1000)
-local n = redis.call('ZCARD', KEYS[3])
+-- Reserve the shares of the readers that may be admitting locally: beat
+-- more than late_ms ago, not yet dropped (a reader stops admitting locally
+-- before ttl_ms after its last beat, budget.go).
+local now_ms = math.floor(now / 1000)
+local late = redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. (now_ms - ttl_ms), '(' .. (now_ms - late_ms))
+if #late > 0 then
+  local counts = redis.call('HMGET', KEYS[7], unpack(late))
+  local reserved = 0
+  for i = 1, #late do
+    if late[i] ~= ARGV[11] then
+      local c = tonumber(counts[i])
+      if not c or c < 1 then
+        c = 1 -- its share is not known: all of it
+      end
+      reserved = reserved + 1 / c
+    end
+  end
+  local left = 1 - reserved
+  if left < 0.001 then
+    return {0, late_ms * 1000}
+  end
+  if left < 1 then
+    interval = math.ceil(interval / left)
+    total_iv = math.ceil(total_iv / left)
+    tolerance = math.max(tolerance, interval)
+    total_tol = math.max(total_tol, total_iv)
+  end
+end
+
+-- active registers the tenant in a tenants set and counts the set.
+local function active(key)
+  redis.call('ZADD', key, now, ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  redis.call('PEXPIRE', key, math.floor(window / 1000) + 1000)
+  return redis.call('ZCARD', key)
+end
+local n = active(KEYS[3])
+local nt = active(KEYS[9])
 
 -- tat_of is the bucket's TAT; lost is what a missing key counts as.
 local function tat_of(key, lost)
@@ -73,30 +122,40 @@ local function lost(key, tol, iv)
 end
 lost(KEYS[1], tolerance, interval)
 lost(KEYS[4], total_tol, total_iv)
-local tenant_iv = interval * n
 -- What a tenant owes is reads, not time: when the count of active tenants
 -- has changed since its bucket was spent, the time it owes is rescaled to
 -- the new share, so a tenant that took the whole class alone owes it at its
 -- share's pace once a second tenant arrives, and does not take the slots
 -- the class frees meanwhile.
-local function owed(key, was_key)
+local function owed(key, was_key, count)
   local tat = tat_of(key, now)
   local was = tonumber(redis.call('GET', was_key))
-  if was and was ~= n then
-    tat = now + math.floor((tat - now) * n / was)
+  if was and was ~= count then
+    tat = now + math.floor((tat - now) * count / was)
   end
   return tat
 end
-local tenant_tol = math.max(tenant_iv * cost, tolerance)
-if n == 1 then
-  -- Alone, a tenant leaves the class's last read to whichever tenant comes
-  -- next, whose first read would otherwise meet a class this one keeps spent
-  -- to its end (its bucket follows the class's, below; one admission of a
-  -- full bucket's cost still fits).
-  tenant_tol = math.max(tenant_iv * cost, tolerance - interval)
+-- share spends the tenant's share (of a bucket of iv and tol shared by
+-- count tenants): its new TAT, or nil and how long to wait.
+local function share(key, was_key, count, iv, tol)
+  local tenant_iv = iv * count
+  local tenant_tol = math.max(tenant_iv * cost, tol)
+  if count == 1 then
+    -- Alone, a tenant leaves the bucket's last read to whichever tenant
+    -- comes next, whose first read would otherwise meet a bucket this one
+    -- keeps spent to its end (its bucket follows the shared one, below; one
+    -- admission of a full bucket's cost still fits).
+    tenant_tol = math.max(tenant_iv * cost, tol - iv)
+  end
+  return next(owed(key, was_key, count), tenant_iv, tenant_tol)
 end
-local tenant_tat, wait = next(owed(KEYS[2], KEYS[5]), tenant_iv, tenant_tol)
+local tenant_tat, wait = share(KEYS[2], KEYS[5], n, interval, tolerance)
 if not tenant_tat then
+  return {0, wait}
+end
+local tenant_total_tat
+tenant_total_tat, wait = share(KEYS[8], KEYS[10], nt, total_iv, total_tol)
+if not tenant_total_tat then
   return {0, wait}
 end
 local class_tat
@@ -117,9 +176,16 @@ end
 if n == 1 and class_tat > tenant_tat then
   tenant_tat = class_tat
 end
+if nt == 1 and total_tat > tenant_total_tat then
+  tenant_total_tat = total_tat
+end
 redis.call('SET', KEYS[1], string.format('%d', class_tat))
 redis.call('SET', KEYS[4], string.format('%d', total_tat))
-local ttl = math.floor((tenant_tat - now) / 1000) + 1000
-redis.call('SET', KEYS[2], string.format('%d', tenant_tat), 'PX', ttl)
-redis.call('SET', KEYS[5], n, 'PX', ttl)
+local function spend(key, was_key, tat, count)
+  local ttl = math.floor((tat - now) / 1000) + 1000
+  redis.call('SET', key, string.format('%d', tat), 'PX', ttl)
+  redis.call('SET', was_key, count, 'PX', ttl)
+end
+spend(KEYS[2], KEYS[5], tenant_tat, n)
+spend(KEYS[8], KEYS[10], tenant_total_tat, nt)
 return {1, 0}

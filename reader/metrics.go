@@ -16,6 +16,7 @@ type metrics struct {
 	deadlineRefusals prometheus.Counter
 	fillsSkipped     *prometheus.CounterVec // reason
 	fillRate         prometheus.Gauge
+	presenceErrors   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
@@ -37,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			"reason"),
 		fillRate: in.Gauge(name("fill_rate"),
 			"Fills/s of new keys this process shares among its tenants: the fill rate, or less when sized to the cache (0: admission off)."),
+		presenceErrors: in.Counter(name("presence_errors_total"),
+			"Failed beats of this process's presence in its source pool (while they fail it does not admit source reads locally when Redis is unreachable)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

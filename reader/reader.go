@@ -197,7 +197,8 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 		}
 		rd.clock = rd.guard
 	}
-	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, deps.Redis, log) // the budget's fallback share counts every process of the pool
+	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, cfg.Instance, deps.Redis, log) // the budget's fallback share counts every process of the pool
+	rd.procs.errs = m.presenceErrors
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
@@ -240,6 +241,15 @@ func (rd *Reader) Run(ctx context.Context) error {
 	return refused
 }
 
+// SetInstance names this process in its pool's presence set when
+// Config.Instance is empty (see Config.Instance): a server calls it with
+// where it listens before Run and before the first read.
+func (rd *Reader) SetInstance(instance string) {
+	if rd.cfg.Instance == "" && instance != "" {
+		rd.procs.name(instance)
+	}
+}
+
 // Close stops background refreshes and fills and waits for them. Reads
 // after Close still answer, with no background work.
 func (rd *Reader) Close() {
@@ -249,7 +259,9 @@ func (rd *Reader) Close() {
 
 // Join counts this process among its pool's readers now, instead of at
 // Run's first beat.
-func (rd *Reader) Join(ctx context.Context) error { return rd.procs.beat(ctx) }
+func (rd *Reader) Join(ctx context.Context) error {
+	return errors.Join(rd.procs.beat(ctx), rd.procs.beatStatus(ctx))
+}
 
 // Share is the number of live readers of the pool this process divides the
 // budget's rates by while Redis cannot be asked, and whether it knows it
@@ -270,6 +282,12 @@ type Config struct {
 	// one mapping; there is no default, since a default would let two
 	// tables claim one namespace.
 	Mapping string
+	// Instance names this process in its pool's presence set. It must be
+	// unique among the pool's live processes; a process started under the
+	// name of one that died takes over its entry, so the dead one's share
+	// of the budget is not held back as a late member's would be. Empty: a
+	// random name (every start is then a newcomer).
+	Instance string
 
 	RequestTimeout time.Duration // a read's deadline (waiting for another reader's fill ends here with Unavailable)
 	SourceTimeout  time.Duration // statement timeout of one source read
@@ -279,7 +297,9 @@ type Config struct {
 	ForegroundRate float64       // reads/s for request-path misses
 	BackgroundRate float64       // reads/s for stale refreshes
 	BudgetBurst    time.Duration // burst tolerance as a time window of the rate
-	// ReadYourWritesRate: reads/s for min_version reads
+	// ReadYourWritesRate: reads/s for min_version reads, a ceiling inside
+	// the total and at most ForegroundRate, so a flood of them cannot take
+	// the request path's place (0: a quarter of ForegroundRate)
 	ReadYourWritesRate float64
 	MaxInFlight        int           // per-process concurrent source reads
 	InFlightWait       time.Duration // longest wait for a free in-flight slot
@@ -311,15 +331,23 @@ type Config struct {
 	FillTurnover time.Duration
 }
 
+// readYourWritesRate is the read-your-writes class's rate in force.
+func (c Config) readYourWritesRate() float64 {
+	if c.ReadYourWritesRate == 0 {
+		return c.ForegroundRate / 4
+	}
+	return c.ReadYourWritesRate
+}
+
 // MaxMinVersionMemo bounds MinVersionMemo: a write through another process
 // is answered BelowMin to its own writer's min_version for at most this
 // long (read-your-writes, not freshness, is what the memo delays).
 const MaxMinVersionMemo = 5 * time.Second
 
 // DefaultConfig returns the production figures: 12,000 + 8,000 source
-// reads/s shared by every reader of the pool, 1 s request deadline, 0.5 s
-// L1, one source pool per source (promise.SourcePool). Mapping is left to
-// the caller.
+// reads/s shared by every reader of the pool (read-your-writes 3,000 of
+// them at most), 1 s request deadline, 0.5 s L1, one source pool per source
+// (promise.SourcePool). Mapping is left to the caller.
 func DefaultConfig() Config {
 	return Config{
 		SourcePool:         promise.SourcePool,
@@ -329,7 +357,7 @@ func DefaultConfig() Config {
 		ForegroundRate:     12000,
 		BackgroundRate:     8000,
 		BudgetBurst:        100 * time.Millisecond,
-		ReadYourWritesRate: 3000,
+		ReadYourWritesRate: 0, // a quarter of ForegroundRate: 3,000
 		MaxInFlight:        32,
 		InFlightWait:       100 * time.Millisecond,
 		L1TTL:              500 * time.Millisecond,
@@ -365,7 +393,12 @@ func (c Config) Validate() error {
 	}
 	rate("ForegroundRate", c.ForegroundRate)
 	rate("BackgroundRate", c.BackgroundRate)
-	rate("ReadYourWritesRate", c.ReadYourWritesRate)
+	switch r := c.ReadYourWritesRate; {
+	case !(r >= 0):
+		p.Add("ReadYourWritesRate", "must be 0 (a quarter of ForegroundRate) or a positive rate per second (got %v)", r)
+	case r > c.ForegroundRate:
+		p.Add("ReadYourWritesRate", "must be at most ForegroundRate (%v): read-your-writes reads are metered inside the total beside visitors' misses, and a larger ceiling lets one tenant's min_version flood take their place (got %v)", c.ForegroundRate, r)
+	}
 	if c.MaxInFlight <= 0 {
 		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)
 	}

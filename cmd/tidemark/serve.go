@@ -64,7 +64,7 @@ func (c *serveCmd) Bind(b *cli.Binder) {
 	b.Flag(&a.ForegroundRate, "source-foreground-rate", "Source reads/s for request-path misses, shared by all serve processes.")
 	b.Flag(&a.BackgroundRate, "source-background-rate", "Source reads/s for stale refreshes, shared by all serve processes.")
 	b.Flag(&a.BudgetBurst, "source-burst", "Burst tolerance of the source budget, as a window of its rate.")
-	b.Flag(&a.ReadYourWritesRate, "source-ryw-rate", "Source reads/s for read-your-writes (min_version) reads, shared by all serve processes; each tenant gets a fair share.")
+	b.Flag(&a.ReadYourWritesRate, "source-ryw-rate", "Source reads/s for read-your-writes (min_version) reads, shared by all serve processes, inside the total and at most --source-foreground-rate (0: a quarter of it); each tenant gets a fair share.")
 	b.Flag(&a.MaxInFlight, "source-max-inflight", "Concurrent source reads per process.")
 	b.Flag(&a.InFlightWait, "source-inflight-wait", "Longest wait for a free in-flight slot before 503.")
 	b.Flag(&a.L1TTL, "l1-ttl", "Lifetime of the in-process hot-key cache (at most 500ms; 0 disables).")

@@ -90,6 +90,8 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
+	case FaultServeRedisCut:
+		return []string{"readers", "serve"} // the cold burst's readers
 	}
 	return []string{targetOf(kind)}
 }
@@ -232,6 +234,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.rogueApplier(ctx, f.Hold)
 	case FaultSecondTable:
 		rec.Target, err = in.secondTable(ctx, f.Hold)
+	case FaultServeRedisCut:
+		rec.Target, err = in.serveRedisCut(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -37,7 +37,10 @@ type load struct {
 	zipf *rand.Zipf
 
 	coldUntil atomic.Int64 // unix nanos: a cold-read burst runs until then
-	created   atomic.Int64 // items created through the API so far ("new-<n>", per tenant)
+	// coldAbsent: the burst reads ids no one has (each read a source read
+	// wherever it lands: nothing it reads is ever cached for another).
+	coldAbsent atomic.Bool
+	created    atomic.Int64 // items created through the API so far ("new-<n>", per tenant)
 
 	sql writeSQL // the SQL writers' statements on the catalog table
 
@@ -136,7 +139,11 @@ func (l *load) coldReads(ctx context.Context) {
 		if until := l.coldUntil.Load(); time.Now().UnixNano() < until {
 			bctx, cancel := context.WithDeadline(ctx, time.Unix(0, until))
 			l.dispatch(bctx, 3*l.cfg.SourceBudget, 512, func(ctx context.Context) {
-				l.get(context.WithoutCancel(ctx), l.tenant(), l.coldItem(), 0, true)
+				item := l.coldItem()
+				if l.coldAbsent.Load() {
+					item = fmt.Sprintf("absent-%d", l.intn(1<<30))
+				}
+				l.get(context.WithoutCancel(ctx), l.tenant(), item, 0, true)
 			})
 			cancel()
 		}

@@ -58,6 +58,9 @@ var holdRange = map[string][2]time.Duration{
 	// How long the catalog's serve processes are asked for the items after
 	// the second table's reader was.
 	FaultSecondTable: {8 * time.Second, 12 * time.Second},
+	// Past the presence TTL (8 s): the cut-off process's local admission
+	// and its hold after it.
+	FaultServeRedisCut: {10 * time.Second, 14 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and

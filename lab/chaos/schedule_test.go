@@ -9,12 +9,12 @@ import (
 func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Cluster = true
-	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-1 || slices.Contains(kinds, FaultPromotion) {
-		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion)", cfg.Duration, kinds)
+	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-2 || slices.Contains(kinds, FaultPromotion) || slices.Contains(kinds, FaultServeRedisCut) {
+		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion and serve-redis-cut)", cfg.Duration, kinds)
 	}
 	cfg.Duration = PromotionMinRun
 	kinds := cfg.Kinds()
-	if len(kinds) != len(AllFaults) {
+	if len(kinds) != len(AllFaults)-1 {
 		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v", cfg.Duration, kinds)
 	}
 	d := 90 * time.Second

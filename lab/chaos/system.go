@@ -43,6 +43,9 @@ type system struct {
 	redis    []*localserver.Redis
 	redisURL string
 	rdb      redis.UniversalClient
+	// proxies: one per serve process in front of the Redis server, so one
+	// can be cut off alone (FaultServeRedisCut); none with a Cluster.
+	proxies []*localserver.Proxy
 
 	broker  *proc.Process // nil with external brokers
 	brokers string
@@ -330,6 +333,13 @@ func (s *system) startStages(ctx context.Context) error {
 	}
 	lim := s.cfg.Limits()
 	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }
+	serveRedis := []string{s.redisURL, s.redisURL}
+	if !s.cfg.Cluster {
+		var err error
+		if serveRedis, err = s.serveProxies(2); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < 2; i++ {
 		a, err := addr()
 		if err != nil {
@@ -341,7 +351,7 @@ func (s *system) startStages(ctx context.Context) error {
 		}
 		s.apiBases = append(s.apiBases, "http://"+a)
 		s.serveMetrics = append(s.serveMetrics, "http://"+m+"/metrics")
-		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), append([]string{"serve", "--pg", s.dsn, "--redis", s.redisURL,
+		s.serves = append(s.serves, s.stage(fmt.Sprintf("serve%d", i+1), append([]string{"serve", "--pg", s.dsn, "--redis", serveRedis[i],
 			// While Redis cannot be asked, serve meters itself at the class
 			// rate divided by the live serve processes (no flag needed).
 			"--addr", a, "--metrics-addr", m, "--source-foreground-rate", rate(ClassForeground), "--source-background-rate", rate(ClassBackground),
@@ -451,6 +461,9 @@ func (s *system) close() {
 	}
 	if s.rdb != nil {
 		s.rdb.Close()
+	}
+	for _, p := range s.proxies {
+		p.Close()
 	}
 	for _, r := range s.redis {
 		r.Kill()
