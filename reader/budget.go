@@ -54,7 +54,7 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // budget admits source reads: a per-process in-flight cap, then the
 // cluster-wide GCRA in Redis: the total (foreground + background, what the
 // source is promised), the class inside it, and a fair share per tenant
-// inside the class and inside the total. Background reads leave the last
+// inside the class. Background reads leave the last
 // part of the total's burst to the request path (they back off first). When
 // Redis cannot be asked the process falls back to local buckets at its
 // share of the same rates (rate / live serve processes), the total
@@ -216,7 +216,7 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 
 func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost int) (bool, time.Duration, error) {
 	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey, cb.prefix + ":t:" + tenant + ":n",
-		b.procs.procsKey, b.procs.countKey, b.totalKey + ":t:" + tenant, b.totalKey + ":tenants", b.totalKey + ":t:" + tenant + ":n"}
+		b.procs.procsKey, b.procs.countKey}
 	var res []int64
 	var err error
 	// A slow Redis is not a lost one: while this process's beats land, an

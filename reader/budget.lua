@@ -12,9 +12,6 @@
 -- KEYS[5]  the tenant count the tenant's bucket was last spent at
 -- KEYS[6]  the pool's readers: sorted set, member -> last beat (ms)
 -- KEYS[7]  hash, reader -> the count of readers its last beat saw
--- KEYS[8]  the tenant's bucket in the total (every class)
--- KEYS[9]  sorted set of the tenants that asked any class within the window
--- KEYS[10] the tenant count the tenant's total bucket was last spent at
 -- ARGV[1]  emission interval of the class in microseconds (1e6 / rate)
 -- ARGV[2]  burst tolerance of the class in microseconds
 -- ARGV[3]  the tenant
@@ -29,9 +26,9 @@
 -- ARGV[11] the calling reader (on Redis, whatever its beat says)
 -- A tenant's share is the class rate divided by the tenants active in the
 -- window: alone it may use the whole class; with others waiting it gets its
--- share and no more. The same holds where the total is spent, across
--- classes: a tenant flooding read-your-writes reads (or several classes at
--- once) takes no more of the total than its share of it.
+-- share and no more (read-your-writes has its own ceiling inside the total,
+-- at most the foreground rate, so a tenant's flood of them leaves the
+-- foreground's room).
 -- A reader of the pool whose beat is late may be admitting locally (it
 -- cannot reach Redis) at the share its last beat saw (rate / count): the
 -- rates here are what is left once those shares are reserved. Returns {1, 0} when the reads are admitted,
@@ -85,7 +82,6 @@ local function active(key)
   return redis.call('ZCARD', key)
 end
 local n = active(KEYS[3])
-local nt = active(KEYS[9])
 
 -- tat_of is the bucket's TAT; lost is what a missing key counts as.
 local function tat_of(key, lost)
@@ -153,11 +149,6 @@ local tenant_tat, wait = share(KEYS[2], KEYS[5], n, interval, tolerance)
 if not tenant_tat then
   return {0, wait}
 end
-local tenant_total_tat
-tenant_total_tat, wait = share(KEYS[8], KEYS[10], nt, total_iv, total_tol)
-if not tenant_total_tat then
-  return {0, wait}
-end
 local class_tat
 class_tat, wait = next(tat_of(KEYS[1], now + tolerance - interval), interval, tolerance)
 if not class_tat then
@@ -176,9 +167,6 @@ end
 if n == 1 and class_tat > tenant_tat then
   tenant_tat = class_tat
 end
-if nt == 1 and total_tat > tenant_total_tat then
-  tenant_total_tat = total_tat
-end
 redis.call('SET', KEYS[1], string.format('%d', class_tat))
 redis.call('SET', KEYS[4], string.format('%d', total_tat))
 local function spend(key, was_key, tat, count)
@@ -187,5 +175,4 @@ local function spend(key, was_key, tat, count)
   redis.call('SET', was_key, count, 'PX', ttl)
 end
 spend(KEYS[2], KEYS[5], tenant_tat, n)
-spend(KEYS[8], KEYS[10], tenant_total_tat, nt)
 return {1, 0}

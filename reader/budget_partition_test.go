@@ -435,27 +435,6 @@ func TestReadYourWritesFloodLeavesOtherTenantsTheirShare(t *testing.T) {
 	}
 }
 
-// Fairness across tenants holds where the total is spent: with the
-// read-your-writes ceiling at its highest (the foreground rate, 40/s), t1
-// flooding both read-your-writes and cold reads could spend the whole total
-// of 50/s (its foreground share, 20/s, and the read-your-writes class are
-// more than that together); its share of the total, 25/s, leaves t2's
-// visitors theirs.
-func TestTenantFloodingTwoClassesTakesOnlyItsShareOfTheTotal(t *testing.T) {
-	got, t1 := rywFlood(t, func(c *Config) {
-		c.ForegroundRate, c.BackgroundRate, c.ReadYourWritesRate, c.BudgetBurst = 40, 10, 40, 500*time.Millisecond
-	}, true)
-	t.Logf("t1 floods read-your-writes and foreground reads beside t2's 100 cold reads at 10/s: t2 answered %d of 100; t1 admitted %v reads/s (total 50/s)", got, t1)
-	if t1[ClassReadYourWrites] == 0 || t1[ClassForeground] == 0 {
-		t.Fatalf("the flood was admitted %v reads/s: not both classes", t1)
-	}
-	if got < 97 {
-		t.Fatalf("t2 answered %d of 100 cold reads at 10/s while t1 flooded two classes (admitted %v reads/s): t1 took more than its share of the total", got, t1)
-	}
-}
-
-// A read-your-writes rate above the foreground rate is refused; 0 is a
-// quarter of it.
 func TestReadYourWritesRateInsideTheForegroundRate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SourcePool, cfg.ForegroundRate, cfg.ReadYourWritesRate = "p", 300, 3000
