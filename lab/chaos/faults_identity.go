@@ -355,6 +355,14 @@ func (in *injector) secondTable(ctx context.Context, hold time.Duration) (string
 				filled++
 			}
 		}
+		if filled == 0 && reader.Exited() {
+			// Ready can answer from the metrics address a moment before
+			// serve's identity claim refuses it and it exits: a process
+			// that exits before answering anything was refused at start.
+			what += fmt.Sprintf(" refused at start (ready, then exit %d after %s: %s)", reader.ExitCode(), time.Since(started).Round(100*time.Millisecond),
+				lastLineWith(reader.Output(), "namespace"))
+			break
+		}
 		what += fmt.Sprintf(" ran: answered %d of %d items with its own rows", filled, len(items))
 	}
 	// Then the catalog's visitors ask for them.

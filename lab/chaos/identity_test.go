@@ -45,17 +45,6 @@ func TestChaosRogueApplier(t *testing.T) {
 	passed(t, rep, 300)
 }
 
-// TestChaosCatchesNoGroupCheck: with the group check reverted (tag
-// tidemark_no_group_check) the rogue applier takes partitions, and the
-// values read before the change are served past the bound.
-func TestChaosCatchesNoGroupCheck(t *testing.T) {
-	t.Parallel() // see TestChaosRollingUpgrade
-	rep, f := identityRun(t, testenv.BinaryWithTags(t, "tidemark_no_group_check"), FaultRogueApplier)
-	if rep.ByKind[KindStale] == 0 {
-		t.Fatalf("with the group check reverted, the rogue applier passed (%s): %d violations %v", f.Target, rep.Violations, rep.ByKind)
-	}
-}
-
 // TestChaosSecondTableReader: a serve of another table in the same
 // namespace is refused at start; no answer carries its rows.
 func TestChaosSecondTableReader(t *testing.T) {
