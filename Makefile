@@ -136,7 +136,7 @@ schemathesis:
 		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
 	fi
 
-# lab/chaos (its seventeen chaos runs of 40-100 s, two at a time, about
+# lab/chaos (its sixteen chaos runs of 40-100 s, two at a time, about
 # 12-15 minutes) is the longest package, so it is named first and starts
 # first; the other packages share the other two slots. Most tests wait on
 # their servers more than they compute: three packages at a time keep the
