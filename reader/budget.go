@@ -54,11 +54,10 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // budget admits source reads: a per-process in-flight cap, then the
 // cluster-wide GCRA in Redis: the total (foreground + background, what the
 // source is promised), the class inside it, and a fair share per tenant
-// inside the class. Background reads leave the last
-// part of the total's burst to the request path (they back off first). When
-// Redis cannot be asked the process falls back to local buckets at its
-// share of the same rates (rate / live serve processes), the total
-// included, for as long as the processes still on Redis reserve that share
+// inside the class. Background reads leave the last part of the total's
+// burst to the request path (they back off first). When Redis cannot be
+// asked the process falls back to local buckets at its share of the same
+// rates (rate / live serve processes), the total included, for as long as the processes still on Redis reserve that share
 // (presence.go), so neither an outage nor one process cut off from Redis
 // means more reads of Postgres than the total allows.
 type budget struct {

@@ -220,7 +220,7 @@ func (b *Binder) Words(err error) error {
 		return nil
 	}
 	var lines []string
-	for _, e := range unjoin(err) {
+	for _, e := range Unjoin(err) {
 		msg := e.Error()
 		var fe *config.FieldError
 		if errors.As(e, &fe) {
@@ -372,11 +372,13 @@ func defaultString(v reflect.Value) string {
 // "REQUEST_TIMEOUT".
 func envName(flag string) string { return strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) }
 
-func unjoin(err error) []error {
+// Unjoin flattens errors.Join trees (a Validate's config.Problems) into
+// their leaves.
+func Unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range j.Unwrap() {
-			out = append(out, unjoin(e)...)
+			out = append(out, Unjoin(e)...)
 		}
 		return out
 	}

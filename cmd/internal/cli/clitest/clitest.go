@@ -104,7 +104,7 @@ func reportable(t *testing.T, defaults any) []string {
 		for _, fe := range config.Fields(err) {
 			seen[fe.Field] = true
 		}
-		for _, e := range unjoin(err) {
+		for _, e := range cli.Unjoin(err) {
 			var fe *config.FieldError
 			if e != nil && !errors.As(e, &fe) {
 				t.Errorf("%T.Validate reports %q, not as a config.FieldError", defaults, e)
@@ -171,15 +171,4 @@ func badValues(typ reflect.Type) []reflect.Value {
 		out = append(out, reflect.ValueOf(time.Now().Add(time.Hour)))
 	}
 	return out
-}
-
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, unjoin(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }
