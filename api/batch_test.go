@@ -7,13 +7,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // A batch read answers each item as its own GET: version, tenant-scoped
 // ETag, age and Cache-Status per item (a miss filled, a hit, a cached
-// absence, another tenant's item absent), in the request's order with a
+// absence, another tenant's item absent, an invalidated item read again
+// from the source), in the request's order with a
 // repeated id answered twice, and its cache lookups take one round trip:
 // Redis processes a handful of reads (socket read events) for 20 items, not
 // one per item as 20 GETs do.
@@ -92,6 +95,30 @@ func TestBatchGetAnswersEachItemAsItsOwnGet(t *testing.T) {
 	}
 	if got[1]["cache_status"] != "tidemark; hit; detail=not-found" {
 		t.Errorf("cached absence: %v", got[1])
+	}
+
+	// A committed change applied (INVALIDATE of v2): the batch reads the
+	// source for that item under its lease, as its GET would, and never
+	// answers the invalidated v1 while the source answers; the others stay
+	// hits.
+	ccfg := testCacheConfig()
+	longSoft(&ccfg)
+	applier := e.newCache(ccfg)
+	e.exec(`UPDATE catalog.items SET version = 2, display = '{"n":"two"}' WHERE tenant_id = 'acme' AND item_id = $1`, ids[2])
+	if _, err := applier.Invalidate(testenv.Context(t, 10*time.Second), "acme", ids[2], 2); err != nil {
+		t.Fatal(err)
+	}
+	got = items(e.do("GET", batchURL(ids[1], ids[2]), key, ""))
+	if got[1]["item_id"] != ids[2] || got[1]["status"] != 200.0 || got[1]["version"] != 2.0 ||
+		got[1]["cache_status"] != "tidemark; fwd=miss; stored; detail=invalidated; ttl="+ttlOf(t, got[1]) ||
+		got[1]["etag"] != fmt.Sprintf(`"2.%s"`, tenantTag("acme")) || got[1]["display"].(map[string]any)["n"] != "two" {
+		t.Errorf("invalidated item: %v", got[1])
+	}
+	if got[0]["cache_status"] != "tidemark; hit; ttl="+ttlOf(t, got[0]) || got[0]["version"] != 1.0 {
+		t.Errorf("item beside the invalidated one: %v", got[0])
+	}
+	if single := e.do("GET", in.item(url.PathEscape(ids[2])), key, ""); single.version() != 2 || single.cacheStatus() != "tidemark; hit" {
+		t.Errorf("GET after the batch refilled the invalidated item: %d %q %s", single.code, single.header.Get("Cache-Status"), single.raw)
 	}
 
 	// One round trip for the lookups: Redis read events per request.

@@ -80,6 +80,24 @@ func TestHotKeyReplicasServeWithinDeadlineAndInvalidation(t *testing.T) {
 		}
 		return nil
 	})
+	// A batch read of the hot key reads its copy too (Get's path), the
+	// other item its primary.
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'cool', 1, '"c"')`)
+	testenv.Eventually(t, 5*time.Second, "a batch read of the hot key from a copy", func() error {
+		r := e.do("GET", in.url+"/v1/catalog/items:batchGet?id=hot&id=cool", key, "")
+		its, _ := r.body["items"].([]any)
+		if r.code != 200 || len(its) != 2 {
+			return errorString("batch: " + r.raw)
+		}
+		hot, cool := its[0].(map[string]any), its[1].(map[string]any)
+		if cs, _ := cool["cache_status"].(string); cool["version"] != 1.0 || strings.Contains(cs, "replica") {
+			t.Fatalf("batch: the item without copies: %v", cool)
+		}
+		if cs, _ := hot["cache_status"].(string); hot["version"] != 1.0 || !strings.Contains(cs, "detail=replica") {
+			return errorString("batch: the hot key: " + cs)
+		}
+		return nil
+	})
 	e.exec(`UPDATE catalog.items SET version = 2, display = '"two"' WHERE tenant_id = 'acme' AND item_id = 'hot'`)
 	if _, err := builder.Invalidate(ctx, "acme", "hot", 2); err != nil {
 		t.Fatal(err)

@@ -16,16 +16,21 @@ import (
 // A miss reads the source under its lease; every other answer (a lease
 // wait, an invalidated value, a deadline our clock says has passed, a
 // lookup error) gives its lease back and takes Get's path, so the read
-// algorithm has one definition. The misses and the rest run concurrently.
-// out[i] answers ids[i]; ids must be distinct.
+// algorithm has one definition. So do a hot key whose copies this process
+// knows (it reads a copy inside the key's shared resolution, as Get does)
+// and every item while the cache may not be used (an untrusted clock, a
+// namespace bound to another deployment: Get reads the source). The misses
+// and the rest run concurrently. out[i] answers ids[i]; ids must be
+// distinct.
 func (rd *Reader) GetMany(ctx context.Context, tenant string, ids []string, spread uint64) []Result {
 	out := make([]Result, len(ids))
-	trusted := rd.clock.Trusted()
+	use, _ := rd.cacheable()
 	rest := make([]int, 0, len(ids))
+	var slow []int
 	now := rd.clock.Wall()
 	for i, id := range ids {
-		if !trusted {
-			rest = append(rest, i)
+		if !use || rd.replicas.Holds(tenant, id) {
+			slow = append(slow, i)
 			continue
 		}
 		if e, ok := rd.l1.get(tenant+"\x00"+id, 0, now); ok {
@@ -36,14 +41,16 @@ func (rd *Reader) GetMany(ctx context.Context, tenant string, ids []string, spre
 		}
 		rest = append(rest, i)
 	}
-	if len(rest) == 0 {
+	if len(rest) == 0 && len(slow) == 0 {
 		return out
 	}
 	ctx, cancel := context.WithTimeout(ctx, rd.cfg.RequestTimeout)
 	defer cancel()
-	slow, misses := rest, []missed(nil)
-	if trusted {
-		slow, misses = rd.lookupMany(ctx, tenant, ids, rest, out)
+	var misses []missed
+	if len(rest) > 0 {
+		var s []int
+		s, misses = rd.lookupMany(ctx, tenant, ids, rest, out)
+		slow = append(slow, s...)
 	}
 	var wg sync.WaitGroup
 	for _, m := range misses {

@@ -51,6 +51,13 @@ func TestReaderOfAnotherMappingIsRefusedTheNamespace(t *testing.T) {
 	if r := items.Get(ctx, q); string(r.Payload) != `"items' row"` || !strings.Contains(r.CacheStatus, "detail=identity") {
 		t.Errorf("want the refused reader to answer its own source's row, detail=identity, got %s %q", r.CacheStatus, r.Payload)
 	}
+	// A batch read is refused the cache as Get is (not the products' row
+	// from L1 or the pipelined lookup).
+	for _, r := range items.GetMany(ctx, "acme", []string{"sku-7", "sku-8"}, 0) {
+		if string(r.Payload) != `"items' row"` || !strings.Contains(r.CacheStatus, "detail=identity") {
+			t.Errorf("want the refused reader's batch to answer its own source's rows, detail=identity, got %s %q", r.CacheStatus, r.Payload)
+		}
+	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- items.Run(ctx) }()
 	select {

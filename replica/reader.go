@@ -123,6 +123,18 @@ func (r *Reader) drop(k string, set *string) {
 	}
 }
 
+// Holds reports whether a manifest of (tenant, item) is held and not yet
+// past its use-by time: a read of it would try a copy first (ReadSent).
+func (r *Reader) Holds(tenant, item string) bool {
+	if r.nHeld.Load() == 0 {
+		return false
+	}
+	r.mu.RLock()
+	h, ok := r.held[heldKey(tenant, item)]
+	r.mu.RUnlock()
+	return ok && r.now().Before(h.until)
+}
+
 // Read answers from a copy when a manifest of at least minVersion is held:
 // copy (reader mod N) first, the next one on retry. ok is false when the
 // caller must read the primary; a copy found missing, mismatched or expired
