@@ -78,6 +78,20 @@ type Phase struct {
 	RSS        map[string]int64
 	Walsenders int     // distinct walsender pids seen (1 unless capture reconnected)
 	BoxBusy    float64 // cores the whole machine kept busy during the load, on average
+	// Snapshots is how many visibility snapshots capture took from the
+	// load's start to the drain's end (SnapshotsKnown false: the capture
+	// build has no such metric).
+	Snapshots      float64
+	SnapshotsKnown bool
+}
+
+// SnapshotsPerTx is capture's visibility snapshot queries per committed
+// transaction of the load.
+func (p Phase) SnapshotsPerTx() (float64, bool) {
+	if !p.SnapshotsKnown || p.Load.Commits == 0 {
+		return 0, false
+	}
+	return p.Snapshots / float64(p.Load.Commits), true
 }
 
 // ChangeRate is the committed changes/s achieved.
@@ -298,6 +312,7 @@ type stages struct {
 	brokers                []string
 	topic, group, slot     string
 	broker, capture, apply *proc.Process
+	captureMetrics         string // capture's --metrics-addr
 }
 
 func (s *stages) stop() {
@@ -339,9 +354,13 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 	}
 	kafka := strings.Join(st.brokers, ",")
 	log.Info("starting capture and apply", "kafka", kafka, "topic", st.topic)
-	var err error
+	mport, err := localserver.FreePort()
+	if err != nil {
+		return st, err
+	}
+	st.captureMetrics = "127.0.0.1:" + strconv.Itoa(mport)
 	if st.capture, err = startProc(dir, "capture", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
-		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr="); err != nil {
+		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr", st.captureMetrics); err != nil {
 		return st, err
 	}
 	if st.apply, err = startProc(dir, "apply", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
@@ -449,6 +468,10 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	}
 	l := &load{pool: r.pool, tenant: tenant, keys: keys, rows: rows, txRate: txRate, workers: r.cfg.Workers, every: r.cfg.ObserveEvery,
 		pgbench: r.pgbench, dsn: r.dsn}
+	snap0, snapOK, err := snapshotsTaken(ctx, r.st.captureMetrics)
+	if err != nil {
+		return p, err
+	}
 	b0, t0, err := boxCPU()
 	if err != nil {
 		return p, err
@@ -485,6 +508,11 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	if p.CPU, p.RSS, err = m.usage(); err != nil {
 		return p, err
 	}
+	snap1, snapOK1, err := snapshotsTaken(ctx, r.st.captureMetrics)
+	if err != nil {
+		return p, err
+	}
+	p.Snapshots, p.SnapshotsKnown = snap1-snap0, snapOK && snapOK1
 	p.CPU[ProcHarness] += p.Load.CPU // pgbench, a child of the bench
 	handed, produced, applied := r.obs.end()
 	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)

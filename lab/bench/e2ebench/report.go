@@ -77,7 +77,7 @@ func (res Result) WriteTable(out io.Writer) error {
 	lag.WriteTo(w)
 
 	cost := bench.Table{Header: []string{"phase", "CPU s / 1,000 changes: capture", "apply", "broker", "walsender",
-		"redis-server", "bench (load + observers)", "peak RSS MiB: capture", "apply", "broker"}}
+		"redis-server", "bench (load + observers)", "peak RSS MiB: capture", "apply", "broker", "capture's visibility snapshots / tx"}}
 	for _, p := range res.Phases {
 		cpu := func(n string) string {
 			if v, ok := p.CPUPer1k(n); ok {
@@ -91,8 +91,12 @@ func (res Result) WriteTable(out io.Writer) error {
 			}
 			return "-"
 		}
+		snaps := "-" // a capture build without the metric
+		if v, ok := p.SnapshotsPerTx(); ok {
+			snaps = fmt.Sprintf("%.2f", v)
+		}
 		cost.Add(p.Name, cpu(ProcCapture), cpu(ProcApply), cpu(ProcBroker), cpu(ProcWalsender), cpu(ProcRedis), cpu(ProcHarness),
-			rss(ProcCapture), rss(ProcApply), rss(ProcBroker))
+			rss(ProcCapture), rss(ProcApply), rss(ProcBroker), snaps)
 	}
 	fmt.Fprintln(w)
 	cost.WriteTo(w)
