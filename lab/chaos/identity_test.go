@@ -11,12 +11,13 @@ import (
 
 // identityRun is a short run of one of the kinds that break a namespace's
 // identity (faults_identity.go), the fault once, its items read past the
-// bound. The rogue applier's runs turn the auditor off: it repairs a value
+// bound, under a light load (lightLoad). The rogue applier's runs turn the auditor off: it repairs a value
 // left behind its row within seconds, and the run is about what the group
 // check alone prevents.
 func identityRun(t *testing.T, binary, kind string) (*Report, FaultRecord) {
 	cfg := testConfig(t, binary)
 	cfg.Duration, cfg.Seed, cfg.Items, cfg.Faults = 60*time.Second, 40, 300, []string{kind}
+	cfg.RateUpdates, cfg.RateReads = lightLoad()
 	cfg.FaultEvery = time.Minute // once
 	if kind == FaultRogueApplier {
 		cfg.StageEnv = []string{"TIDEMARK_AUDIT_RATE=0"}
