@@ -44,16 +44,19 @@ type Applier struct {
 	cl      *kgo.Client
 	adm     *kadm.Client
 	rewindC chan time.Time // failover detections for the poll loop
+	// identityKick asks monitorLoop to check the cache tier's identity now:
+	// a watermark write was refused because the hash lost the identity
+	// this applier bound (process.go).
+	identityKick chan struct{}
 
 	commitMu sync.Mutex // serialises the committer with revokes
 	mu       sync.Mutex // guards workers
 	workers  map[int32]*worker
 
-	identity     atomic.Pointer[string] // cache tier identity verified (stored with every watermark)
+	identity     atomic.Pointer[string] // watermark identity bound (cache.BindWatermarkIdentity), passed with every watermark
 	identityOKAt atomic.Int64           // unix nanos of the last successful identity read
 	partitions   atomic.Int64           // the topic's partition count, last read
 	topicMissing atomic.Bool            // the last read found no topic (Ready)
-	wroteWM      atomic.Bool            // a watermark was written (so the hash must exist)
 	startRewind  time.Time              // set by preflight: rewind at the first assignment (a.mu)
 	liveLoop     *telemetry.Loop        // beaten by metricsLoop, for Live
 }
@@ -76,6 +79,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		log:          deps.Log.With("component", "applier"),
 		met:          met,
 		rewindC:      make(chan time.Time, 1),
+		identityKick: make(chan struct{}, 1),
 		workers:      make(map[int32]*worker),
 		// metricsLoop goes round every MetricsInterval unless a lock is stuck.
 		liveLoop: telemetry.NewLoop("applier: state loop", 10*cfg.MetricsInterval+30*time.Second),
@@ -83,7 +87,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	a.proc = processor{
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
 		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
-		identity: a.verifiedIdentity, ahead: new(atomic.Bool), raised: new(atomic.Int64),
+		identity: a.verifiedIdentity, identityLost: a.kickIdentity, ahead: new(atomic.Bool), raised: new(atomic.Int64),
 	}
 	if deps.Tracer != nil {
 		a.proc.tracer = telemetry.Tracer(deps.Tracer, "applier")

@@ -31,6 +31,10 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 			if a.checkIdentity(ctx) {
 				a.syncPartitions(ctx) // the hash may be gone
 			}
+		case <-a.identityKick:
+			if a.checkIdentity(ctx) {
+				a.syncPartitions(ctx)
+			}
 		case <-topicT.C:
 			a.syncPartitions(ctx)
 			a.reclaimGroup(ctx)
@@ -87,7 +91,7 @@ func (a *Applier) preflight(ctx context.Context) error {
 	a.identityOKAt.Store(time.Now().UnixNano())
 	var reason string
 	switch {
-	case wm.Identity != "" && wm.Identity != id:
+	case wm.Identity != "" && cache.IdentityServer(wm.Identity) != id:
 		reason = "identity differs from the one stored with the watermark"
 	case !wm.Found:
 		applied, err := a.groupHasCommits(ctx)
@@ -102,8 +106,7 @@ func (a *Applier) preflight(ctx context.Context) error {
 		if wm.Identity == "" {
 			a.log.Info("no cache tier identity stored yet: taking the current one as the baseline", "identity", id)
 		}
-		a.identity.Store(&id)
-		return nil
+		return a.bindIdentity(ctx, id)
 	}
 	at := time.Now()
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash while no applier watched: setting reset_at and rewinding partitions as they are assigned",
@@ -117,8 +120,36 @@ func (a *Applier) preflight(ctx context.Context) error {
 	a.mu.Lock()
 	a.startRewind = at
 	a.mu.Unlock()
-	a.identity.Store(&id) // stored with the next watermark, once reset_at is in place
+	return a.bindIdentity(ctx, id) // only once reset_at is in place
+}
+
+// bindIdentity binds the watermark hash to the cache tier's server identity
+// (cache.BindWatermarkIdentity) and adopts the identity stored, which every
+// watermark this applier writes then carries: a hash lost or bound anew
+// refuses them, so the loss is noticed (checkIdentity) instead of written
+// over. Binding after a reset (never before) keeps an applier that adopts
+// the new identity from skipping a reset_at it has not seen.
+func (a *Applier) bindIdentity(ctx context.Context, server string) error {
+	var id string
+	err := retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "bind the watermark identity", func(ctx context.Context) error {
+		var err error
+		id, err = a.cache.BindWatermarkIdentity(ctx, server)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	a.identity.Store(&id)
 	return nil
+}
+
+// kickIdentity asks monitorLoop to check the identity now (a watermark
+// write was refused for it).
+func (a *Applier) kickIdentity() {
+	select {
+	case a.identityKick <- struct{}{}:
+	default: // a check is already asked for
+	}
 }
 
 // groupHasCommits reports whether the group committed offsets on the topic:
@@ -140,11 +171,13 @@ func (a *Applier) verifiedIdentity() string {
 	return ""
 }
 
-// checkIdentity reports whether the cache tier changed under us: its
-// identity differs from the verified one, or the watermark hash vanished
-// after we wrote to it (a flush or an eviction). On a change it sets
-// reset_at = now (entries observed before it may no longer be extended by
-// the watermark) and asks the poll loop to rewind.
+// checkIdentity reports whether the cache tier changed under us: its server
+// identity differs from the one bound, or the watermark hash no longer holds
+// the identity this applier bound (the hash was lost: a flush or an
+// eviction, recreated or not; or another applier reset and bound it anew).
+// On a change it sets reset_at = now (entries observed before it may no
+// longer be extended by the watermark), binds the hash again and asks the
+// poll loop to rewind.
 func (a *Applier) checkIdentity(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	id, err := a.cache.ServerIdentity(rctx)
@@ -159,15 +192,17 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 	a.identityOKAt.Store(time.Now().UnixNano())
 	old := a.verifiedIdentity()
 	if old == "" {
-		a.identity.Store(&id)
+		_ = a.bindIdentity(ctx, id) // fails only when stopping
 		return false
 	}
 	var reason string
 	switch {
-	case old != id:
+	case cache.IdentityServer(old) != id:
 		reason = "identity changed"
-	case !wm.Found && a.wroteWM.Load():
+	case !wm.Found:
 		reason = "watermark hash missing"
+	case wm.Identity != old:
+		reason = "watermark hash lost its identity or was bound anew by another applier"
 	default:
 		return false
 	}
@@ -180,9 +215,11 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 	if err != nil {
 		return false // stopping
 	}
-	// Only now may watermarks carry the new identity: a later applier that
-	// finds it stored knows reset_at already covers the change.
-	a.identity.Store(&id)
+	// Only now may watermarks carry a new identity: an applier that finds
+	// it stored knows reset_at already covers the change.
+	if err := a.bindIdentity(ctx, id); err != nil {
+		return false // stopping
+	}
 	select {
 	case a.rewindC <- at:
 	default: // a rewind is already pending; the earlier time covers more

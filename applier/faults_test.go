@@ -139,6 +139,34 @@ func TestWatermarkHashLostWhileRunning(t *testing.T) {
 	}
 }
 
+// The hash lost and recreated in part before the identity check looks (the
+// topic's partition count written meanwhile, as syncPartitions does every
+// TopicInterval): still a loss, found by the identity the hash no longer
+// holds, and the watermark writes refused until reset_at is in place.
+func TestWatermarkHashRecreatedBeforeTheCheck(t *testing.T) {
+	r := newRig(t, 2)
+	run := r.start(r.config(), nil)
+	final := r.waveTo(20, 1)
+	lost := time.Now()
+	ctx := testenv.Context(t, 10*time.Second)
+	pipe := r.rdb.TxPipeline() // one transaction: no check sees the hash missing
+	pipe.Del(ctx, "catalog:v1:_tidemark")
+	pipe.HSet(ctx, "catalog:v1:_tidemark", "partitions", "2")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "reset_at set after the hash was lost and recreated", func() error {
+		if wm := r.watermark(); wm.ResetAt.Before(lost) || wm.Partitions != 2 || wm.Identity == "" {
+			return fmt.Errorf("watermark %+v", wm)
+		}
+		return nil
+	})
+	r.exactFloors(10*time.Second, final)
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
+		t.Fatalf("failover rewinds %v, want 1", got)
+	}
+}
+
 // An allkeys-* maxmemory-policy may evict the watermark hash: the applier
 // refuses to start on it with an error that says what to set, and starts
 // when the configuration allows it.

@@ -52,8 +52,10 @@ type processor struct {
 	// stall hears every failed Redis attempt of a partition (err) and the
 	// recovery (nil); nil for replay.
 	stall func(partition int32, what string, err error)
-	// identity is the cache tier identity stored with each watermark.
-	identity func() string
+	// identity is the watermark identity this applier bound, passed with
+	// each watermark; identityLost is told when a write was refused for it.
+	identity     func() string
+	identityLost func()
 	// ahead is set while the cache tier refuses this applier's resolved
 	// times as ahead of its clock (one log line per episode).
 	ahead *atomic.Bool
@@ -319,6 +321,17 @@ func (p *processor) applyOther(ctx context.Context, partition int32, ev schema.E
 				// watermark waits for a marker the cache tier's clock allows.
 				refused = true
 				p.refusedAhead(partition, err)
+				return nil
+			}
+			if errors.Is(err, cache.ErrWatermarkIdentity) {
+				// The hash lost the identity this applier bound (a flush,
+				// an eviction, another applier's reset): nothing was
+				// written. The watermark holds until the applier has set
+				// reset_at and bound the hash again (failover.go).
+				refused = true
+				if p.identityLost != nil {
+					p.identityLost()
+				}
 				return nil
 			}
 			return err

@@ -46,6 +46,9 @@ func (f *fakeCache) SetWatermarkIdentity(_ context.Context, p int32, ts time.Tim
 	f.log(fmt.Sprintf("wm p%d %d", p, ts.Unix()))
 	return nil
 }
+func (f *fakeCache) BindWatermarkIdentity(_ context.Context, server string) (string, error) {
+	return server + "#0", nil
+}
 func (f *fakeCache) SetPartitions(context.Context, int) error { return nil }
 func (f *fakeCache) MarkGap(_ context.Context, ts time.Time) (time.Time, error) {
 	f.log(fmt.Sprintf("reset %d", ts.Unix()))

@@ -145,7 +145,6 @@ func (w *worker) applied(epoch uint64, rec *kgo.Record, t time.Time, watermark b
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
 	if watermark {
-		w.a.wroteWM.Store(true)
 		if t.After(w.resolvedAt) {
 			w.resolvedAt = t
 		}

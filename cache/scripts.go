@@ -26,6 +26,8 @@ var (
 	wmreadLua string
 	//go:embed scripts/wmrepair.lua
 	wmrepairLua string
+	//go:embed scripts/wmidentity.lua
+	wmidentityLua string
 	//go:embed scripts/gap.lua
 	gapLua string
 	//go:embed scripts/partitions.lua
@@ -51,7 +53,7 @@ var (
 type scripts struct {
 	lookup, fill, invalidate, raise, release *redis.Script
 	// the watermark hash (watermark.go)
-	watermark, wmread, wmrepair, gap, partitions *redis.Script
+	watermark, wmread, wmrepair, wmidentity, gap, partitions *redis.Script
 	// hot-key replicas (replica.go)
 	replicaSource, replicaPut, replicaRead, replicaSwitch *redis.Script
 }
@@ -65,6 +67,7 @@ func newScripts() scripts {
 		watermark:  redis.NewScript(clockLua + watermarkLua),
 		wmread:     redis.NewScript(wmreadLua),
 		wmrepair:   redis.NewScript(clockLua + wmrepairLua),
+		wmidentity: redis.NewScript(wmidentityLua),
 		gap:        redis.NewScript(gapLua),
 		partitions: redis.NewScript(partitionsLua),
 
@@ -83,7 +86,7 @@ func newScripts() scripts {
 
 func (s scripts) all() []*redis.Script {
 	return []*redis.Script{s.lookup, s.fill, s.invalidate, s.raise, s.release, s.replicaSource, s.replicaPut, s.replicaRead, s.replicaSwitch,
-		s.watermark, s.wmread, s.wmrepair, s.gap, s.partitions}
+		s.watermark, s.wmread, s.wmrepair, s.wmidentity, s.gap, s.partitions}
 }
 
 // InvalidateScriptSHA is the SHA1 INVALIDATE runs under (EVALSHA), for

@@ -123,7 +123,7 @@ type Watermark struct {
 	GrownFrom    int
 	GrownAt      time.Time
 	PerPartition map[int32]time.Time // p<N> fields
-	Identity     string              // cache tier identity stored with the last watermark (FieldIdentity); empty if none
+	Identity     string              // the identity the appliers bound (FieldIdentity, BindWatermarkIdentity); empty if none
 	Found        bool                // the hash exists
 	ReadAt       time.Time           // when it was read (local clock)
 	// ServerNow is the cache tier's clock when the hash was read (zero when

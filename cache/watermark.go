@@ -2,6 +2,8 @@ package cache
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -113,8 +115,9 @@ func (c *Client) ReadWatermark(ctx context.Context) (Watermark, error) {
 	return wm, nil
 }
 
-// FieldIdentity is the watermark hash field holding the cache tier identity
-// (ServerIdentity) the applier verified when it last wrote a watermark.
+// FieldIdentity is the watermark hash field holding the identity the
+// appliers bound (BindWatermarkIdentity): the cache tier's ServerIdentity
+// and a generation, new with each bind after a loss or a failover.
 const FieldIdentity = "identity"
 
 func parseWatermark(h map[string]string, serverNow time.Time) (Watermark, error) {
@@ -203,10 +206,17 @@ func (c *Client) SetWatermark(ctx context.Context, partition int32, ts time.Time
 // except the refusal count; the partition's watermark stays where it was.
 var ErrWatermarkAhead = errors.New("cache: watermark ahead of the cache tier's clock")
 
-// SetWatermarkIdentity is SetWatermark that also stores identity (when not
-// empty), the ServerIdentity the caller verified, in the same atomic write:
-// the stored identity always belongs to a writer that knew the tier's state.
-// A ts ahead of the cache tier's clock by more than promise.ClockBound is
+// ErrWatermarkIdentity is returned when a watermark write carrying an
+// identity finds the hash holding another one (or none): the hash was lost
+// and recreated, or another applier bound it anew after a reset. Nothing was
+// written; the writer's applier must set reset_at and rewind
+// (BindWatermarkIdentity), not write over the loss.
+var ErrWatermarkIdentity = errors.New("cache: the watermark hash's identity is not the one this writer bound (lost or reset)")
+
+// SetWatermarkIdentity is SetWatermark for a writer that bound the hash's
+// identity (BindWatermarkIdentity, when not empty): the write is refused
+// (ErrWatermarkIdentity) unless the hash still holds that identity. A ts
+// ahead of the cache tier's clock by more than promise.ClockBound is
 // refused (ErrWatermarkAhead); a stored value that is ahead is replaced.
 func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error {
 	if partition < 0 {
@@ -223,12 +233,43 @@ func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts t
 	if err != nil {
 		return fmt.Errorf("cache: set watermark p%d: %w", partition, err)
 	}
+	if r[0] == -2 {
+		return fmt.Errorf("%w: set watermark p%d", ErrWatermarkIdentity, partition)
+	}
 	if r[0] < 0 {
 		now := time.UnixMilli(r[1])
 		return fmt.Errorf("%w: p%d = %s is %s ahead of Redis TIME %s (bound %s)", ErrWatermarkAhead, partition,
 			ts.UTC().Format(time.RFC3339Nano), ts.Sub(now), now.UTC().Format(time.RFC3339Nano), promise.ClockBound)
 	}
 	return nil
+}
+
+// BindWatermarkIdentity binds the watermark hash to server (ServerIdentity)
+// and returns the identity stored, "<server>#<generation>", which the
+// caller passes to SetWatermarkIdentity: a stored identity of the same
+// server is kept and returned (all appliers of the tier share it), any
+// other is replaced with a new generation. Called at an applier's start and
+// after each reset it makes for a failover or a lost hash.
+func (c *Client) BindWatermarkIdentity(ctx context.Context, server string) (string, error) {
+	if server == "" || strings.Contains(server, "#") {
+		return "", fmt.Errorf("cache: bind watermark identity: %q is not a server identity", server)
+	}
+	var gen [8]byte
+	if _, err := rand.Read(gen[:]); err != nil {
+		return "", fmt.Errorf("cache: bind watermark identity: %w", err)
+	}
+	id, err := c.s.wmidentity.Run(ctx, c.rdb, []string{c.wmKey}, server, hex.EncodeToString(gen[:])).Text()
+	if err != nil {
+		return "", fmt.Errorf("cache: bind watermark identity: %w", err)
+	}
+	return id, nil
+}
+
+// IdentityServer is the server part of an identity BindWatermarkIdentity
+// stored (the whole of one stored before generations existed).
+func IdentityServer(id string) string {
+	server, _, _ := strings.Cut(id, "#")
+	return server
 }
 
 // SetResetAt raises reset_at to exactly ts (never lowers it). The pipeline

@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -50,6 +51,66 @@ func TestWatermarkRaiseOnlyAndMinimum(t *testing.T) {
 		h := b.rdb.HGetAll(ctx, schema.WatermarkKey(cfg.Namespace)).Val()
 		if h["p0"] != "1700000005000" || h["p1"] != "1700000003000" || h["reset_at"] != "1700000001000" || h["partitions"] != "2" {
 			t.Fatalf("watermark hash = %v", h)
+		}
+	})
+}
+
+// A watermark write carrying the identity its applier bound is refused
+// once the hash lost it (deleted, then recreated in part by another call),
+// and writes nothing; a new bind after the loss gets a new generation; a
+// bind of the same server adopts the stored identity, one of another server
+// replaces it.
+func TestWatermarkWriteRefusedOnceTheHashIsLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		cfg := testConfig()
+		cfg.Namespace = testenv.Unique(t, "ns")
+		c, ctx := newClient(t, b, cfg), context.Background()
+		key := schema.WatermarkKey(cfg.Namespace)
+		now := time.Now()
+		id, err := c.BindWatermarkIdentity(ctx, "srv1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cache.IdentityServer(id) != "srv1" || id == "srv1" {
+			t.Fatalf("bound %q, want srv1#<generation>", id)
+		}
+		if again, err := c.BindWatermarkIdentity(ctx, "srv1"); err != nil || again != id {
+			t.Fatalf("second bind of srv1 = %q, %v; want the stored %q adopted", again, err, id)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, now, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, now, id); !errors.Is(err, cache.ErrWatermarkIdentity) {
+			t.Fatalf("write after the hash was deleted = %v, want ErrWatermarkIdentity", err)
+		}
+		if n := b.rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("the refused write recreated the hash: %v", b.rdb.HGetAll(ctx, key).Val())
+		}
+		if err := c.SetPartitions(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, now, id); !errors.Is(err, cache.ErrWatermarkIdentity) {
+			t.Fatalf("write after the hash was recreated without its identity = %v, want ErrWatermarkIdentity", err)
+		}
+		rebound, err := c.BindWatermarkIdentity(ctx, "srv1")
+		if err != nil || rebound == id || cache.IdentityServer(rebound) != "srv1" {
+			t.Fatalf("bind after the loss = %q, %v; want a new generation of srv1 (old %q)", rebound, err, id)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, now, id); !errors.Is(err, cache.ErrWatermarkIdentity) {
+			t.Fatalf("write with the old generation = %v, want ErrWatermarkIdentity", err)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, now, rebound); err != nil {
+			t.Fatal(err)
+		}
+		other, err := c.BindWatermarkIdentity(ctx, "srv2")
+		if err != nil || cache.IdentityServer(other) != "srv2" {
+			t.Fatalf("bind of another server = %q, %v", other, err)
+		}
+		if wm, err := c.ReadWatermark(ctx); err != nil || wm.Identity != other || wm.PerPartition[0].UnixMilli() != now.UnixMilli() {
+			t.Fatalf("watermark = %+v, %v; want identity %q and p0 kept", wm, err, other)
 		}
 	})
 }

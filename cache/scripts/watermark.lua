@@ -1,12 +1,18 @@
 -- WATERMARK(hash; field, value_ms[, identity]) -> {result, now_ms}
 -- Raises a partition watermark p<N> (docs/design.md, "Freshness watermark").
--- result: 1 raised, 0 kept (already at least as high), -1 refused: the value
+-- result: 1 raised, 0 kept (already at least as high), -2 refused: the
+-- identity differs (below), -1 refused: the value
 -- is ahead of this server's clock by more than clock_bound_ms (a heartbeat
 -- from a host whose clock stepped, or a message nobody should have sent);
 -- refusals are counted in the hash (future_refused, future_refused_at,
 -- future_refused_field, future_refused_value) for `tidemark status`. A
 -- stored value itself ahead of the clock is replaced, never kept. With
--- identity, it also stores the cache tier identity the writer verified.
+-- identity (the one WMIDENTITY bound and the writer adopted), the write is
+-- refused with -2 and nothing written unless the hash holds exactly that
+-- identity: a lost hash is never silently recreated by a watermark.
+if ARGV[3] and redis.call('HGET', KEYS[1], 'identity') ~= ARGV[3] then
+  return {-2, 0}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = tonumber(ARGV[2])
@@ -24,8 +30,5 @@ local raised = 0
 if cur == nil or v > cur or cur > now + clock_bound_ms then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   raised = 1
-end
-if ARGV[3] then
-  redis.call('HSET', KEYS[1], 'identity', ARGV[3])
 end
 return {raised, now}
