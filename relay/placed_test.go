@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -29,14 +33,34 @@ func TestPlacedCoversAGrowthBeforeTheFirstProduce(t *testing.T) {
 	if resp, err := k.Admin(t).CreatePartitions(ctx, 3, topic); err != nil || resp.Error() != nil {
 		t.Fatalf("grow the topic to 6 partitions: %v %v", err, resp.Error())
 	}
-	// The producer's view must see the 6 partitions when it loads.
-	testenv.Eventually(t, 30*time.Second, "the broker lists 6 partitions", func() error {
-		td, err := k.Admin(t).ListTopics(ctx, topic)
+	// The producer's view must see the 6 partitions when it loads, from
+	// whichever broker it asks: each broker learns of the growth on its own
+	// (on a real cluster one may still list 3 after another lists 6).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	testenv.Eventually(t, 30*time.Second, "every broker lists 6 partitions", func() error {
+		brokers, err := kadm.NewClient(cl).BrokerMetadata(ctx)
 		if err != nil {
 			return err
 		}
-		if got := len(td[topic].Partitions); got != 6 {
-			return fmt.Errorf("%d partitions", got)
+		for _, b := range brokers.Brokers {
+			req := kmsg.NewPtrMetadataRequest()
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(topic)
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+			if err != nil {
+				return fmt.Errorf("broker %d: %w", b.NodeID, err)
+			}
+			if len(resp.Topics) != 1 {
+				return fmt.Errorf("broker %d lists %d topics", b.NodeID, len(resp.Topics))
+			}
+			if got := len(resp.Topics[0].Partitions); got != 6 {
+				return fmt.Errorf("broker %d lists %d partitions", b.NodeID, got)
+			}
 		}
 		return nil
 	})
