@@ -94,6 +94,9 @@ type instOpts struct {
 	uncounted bool
 	// tracer receives the instance's spans (nil: none).
 	tracer trace.TracerProvider
+	// unclaimed: the namespace's identity is not claimed, as before Serve
+	// claims it (with uncounted: the reader's Run would claim it).
+	unclaimed bool
 }
 
 func (e *tenv) instance(o instOpts) *instance {
@@ -122,6 +125,11 @@ func (e *tenv) instance(o instOpts) *instance {
 	}
 	if o.hooks != nil {
 		o.hooks(srv)
+	}
+	if !o.unclaimed {
+		if err := srv.rd.Claim(context.Background()); err != nil { // as Serve does
+			e.t.Fatal(err)
+		}
 	}
 	if !o.uncounted {
 		// Registered as a live serve process, as Serve does.

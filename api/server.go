@@ -259,8 +259,9 @@ func (s *Server) close() {
 }
 
 // Ready reports whether this process can answer reads now (for /readyz):
-// the clock is trusted and either the cache tier answers (reads come from
-// the cache) or Postgres does (reads go to the source within the budget).
+// the clock is trusted and either the cache tier answers and this process
+// holds its namespace's identity (reads come from the cache) or Postgres
+// does (reads go to the source within the budget).
 // A Postgres blip alone does not take every serve process out of its
 // Service at once: the cache still answers.
 //
@@ -281,6 +282,11 @@ func (s *Server) Ready(ctx context.Context) error {
 	}
 	rerr := s.rdb.Ping(ctx).Err()
 	if rerr == nil {
+		// Redis answers, so the namespace's identity can be claimed: not
+		// ready before it was, nor after a refusal (Serve stops then).
+		if err := s.rd.IdentityErr(); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
 		return nil
 	}
 	if perr := s.pool.Ping(ctx); perr != nil {

@@ -30,7 +30,27 @@ func (rd *Reader) Claim(ctx context.Context) error {
 		}
 		return fmt.Errorf("reader: %w", err)
 	}
+	if err == nil {
+		rd.claimed.Store(true)
+	}
 	return err
+}
+
+// ErrNotClaimed is IdentityErr's answer before any claim succeeded.
+var ErrNotClaimed = errors.New("reader: the namespace's identity is not claimed yet")
+
+// IdentityErr is why this reader may not use the cache tier for its
+// namespace: the refusal (errors.Is cache.ErrIdentity), ErrNotClaimed while
+// no claim has succeeded, or nil. A process is not ready meanwhile: it
+// could otherwise be sent visitors a moment before a refusal stops it.
+func (rd *Reader) IdentityErr() error {
+	if err := rd.foreign.Load(); err != nil {
+		return *err
+	}
+	if !rd.claimed.Load() {
+		return ErrNotClaimed
+	}
+	return nil
 }
 
 // runIdentity claims the identity every identityEvery until ctx ends or a

@@ -30,8 +30,14 @@ func TestReaderOfAnotherMappingIsRefusedTheNamespace(t *testing.T) {
 	items := newTestReaderOf(t, rdb, source(`"items' row"`), func(c *Config) { c.Mapping = "catalog.items#bbb" }, nil)
 	otherPool := newTestReaderOf(t, rdb, source(`"products' row"`), func(c *Config) { c.Mapping, c.SourcePool = "shop.products#aaa", "elsewhere" }, nil)
 
+	if err := products.IdentityErr(); !errors.Is(err, ErrNotClaimed) {
+		t.Fatalf("before any claim IdentityErr = %v, want ErrNotClaimed (a serve is not ready yet)", err)
+	}
 	if err := products.Claim(ctx); err != nil {
 		t.Fatalf("want the first reader to claim the namespace, got %v", err)
+	}
+	if err := products.IdentityErr(); err != nil {
+		t.Fatalf("after its claim IdentityErr = %v, want nil", err)
 	}
 	q := Query{Tenant: "acme", Item: "sku-7"}
 	products.Get(ctx, q) // fills the cache with the products' row
@@ -42,6 +48,9 @@ func TestReaderOfAnotherMappingIsRefusedTheNamespace(t *testing.T) {
 	err := items.Claim(ctx)
 	if !errors.Is(err, cache.ErrIdentity) {
 		t.Fatalf("want a reader of catalog.items refused the namespace bound to shop.products, got %v", err)
+	}
+	if ierr := items.IdentityErr(); !errors.Is(ierr, cache.ErrIdentity) {
+		t.Errorf("after its refusal IdentityErr = %v, want the refusal (a serve is never ready)", ierr)
 	}
 	for _, want := range []string{"shop.products#aaa", "catalog.items#bbb", `namespace "catalog"`} {
 		if !strings.Contains(err.Error(), want) {

@@ -134,6 +134,7 @@ type Reader struct {
 	guard        *clockguard.Guard     // the reader's own, when Deps.Clock was nil
 	hardLifetime time.Duration         // of values read from the source now
 	foreign      atomic.Pointer[error] // set when the namespace is bound to another deployment (identity.go)
+	claimed      atomic.Bool           // a claim of the namespace's identity succeeded (identity.go)
 
 	reads     singleflight.Group // per key: one cache resolution (and source read) at a time
 	refreshes singleflight.Group // per key: one background refresh at a time
