@@ -54,12 +54,15 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // budget admits source reads: a per-process in-flight cap, then the
 // cluster-wide GCRA in Redis: the total (foreground + background, what the
 // source is promised), the class inside it, and a fair share per tenant
-// inside the class. Background reads leave the last part of the total's
+// inside the class and where the total is spent (a tenant reading faster
+// than its share of the total may spend only its share of the total's
+// burst; budget.lua). Background reads leave the last part of the total's
 // burst to the request path (they back off first). When Redis cannot be
 // asked the process falls back to local buckets at its share of the same
-// rates (rate / live serve processes), the total included, for as long as the processes still on Redis reserve that share
-// (presence.go), so neither an outage nor one process cut off from Redis
-// means more reads of Postgres than the total allows.
+// rates (rate / live serve processes), the total included, for as long as
+// the processes still on Redis reserve that share (presence.go), so neither
+// an outage nor one process cut off from Redis means more reads of Postgres
+// than the total allows.
 type budget struct {
 	rdb       redis.Scripter
 	script    *redis.Script
@@ -215,7 +218,11 @@ func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (rel
 
 func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost int) (bool, time.Duration, error) {
 	keys := []string{cb.prefix, cb.prefix + ":t:" + tenant, cb.prefix + ":tenants", b.totalKey, cb.prefix + ":t:" + tenant + ":n",
-		b.procs.procsKey, b.procs.countKey}
+		b.procs.procsKey, b.procs.countKey, b.totalKey + ":t:" + tenant, b.totalKey + ":tenants"}
+	isTenant := 1
+	if tenant == auditTenant {
+		isTenant = 0
+	}
 	var res []int64
 	var err error
 	// A slow Redis is not a lost one: while this process's beats land, an
@@ -226,7 +233,7 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	for try := 0; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, b.redisWait)
 		res, err = b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
-			b.total.interval, b.total.tolerance, cb.reserve, b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member).Int64Slice()
+			b.total.interval, b.total.tolerance, cb.reserve, b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member, isTenant).Int64Slice()
 		cancel()
 		if err == nil || ctx.Err() != nil || try == budgetRetries || !b.procs.reachable(time.Now()) {
 			break

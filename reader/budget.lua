@@ -12,6 +12,9 @@
 -- KEYS[5]  the tenant count the tenant's bucket was last spent at
 -- KEYS[6]  the pool's readers: sorted set, member -> last beat (ms)
 -- KEYS[7]  hash, reader -> the count of readers its last beat saw
+-- KEYS[8]  the tenant's rate of reads admitted in every class: "reads/s,at"
+--          (a moving average over the window, at: its time)
+-- KEYS[9]  sorted set of the tenants that asked any class within the window
 -- ARGV[1]  emission interval of the class in microseconds (1e6 / rate)
 -- ARGV[2]  burst tolerance of the class in microseconds
 -- ARGV[3]  the tenant
@@ -24,11 +27,25 @@
 -- ARGV[9]  ms after which a reader's beat is late (it may admit locally)
 -- ARGV[10] ms after which a reader is dropped (it no longer admits locally)
 -- ARGV[11] the calling reader (on Redis, whatever its beat says)
+-- ARGV[12] 1 when ARGV[3] is a tenant (the auditor's batched reads belong
+--          to none: they do not share the total, KEYS[8-9] are not used)
 -- A tenant's share is the class rate divided by the tenants active in the
 -- window: alone it may use the whole class; with others waiting it gets its
 -- share and no more (read-your-writes has its own ceiling inside the total,
 -- at most the foreground rate, so a tenant's flood of them leaves the
 -- foreground's room).
+-- Where the total is spent, across classes, a tenant reading faster than
+-- its share of it (the total divided by the tenants that asked any class
+-- within the window; its rate a moving average over the window) may spend
+-- the total's burst only down to its share of that burst: the rest is left
+-- to the tenants within their share. So a tenant flooding several classes
+-- at once takes what the others leave and no more, while a tenant within
+-- its share (a newcomer has read nothing yet) is refused only when the
+-- total itself is spent, and a lone tenant has the whole total. A rate,
+-- not a bucket: a bucket of the share carries no debt for a lone tenant
+-- that spent the total at its pace (its share was all of it), and one that
+-- follows the total's debt takes on debt the tenant never spent (a total
+-- restarted with one read), which a second tenant's arrival doubled.
 -- A reader of the pool whose beat is late may be admitting locally (it
 -- cannot reach Redis) at the share its last beat saw (rate / count): the
 -- rates here are what is left once those shares are reserved. Returns {1, 0} when the reads are admitted,
@@ -82,6 +99,10 @@ local function active(key)
   return redis.call('ZCARD', key)
 end
 local n = active(KEYS[3])
+local nt = 0
+if ARGV[12] == '1' then
+  nt = active(KEYS[9])
+end
 
 -- tat_of is the bucket's TAT; lost is what a missing key counts as.
 local function tat_of(key, lost)
@@ -154,8 +175,27 @@ class_tat, wait = next(tat_of(KEYS[1], now + tolerance - interval), interval, to
 if not class_tat then
   return {0, wait}
 end
+-- The tenant's rate across classes, decayed to now, and whether it is past
+-- its share of the total.
+local past = false
+local rate_now = 0
+if nt > 0 then
+  local got = redis.call('GET', KEYS[8])
+  if got then
+    local r, at = string.match(got, '^([^,]+),([^,]+)$')
+    r, at = tonumber(r), tonumber(at)
+    if r and at then
+      rate_now = r * math.exp(-math.max(0, now - at) / window)
+    end
+  end
+  past = nt > 1 and rate_now > 1000000 / total_iv / nt
+end
+local total_room = total_tol - reserve
+if past then
+  total_room = math.min(total_room, math.max(math.floor(total_tol / nt), total_iv * cost))
+end
 local total_tat
-total_tat, wait = next(tat_of(KEYS[4], now + total_tol - total_iv), total_iv, total_tol - reserve)
+total_tat, wait = next(tat_of(KEYS[4], now + total_tol - total_iv), total_iv, total_room)
 if not total_tat then
   return {0, wait}
 end
@@ -175,4 +215,9 @@ local function spend(key, was_key, tat, count)
   redis.call('SET', was_key, count, 'PX', ttl)
 end
 spend(KEYS[2], KEYS[5], tenant_tat, n)
+if nt > 0 then
+  -- cost reads at once add cost / window (in seconds) to the average.
+  rate_now = rate_now + cost * 1000000 / window
+  redis.call('SET', KEYS[8], string.format('%.6f,%d', rate_now, now), 'PX', math.floor(window / 1000) * 10)
+end
 return {1, 0}

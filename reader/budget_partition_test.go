@@ -435,6 +435,92 @@ func TestReadYourWritesFloodLeavesOtherTenantsTheirShare(t *testing.T) {
 	}
 }
 
+// Fairness across tenants holds where the total is spent: with the
+// read-your-writes ceiling at its highest (the foreground rate, 40/s), t1
+// flooding both read-your-writes and cold reads could spend the whole total
+// of 50/s (its foreground share, 20/s, and the read-your-writes class are
+// more than that together); past its share of the total (25/s) it may
+// spend only its share of the total's burst, which leaves t2's visitors
+// theirs.
+func TestTenantFloodingTwoClassesTakesOnlyItsShareOfTheTotal(t *testing.T) {
+	got, t1 := rywFlood(t, func(c *Config) {
+		c.ForegroundRate, c.BackgroundRate, c.ReadYourWritesRate, c.BudgetBurst = 40, 10, 40, 500*time.Millisecond
+	}, true)
+	t.Logf("t1 floods read-your-writes and foreground reads beside t2's 100 cold reads at 10/s: t2 answered %d of 100; t1 admitted %v reads/s (total 50/s)", got, t1)
+	if t1[ClassReadYourWrites] == 0 || t1[ClassForeground] == 0 {
+		t.Fatalf("the flood was admitted %v reads/s: not both classes", t1)
+	}
+	if got < 97 {
+		t.Fatalf("t2 answered %d of 100 cold reads at 10/s while t1 flooded two classes (admitted %v reads/s): t1 took more than its share of the total", got, t1)
+	}
+}
+
+// A tenant's share of the total never refuses a read while the total has
+// room: on a fresh budget (the total starts with one read left) two tenants
+// taking turns are each admitted, the first one again after the second
+// arrived (a share that followed the fresh total's debt, doubled when a
+// second tenant came, refused it for a burst window: api
+// TestOpenAPIStatusCodesAreReal's 503). And a lone tenant flooding two
+// classes has the whole total (foreground 40 + read-your-writes 40 asked,
+// total 50/s).
+func TestTenantShareOfTheTotalRefusesNoneWhileTheTotalHasRoom(t *testing.T) {
+	r := newBudgetRig(t, 10)
+	rd := r.reader(r.client(r.redis.Addr), nil) // the default rates: 20,000/s in all
+	waitCounted(t, 1, rd)
+	// Each tenant in a class of its own: the classes' shares stay whole. A
+	// millisecond apart: the total (20 reads a millisecond) has room for each.
+	for i := range 8 {
+		time.Sleep(time.Millisecond)
+		tenant, class := "t1", ClassForeground
+		if i%2 == 1 {
+			tenant, class = "t2", ClassReadYourWrites
+		}
+		release, err := rd.Acquire(context.Background(), class, tenant)
+		if err != nil {
+			t.Fatalf("read %d (%s, %s) on a fresh budget at 20,000/s: %v", i+1, tenant, class, err)
+		}
+		release()
+	}
+
+	r = newBudgetRig(t, 10)
+	rd = r.reader(r.client(r.redis.Addr), func(c *Config) {
+		c.ForegroundRate, c.BackgroundRate, c.ReadYourWritesRate, c.BudgetBurst = 40, 10, 40, 500*time.Millisecond
+	})
+	waitCounted(t, 1, rd)
+	var quit atomic.Bool
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			class := ClassForeground
+			if i%2 == 1 {
+				class = ClassReadYourWrites
+			}
+			for !quit.Load() {
+				release, err := rd.Acquire(context.Background(), class, "t1")
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				release()
+				admitted.Add(1)
+			}
+		}()
+	}
+	time.Sleep(time.Second) // the burst is spent
+	from, start := admitted.Load(), time.Now()
+	time.Sleep(4 * time.Second)
+	got := float64(admitted.Load()-from) / time.Since(start).Seconds()
+	quit.Store(true)
+	wg.Wait()
+	t.Logf("a lone tenant flooding foreground and read-your-writes: %.1f reads/s admitted (total 50/s)", got)
+	if got < 45 {
+		t.Fatalf("a lone tenant flooding two classes was admitted %.1f reads/s of a total of 50/s: alone it should have the whole total", got)
+	}
+}
+
 func TestReadYourWritesRateInsideTheForegroundRate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SourcePool, cfg.ForegroundRate, cfg.ReadYourWritesRate = "p", 300, 3000

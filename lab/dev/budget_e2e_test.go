@@ -43,6 +43,7 @@ type fgSampler struct {
 	at   []time.Time
 	fg   []float64 // cumulative foreground reads at at[i]
 	ryw  []float64
+	bg   []float64 // background and the auditor's
 	done chan struct{}
 }
 
@@ -54,7 +55,7 @@ func sampleForeground(ctx context.Context, t *testing.T, e *e2e) *fgSampler {
 	s := &fgSampler{done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		var fg, ryw float64
+		var fg, ryw, bg float64
 		var prev map[int64]float64
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
@@ -65,10 +66,11 @@ func sampleForeground(ctx context.Context, t *testing.T, e *e2e) *fgSampler {
 					d := chaos.ReadsSince(prev, cur, class)
 					fg += d[chaos.ClassForeground]
 					ryw += d[chaos.ClassReadYourWrites]
+					bg += d[chaos.ClassBackground] + d[chaos.ClassAudit]
 				}
 				prev = cur
 				s.mu.Lock()
-				s.at, s.fg, s.ryw = append(s.at, at), append(s.fg, fg), append(s.ryw, ryw)
+				s.at, s.fg, s.ryw, s.bg = append(s.at, at), append(s.fg, fg), append(s.ryw, ryw), append(s.bg, bg)
 				s.mu.Unlock()
 			}
 			select {
@@ -84,6 +86,15 @@ func sampleForeground(ctx context.Context, t *testing.T, e *e2e) *fgSampler {
 // rate is the foreground (ryw: read-your-writes) reads/s between the
 // samples nearest from and to.
 func (s *fgSampler) rate(from, to time.Time, ryw bool) (reads, perSec float64, span time.Duration) {
+	if ryw {
+		return s.classRate(from, to, chaos.ClassReadYourWrites)
+	}
+	return s.classRate(from, to, chaos.ClassForeground)
+}
+
+// classRate is rate for one class (chaos.ClassBackground: background and
+// the auditor's reads together).
+func (s *fgSampler) classRate(from, to time.Time, class string) (reads, perSec float64, span time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i, j := -1, -1
@@ -99,10 +110,7 @@ func (s *fgSampler) rate(from, to time.Time, ryw bool) (reads, perSec float64, s
 		return 0, 0, 0
 	}
 	span = s.at[j].Sub(s.at[i])
-	series := s.fg
-	if ryw {
-		series = s.ryw
-	}
+	series := map[string][]float64{chaos.ClassForeground: s.fg, chaos.ClassReadYourWrites: s.ryw, chaos.ClassBackground: s.bg}[class]
 	reads = series[j] - series[i]
 	return reads, reads / span.Seconds(), span
 }
