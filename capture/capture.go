@@ -257,8 +257,6 @@ func (c *Capture) session(ctx context.Context) error {
 	}
 	st := newStreamer(c, repl, partitions, start)
 	st.vis = vis
-	sock := repl.Conn()
-	vis.wake = func() { sock.SetReadDeadline(time.Now()) }
 	wg.Add(1)
 	go func() { defer wg.Done(); vis.run(sctx) }()
 	streamErr := st.run(sctx)

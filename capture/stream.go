@@ -113,22 +113,19 @@ func (s *streamer) run(ctx context.Context) error {
 				}
 				continue
 			}
-			if s.held.size() >= heldWALMax {
-				// Read no further ahead: wait for the next snapshot.
-				if err := s.waitSnapshot(ctx); err != nil {
-					return err
-				}
-				continue
+			// Wait for the next snapshot without reading on: what the
+			// walsender sends meanwhile queues in the socket and is read
+			// in one go once the snapshot is in (a read per message while
+			// the query is out cost more than the query, and nothing behind
+			// the held transaction could be produced anyway).
+			if err := s.waitSnapshot(ctx); err != nil {
+				return err
 			}
+			continue
 		}
 		if !deadline.Equal(s.nextStatus) {
 			deadline = s.nextStatus
 			sock.SetReadDeadline(deadline)
-			// The checker moves the deadline to now after each snapshot it
-			// publishes: one published before this line is seen here.
-			if s.vis != nil && !s.held.empty() && s.vis.snap.Load() != s.seen {
-				continue
-			}
 		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {

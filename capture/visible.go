@@ -28,12 +28,14 @@ import (
 // snapshot shows its xid finished.
 //
 // The check is off the stream's path: a checker goroutine takes snapshots on
-// its own connection while the streamer goes on reading. A transaction the
-// newest snapshot already shows ended streams at once; otherwise it and
-// everything the stream brings after it (kept in order in heldWAL) wait for
-// the next snapshot, which answers for every transaction decoded while the
-// previous query was in flight. A burst costs one query, not one each, and
-// no transaction waits on a query of its own.
+// its own connection (a prepared query, parsed by hand). A transaction the
+// newest snapshot already shows ended streams at once; otherwise it (its
+// BEGIN kept in heldWAL) waits for the next snapshot, and the stream behind
+// it waits unread in the socket: what the walsender decodes while the query
+// is in flight is read in one go once the snapshot is in, and that snapshot
+// answers for every transaction in it that was visible when it was taken. A
+// burst costs one query, not one each, and a visible transaction waits on
+// no query of its own.
 
 // snapshot is one pg_current_snapshot(): full (epoch-qualified) bounds and
 // the xids it saw running.
@@ -122,9 +124,8 @@ const checkTimeout = 5 * time.Second
 // visibility is the checker: it takes a snapshot whenever the streamer
 // holds a transaction the newest snapshot does not show ended, and
 // publishes each. It watches the first held transaction (head) and the
-// last one read (last): a transaction decoded while a query was in flight
-// starts the next query as soon as that one returns, without waiting for
-// the streamer to replay what the answer released.
+// last one read (last): a held transaction read while a query was in
+// flight starts the next query as soon as that one returns.
 type visibility struct {
 	conn *pgconn.PgConn
 	// Both pack an xid; 0 (never assigned): none.
@@ -137,15 +138,13 @@ type visibility struct {
 	err    atomic.Pointer[error]
 	checks prometheus.Counter // snapshots taken
 	delay  time.Duration      // before each query (tests: a distant Postgres)
-	// wake interrupts the streamer's blocked read after a publish.
-	wake func()
 }
 
 func newVisibility(ctx context.Context, conn *pgconn.PgConn, checks prometheus.Counter, delay time.Duration) (*visibility, error) {
 	if _, err := conn.Prepare(ctx, snapshotStmt, "SELECT pg_current_snapshot()::text", nil); err != nil {
 		return nil, fmt.Errorf("capture: prepare visibility snapshot: %w", err)
 	}
-	return &visibility{conn: conn, ask: make(chan struct{}, 1), ready: make(chan struct{}, 1), checks: checks, delay: delay, wake: func() {}}, nil
+	return &visibility{conn: conn, ask: make(chan struct{}, 1), ready: make(chan struct{}, 1), checks: checks, delay: delay}, nil
 }
 
 func (v *visibility) poke() {
@@ -232,7 +231,6 @@ func (v *visibility) publish() {
 	case v.ready <- struct{}{}:
 	default:
 	}
-	v.wake()
 }
 
 // query takes one snapshot. The socket deadline bounds it (a context per
@@ -258,16 +256,13 @@ func (v *visibility) query() (*snapshot, error) {
 }
 
 // heldWAL keeps, in stream order and copied out of the connection's read
-// buffer, the messages from a held transaction's BEGIN on.
+// buffer, the messages from a held transaction's BEGIN on (the streamer
+// reads nothing more until a snapshot is in, so usually just that BEGIN).
 type heldWAL struct {
 	buf  []byte
 	ends []int // end offset in buf of each message
 	next int   // first message not yet replayed
 }
-
-// heldWALMax bounds what the stream reads ahead of a held transaction; past
-// it the streamer waits for the snapshot (a large transaction, a stall).
-const heldWALMax = 16 << 20
 
 func (h *heldWAL) empty() bool { return h.next == len(h.ends) }
 
@@ -295,9 +290,6 @@ func (h *heldWAL) pop() {
 		h.buf, h.ends, h.next = h.buf[:0], h.ends[:0], 0
 	}
 }
-
-// size is the bytes held and not yet replayed.
-func (h *heldWAL) size() int { return len(h.buf) - h.start() }
 
 // heldTxn is the streamer's state about the transaction at the head of
 // heldWAL.
@@ -400,8 +392,9 @@ func (s *streamer) release() {
 	*h = heldTxn{}
 }
 
-// waitSnapshot waits for the checker's next snapshot, sending status
-// meanwhile so the walsender does not time out.
+// waitSnapshot waits for the checker's next snapshot (or its failure),
+// returning at the next status time so the loop sends status and the
+// walsender does not time out.
 func (s *streamer) waitSnapshot(ctx context.Context) error {
 	t := time.NewTimer(time.Until(s.nextStatus))
 	defer t.Stop()
