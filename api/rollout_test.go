@@ -301,56 +301,6 @@ func TestRampAndRollbackWithinBudget(t *testing.T) {
 	}
 }
 
-// Serve processes of two namespaces (an upgrade in progress) that name the
-// same source pool share one budget, not one each.
-func TestBudgetOnePoolAcrossNamespaces(t *testing.T) {
-	e := newEnv(t)
-	const rate, burstWindow = 50.0, 100 * time.Millisecond
-	var ins []*instance
-	for _, ns := range []string{"catalog", "catalog2"} {
-		ins = append(ins, e.instance(instOpts{
-			cfg: func(c *Config) {
-				c.Namespace, c.SourcePool, c.ForegroundRate, c.BudgetBurst = ns, "catalog", rate, burstWindow
-			},
-			ccfg: func(c *cache.Config) { c.Namespace = ns },
-		}))
-	}
-	key := e.apiKey("acme")
-	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display)
-		SELECT 'acme', 'k' || g, 1, '{}' FROM generate_series(1, 2000) g`)
-	before := e.sourceReads()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	codes := map[int]int{}
-	start := time.Now()
-	// Sustained load on both namespaces, so each would spend a budget of
-	// its own if it had one.
-	var next atomic.Int64
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Since(start) < 4*time.Second {
-				r := e.do("GET", ins[w%2].item(fmt.Sprintf("k%d", 1+next.Add(1)%2000)), key, "")
-				mu.Lock()
-				codes[r.code]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	reads := e.sourceReads() - before
-	limit := int64(burstWindow/(time.Second/time.Duration(rate))) + 1 + int64(rate*elapsed.Seconds()) + 1
-	t.Logf("codes %v, source reads %d in %s (one pool's limit %d)", codes, reads, elapsed, limit)
-	if reads > limit {
-		t.Fatalf("source reads %d exceed one pool's budget %d over %s: each namespace got its own", reads, limit, elapsed)
-	}
-	if reads == 0 || codes[503] == 0 {
-		t.Fatalf("implausible: %d reads, codes %v", reads, codes)
-	}
-}
-
 // A serve process that cannot tell which rollout settings are in force (the
 // cache tier's copy lost, Postgres's record unreadable) serves every tenant
 // from the source, and one that had settings keeps them; once the record

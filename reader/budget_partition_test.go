@@ -54,11 +54,34 @@ func (r *budgetRig) client(addr string) *redis.Client {
 	return c
 }
 
+// serveClient is a Redis client to the rig's server as serve opens one
+// (cache.ParseRedisURL): its own connections, serve's timeouts.
+func (r *budgetRig) serveClient() redis.UniversalClient {
+	r.t.Helper()
+	c, err := cache.ParseRedisURL(r.redis.URL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // reader is one serve process's Reader over rdb reading the rig's table,
 // running (its presence beating) until the test ends.
-func (r *budgetRig) reader(rdb *redis.Client, rcfg func(*Config)) *Reader {
+func (r *budgetRig) reader(rdb redis.UniversalClient, rcfg func(*Config)) *Reader {
+	return r.readerOf(rdb, rcfg, nil, true)
+}
+
+// readerOf is reader with the cache tier's config changed by ccfg (nil:
+// the default); not run, it is never counted among its pool's readers, as
+// a process restarted while the presence key could not be reached.
+func (r *budgetRig) readerOf(rdb redis.UniversalClient, rcfg func(*Config), ccfg func(*cache.Config), run bool) *Reader {
 	r.t.Helper()
-	cc, err := cache.New(cache.DefaultConfig(), cache.Deps{Redis: rdb})
+	cachecfg := cache.DefaultConfig()
+	if ccfg != nil {
+		ccfg(&cachecfg)
+	}
+	cc, err := cache.New(cachecfg, cache.Deps{Redis: rdb})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -72,6 +95,10 @@ func (r *budgetRig) reader(rdb *redis.Client, rcfg func(*Config)) *Reader {
 		Clock: trustedClock{}, Log: testenv.Logger(r.t)})
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	if !run {
+		r.t.Cleanup(rd.Close)
+		return rd
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -115,14 +142,37 @@ func (r *budgetRig) reads() map[string]int64 {
 	return by
 }
 
-// readCount is the source's count of reads at an instant.
+// total is the reads of every class.
+func total(by map[string]int64) int64 {
+	var n int64
+	for _, v := range by {
+		n += v
+	}
+	return n
+}
+
+// readCount is the source's count of reads at an instant: foreground (n),
+// and by class.
 type readCount struct {
 	at time.Time
 	n  int64
+	by map[string]int64
 }
 
-// countReads samples the source's foreground reads every 100 ms until stop
-// is called.
+// of is the count of the classes' reads (all when none is named).
+func (c readCount) of(classes ...string) int64 {
+	if len(classes) == 0 {
+		return total(c.by)
+	}
+	var n int64
+	for _, k := range classes {
+		n += c.by[k]
+	}
+	return n
+}
+
+// countReads samples the source's reads every 100 ms until stop is
+// called.
 func (r *budgetRig) countReads() (stop func() []readCount) {
 	var mu sync.Mutex
 	var s []readCount
@@ -132,7 +182,8 @@ func (r *budgetRig) countReads() (stop func() []readCount) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			c := readCount{at: time.Now(), n: r.reads()[ClassForeground]}
+			by := r.reads()
+			c := readCount{at: time.Now(), n: by[ClassForeground], by: by}
 			mu.Lock()
 			s = append(s, c)
 			mu.Unlock()
@@ -166,9 +217,14 @@ func window(s []readCount, from, to time.Time) (int64, float64) {
 }
 
 // worstSecond is the window of one second (at least, between two samples)
-// from `from` on in which the source's reads most exceeded rate × its
-// length: the excess, and where.
+// from `from` on in which the source's foreground reads most exceeded
+// rate × its length: the excess, and where.
 func worstSecond(s []readCount, from time.Time, rate float64) (float64, string) {
+	return worstSecondOf(s, from, rate, func(c readCount) int64 { return c.n })
+}
+
+// worstSecondOf is worstSecond of the reads count counts.
+func worstSecondOf(s []readCount, from time.Time, rate float64, count func(readCount) int64) (float64, string) {
 	worst, what := -rate, "no window"
 	j := 0
 	for i := range s {
@@ -181,7 +237,7 @@ func worstSecond(s []readCount, from time.Time, rate float64) (float64, string) 
 		if j == len(s) {
 			break
 		}
-		n, d := s[j].n-s[i].n, s[j].at.Sub(s[i].at)
+		n, d := count(s[j])-count(s[i]), s[j].at.Sub(s[i].at)
 		if ex := float64(n) - rate*d.Seconds(); ex > worst {
 			worst, what = ex, fmt.Sprintf("%d reads in %s from +%s", n, d.Round(time.Millisecond), s[i].at.Sub(from).Round(100*time.Millisecond))
 		}
