@@ -54,7 +54,13 @@ func TestRedisDownBoundedFallthrough(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	kinds := map[Kind]int{}
+	// One read every 10 ms, about 2 s of them: the fallback admits one read
+	// per 200 ms after its first, so reads sent all at once would find it
+	// spent by the probe above.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for i := range 199 {
+		<-tick.C
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
