@@ -99,7 +99,7 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 	}
 	// The inserts' invalidations arrive; then the items are cached.
 	sleep(ctx, 2*time.Second)
-	in.cacheAll(cctx, items, cacheAllWithin)
+	cached := in.cacheAll(cctx, items, cacheAllWithin)
 	var done []Unbumped
 	var kinds []string
 	for i, k := range items {
@@ -164,7 +164,8 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
-	what := fmt.Sprintf("%d payloads rewritten without a new version on %s (%s), read for %s", len(done), t.Name, summarise(kinds), time.Since(start).Round(time.Second))
+	what := fmt.Sprintf("%d payloads rewritten without a new version on %s (%s; %d of %d items answered from the cache before), read for %s",
+		len(done), t.Name, summarise(kinds), cached, len(items), time.Since(start).Round(time.Second))
 	if left > 0 {
 		what += fmt.Sprintf("; %d of them never answered from the cache past the bound before the run ended", left)
 	}
