@@ -206,6 +206,7 @@ bench: build
 	./$(LAB_BIN) bench cache --svg bin/bench/cache.svg
 	./$(LAB_BIN) bench apply --svg bin/bench/apply.svg
 	./$(LAB_BIN) bench serve --svg bin/bench/serve.svg
+	./$(LAB_BIN) bench reads --svg bin/bench/reads.svg
 	./$(LAB_BIN) bench hotkey --svg bin/bench/hotkey.svg
 	./$(LAB_BIN) bench memory --svg bin/bench/memory.svg
 
