@@ -23,7 +23,7 @@ func TestChartingBenchesHaveSVGFlag(t *testing.T) {
 	for _, c := range cmds {
 		has[c.Path] = c.Binder.FlagOf("svg") != nil
 	}
-	for _, name := range []string{"bench capture", "bench cache", "bench apply", "bench serve", "bench e2e", "bench warm", "bench hotkey", "bench memory"} {
+	for _, name := range []string{"bench capture", "bench cache", "bench apply", "bench serve", "bench e2e", "bench warm", "bench hotkey", "bench memory", "bench reads"} {
 		if !has[name] {
 			t.Errorf("tidemark-lab %s has no --svg flag", name)
 		}

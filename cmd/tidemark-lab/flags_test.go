@@ -13,6 +13,6 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		"kafka broker.SealedSyncInterval", "kafka broker.SegmentBytes",
 		"chaos chaos.Tenants", "chaos chaos.LabBinary",
 		"bench serve serve.Binary", "bench e2e e2e.Binary", "bench e2e e2e.LabBinary", "bench warm warm.Binary",
-		"bench hotkey hotkey.Binary", "bench scan scan.Binary",
+		"bench hotkey hotkey.Binary", "bench scan scan.Binary", "bench reads reads.Binary",
 	})
 }
