@@ -20,8 +20,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // counters: a page read as one batch costs Redis about one round trip (with
 // L1 off, where every item reaches Redis), a quarter of what its items'
 // single GETs cost at most; and a hot key's copy reads share the per-key
-// coalescing (with L1 off, far fewer than one copy read per GET, and about
-// the commands per GET of replicas off, not several times them).
+// coalescing (with L1 off, well under one copy read per GET, and about the
+// commands per GET of replicas off, not several times them).
 func TestRunBenchSmoke(t *testing.T) {
 	cfg := readsbench.DefaultConfig()
 	cfg.PG, cfg.Redis, cfg.Binary = testenv.SharedPostgres(t).MigratedDatabase(t), testenv.StartRedis(t).URL(), testenv.Binary(t)
@@ -72,7 +72,11 @@ func TestRunBenchSmoke(t *testing.T) {
 			off = row
 		}
 	}
-	if on.Copies == 0 || on.Copies > 0.5 || on.Commands > 2.5*off.Commands {
+	// Without the shared resolution every GET is a copy read of its own
+	// (0.99 per GET measured, the rest fallbacks); with it, a copy read
+	// answers every GET waiting on the key: 0.07 per GET on the loaded box,
+	// more on an idle one where fewer GETs wait, but never near one.
+	if on.Copies == 0 || on.Copies > 0.8 || on.Commands > 2.5*off.Commands {
 		t.Errorf("L1 off, hot key: replicas on %.3f copy reads and %.3f Redis commands per GET, off %.3f commands: want copies read (some), coalesced (well under one per GET) and commands per GET near replicas off's",
 			on.Copies, on.Commands, off.Commands)
 	}
