@@ -233,19 +233,9 @@ func (c *Capture) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.log.Info("streaming", "from", start, "partitions", partitions, "topic", c.cfg.Relay.Topic)
-	c.setReady(nil)
-	c.active.Store(true)
-	c.m.active.Set(1)
-	c.streamed = true
-
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); c.heartbeats(sctx) }()
-	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
-
+	// The visibility checker's connection, before any goroutine of the
+	// session starts: a failure here returns with none running that could
+	// still use conn as the deferred Close runs.
 	vconn, err := c.connect(ctx)
 	if err != nil {
 		return fmt.Errorf("capture: connect for visibility checks: %w", err)
@@ -255,6 +245,21 @@ func (c *Capture) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.log.Info("streaming", "from", start, "partitions", partitions, "topic", c.cfg.Relay.Topic)
+	c.setReady(nil)
+	c.active.Store(true)
+	c.m.active.Set(1)
+	c.streamed = true
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	// Stopped and waited for before the connections close (defers run
+	// last-in first-out), whichever way the session returns.
+	defer func() { cancel(nil); wg.Wait() }()
+	wg.Add(2)
+	go func() { defer wg.Done(); c.heartbeats(sctx) }()
+	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
+
 	st := newStreamer(c, repl, partitions, start)
 	st.vis = vis
 	wg.Add(1)
