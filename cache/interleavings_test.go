@@ -101,6 +101,10 @@ func TestOutOfOrderAndDuplicateInvalidations(t *testing.T) {
 func TestLeaseExpiryTakeover(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		cfg := testConfig()
+		// Long enough that the takeover's own lease outlives the steps
+		// between it and its fill on a busy box (with 400 ms the fill
+		// was once rejected: token).
+		cfg.Lease = 2 * time.Second
 		c, ctx, tn := newClient(t, b, cfg), context.Background(), tenant(t)
 		a := lookup(t, c, tn, "item", 0)
 		mustStatus(t, a, "miss", true)
