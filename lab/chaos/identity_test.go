@@ -18,9 +18,10 @@ func identityRun(t *testing.T, binary, kind string) (*Report, FaultRecord) {
 	cfg := testConfig(t, binary)
 	cfg.Duration, cfg.Seed, cfg.Items, cfg.Faults = 60*time.Second, 40, 300, []string{kind}
 	cfg.RateUpdates, cfg.RateReads = lightLoad()
+	cfg.StageEnv = append(cfg.StageEnv, busyBoxLookup)
 	cfg.FaultEvery = time.Minute // once
 	if kind == FaultRogueApplier {
-		cfg.StageEnv = []string{"TIDEMARK_AUDIT_RATE=0"}
+		cfg.StageEnv = append(cfg.StageEnv, "TIDEMARK_AUDIT_RATE=0")
 	}
 	rep := run(t, cfg)
 	i := slices.IndexFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == kind })
