@@ -111,6 +111,11 @@ type e2e struct {
 	slot         string
 }
 
+// e2eFloorTTL keeps every floor for the whole test: floorsMatchSource reads
+// a key's floor minutes after its last change, and with the default 60 s a
+// slow run found expired floors (0) where every change had been applied.
+const e2eFloorTTL = "10m"
+
 func freeAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
 
 // newE2E starts the pipeline; each of opts may change the processes'
@@ -137,11 +142,11 @@ func newE2E(t *testing.T, opts ...func(*e2e)) *e2e {
 	e.capture = &proc{t: t, name: "capture", args: []string{"capture", "--pg", e.dsn, "--kafka", e.brokers, "--topic", e.topic,
 		"--slot", slot, "--partitions", "6", "--metrics-addr", freeAddr(t)}}
 	e.applier = &proc{t: t, name: "apply", args: []string{"apply", "--kafka", e.brokers, "--redis", e.redisURL, "--topic", e.topic,
-		"--group", e.group, "--session-timeout", "2s", "--metrics-addr", freeAddr(t)}}
+		"--group", e.group, "--session-timeout", "2s", "--metrics-addr", freeAddr(t), "--cache-floor-ttl", e2eFloorTTL}}
 	e.serveMetrics = freeAddr(t)
 	e.serve = &proc{t: t, name: "serve", args: []string{"serve", "--pg", e.dsn, "--redis", e.redisURL, "--addr", apiAddr,
 		"--metrics-addr", e.serveMetrics, "--kafka", e.brokers, "--topic", e.topic, "--group", e.group, "--slot", slot,
-		"--status-every", "1s"}}
+		"--status-every", "1s", "--cache-floor-ttl", e2eFloorTTL}}
 	for _, o := range opts {
 		o(e)
 	}
