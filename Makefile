@@ -10,7 +10,7 @@ PKGS      := ./...
 # prometheus package) for the alert rules, chromium for the status-page
 # browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint golangci-lint bench deps deps-run deps-test pg18 image fuzz clean
+.PHONY: build run test test-unit test-go test-late test-pg18 test-kafka test-rules schemathesis lint golangci-lint bench debezium deps deps-run deps-test pg18 image fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -212,6 +212,17 @@ bench: build
 	./$(LAB_BIN) bench reads --svg bin/bench/reads.svg
 	./$(LAB_BIN) bench hotkey --svg bin/bench/hotkey.svg
 	./$(LAB_BIN) bench memory --svg bin/bench/memory.svg
+
+# The Debezium arm of `tidemark-lab bench e2e --debezium` (issue 40):
+# Debezium 3.6.1's embedded engine and Postgres connector in one shaded jar
+# (lab/bench/e2ebench/debezium), built by Maven into DEBEZIUM_DIR, outside
+# the repository; offline first (from ~/.m2), online when something is
+# missing. Not part of `make test`.
+DEBEZIUM_DIR := $(HOME)/.cache/tidemark-debezium
+DEBEZIUM_MVN := mvn -q -f lab/bench/e2ebench/debezium/pom.xml -Dout.dir=$(DEBEZIUM_DIR) package
+debezium:
+	@$(DEBEZIUM_MVN) -o >/dev/null 2>&1 || $(DEBEZIUM_MVN)
+	@echo "built $(DEBEZIUM_DIR)/tidemark-bench-debezium.jar: tidemark-lab bench e2e --debezium"
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./schema

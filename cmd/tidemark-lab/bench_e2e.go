@@ -34,6 +34,8 @@ func (c *benchE2ECmd) Bind(b *cli.Binder) {
 	b.Flag(&c.e2e.Profile, "profile", "The stages write CPU profiles to <dir>/<stage>.pprof (needs --dir); read them with go tool pprof -top.")
 	b.Flag(&c.e2e.Trace, "trace", "The stages write execution traces to <dir>/<stage>.trace (needs --dir); read them with go tool trace (-pprof=sched shows scheduling waits).")
 	b.Flag(&c.e2e.ObserveEvery, "observe-every", "Time the changes of every Nth row (1, 10, 100 or 1000): timing every change costs the bench more CPU than any stage.")
+	b.Flag(&c.e2e.Debezium, "debezium", "Also measure Debezium's embedded engine (3.6.1, poll 1 ms, batches of 256) under the single-row load, commit → its callback, against tidemark's commit → applied (needs the jar: make debezium).")
+	b.Flag(&c.e2e.DebeziumJar, "debezium-jar", "The jar `make debezium` builds, for --debezium.")
 	b.Flag(&c.e2e.Recvlogical, "recvlogical", "pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH).")
 	b.Flag(&c.svg, "svg", "Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart.")
 }

@@ -112,8 +112,12 @@ type Result struct {
 	Ceiling             Dist   // pg_recvlogical commit → received
 	CeilingLoad         loadResult
 	CeilingWalsenderCPU time.Duration
+	Debezium            *DebeziumPhase // nil unless Config.Debezium
 	Phases              []Phase
 }
+
+// warmKeys is the rows of a warm-up's tenant.
+const warmKeys = 1000
 
 // Deps is what Run is given besides its Config.
 type Deps = bench.Deps
@@ -131,6 +135,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 			return res, err
 		}
 		cfg.Recvlogical = p
+	}
+	var java string
+	if cfg.Debezium {
+		j, err := checkDebezium(cfg.DebeziumJar)
+		if err != nil {
+			return res, err
+		}
+		java = j
 	}
 	res.Config = cfg
 	dir := cfg.Dir
@@ -171,9 +183,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		return res, fmt.Errorf("bench e2e: connect: %w", err)
 	}
 	defer pool.Close()
-	const warmKeys = 1000
 	log.Info("seeding rows", "per_phase", cfg.Keys)
-	for t, n := range map[string]int{"ceiling": cfg.Keys, "warmup": warmKeys, "tx": cfg.Keys, "changes": cfg.Keys} {
+	tenants := map[string]int{"ceiling": cfg.Keys, "warmup": warmKeys, "tx": cfg.Keys, "changes": cfg.Keys}
+	if cfg.Debezium {
+		tenants[debeziumTenant], tenants[debeziumWarmTenant] = cfg.Keys, warmKeys
+	}
+	for t, n := range tenants {
 		if err := seedTenant(ctx, pool, t, n); err != nil {
 			return res, err
 		}
@@ -222,18 +237,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	res.Ceiling, res.CeilingWalsenderCPU = dist(samples), cpu[ProcWalsender]
 	// pg_recvlogical has exited, but its walsender may still hold the slot
 	// for a moment on a loaded box: drop it once it is released.
-	if _, err := pool.Exec(ctx, `DO $$
-		DECLARE deadline timestamptz := clock_timestamp() + interval '30 seconds';
-		BEGIN
-			WHILE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'e2e_ceiling' AND active) LOOP
-				IF clock_timestamp() > deadline THEN
-					RAISE EXCEPTION 'slot e2e_ceiling still active after 30 s';
-				END IF;
-				PERFORM pg_sleep(0.05);
-			END LOOP;
-			PERFORM pg_drop_replication_slot('e2e_ceiling');
-		END $$`); err != nil {
-		return res, fmt.Errorf("bench e2e: drop the ceiling's slot: %w", err)
+	if err := dropSlot(ctx, pool, "e2e_ceiling"); err != nil {
+		return res, err
+	}
+
+	// Debezium's embedded engine under the same load, alone on the box too.
+	if cfg.Debezium {
+		d := debeziumRun{cfg: cfg, java: java, dir: dir, pgPort: pg.Port, pool: pool, pgbench: pgbench, dsn: dsn, log: log}
+		ph, err := d.run(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Debezium = &ph
 	}
 
 	st, err := startStages(ctx, cfg, dir, dsn, rs.URL(), log)

@@ -7,7 +7,10 @@
 //     own latency) under the same single-row load;
 //   - commit → produced: when the bench reads the change back from Kafka;
 //   - commit → applied: when Redis reports (keyspace notification) the
-//     applier's write to the change's key.
+//     applier's write to the change's key;
+//   - with Config.Debezium, Debezium's embedded engine (3.6.1, tuned for
+//     latency) under the single-row load: commit → its callback, the
+//     comparison issue 40 asks for.
 //
 // Each phase also reports CPU seconds per 1,000 changes of every process
 // (capture, apply, broker, the walsender serving capture) from /proc, and
@@ -42,13 +45,19 @@ type Config struct {
 	// number is a multiple of N: 1, 10, 100 or 1000). Timing every change
 	// costs the bench more CPU than any stage, on the cores the stages share.
 	ObserveEvery int
+	// Debezium also measures Debezium's embedded engine (debezium.go) under
+	// the single-row load, between the ceiling and tidemark's phases, from
+	// the jar DebeziumJar names (`make debezium` builds it).
+	Debezium    bool
+	DebeziumJar string
 }
 
 // DefaultConfig is the issue's benchmark: 2,000 single-row tx/s and 20,000
 // changes/s in 20-row transactions, 60 s each.
 func DefaultConfig() Config {
 	return Config{TxRate: 2000, ChangeRate: 20000, RowsPerTx: 20, Duration: 60 * time.Second, Keys: 100_000,
-		Partitions: 12, Drain: 30 * time.Second, Workers: 32, ObserveEvery: 10}
+		Partitions: 12, Drain: 30 * time.Second, Workers: 32, ObserveEvery: 10,
+		DebeziumJar: defaultDebeziumJar()}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -90,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncWrites && len(c.Brokers) > 0 {
 		p.Add("SyncWrites", "sync writes configure the started broker; an external Kafka has its own settings")
+	}
+	if c.Debezium && c.DebeziumJar == "" {
+		p.Add("DebeziumJar", "the Debezium jar is required to measure Debezium (`make debezium` builds it)")
 	}
 	return p.Err()
 }

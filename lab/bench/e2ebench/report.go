@@ -1,6 +1,7 @@
 package e2ebench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"runtime"
@@ -22,6 +23,39 @@ func ratio(a, b time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1fx", float64(a)/float64(b))
+}
+
+// ratio2 is a/b to two decimals, the precision of the Debezium goal.
+func ratio2(a, b time.Duration) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+}
+
+// GoalVsDebezium is tidemark's whole pipeline, commit → applied, against
+// Debezium's capture alone, commit → its callback, at p50 and at p99.
+const GoalVsDebezium = 1.0
+
+// debeziumTable compares tidemark's commit → applied at the single-row rate
+// (the first phase) with Debezium's commit → callback of the same run, the
+// pg_recvlogical ceiling beside them; ok is false without both.
+func (res Result) debeziumTable() (t bench.Table, ok bool) {
+	d := res.Debezium
+	if d == nil || len(res.Phases) == 0 {
+		return t, false
+	}
+	tx, c := res.Phases[0], res.Ceiling
+	t.Header = []string{"at " + tx.Name, "pg_recvlogical commit → received (ceiling)", "Debezium " + DebeziumVersion + " embedded, commit → callback",
+		"tidemark, commit → applied", "tidemark / Debezium", fmt.Sprintf("goal ≤ %.1fx", GoalVsDebezium)}
+	for _, q := range []struct {
+		name               string
+		ceil, dbz, applied time.Duration
+	}{{"p50", c.P50, d.Callback.P50, tx.Applied.P50}, {"p99", c.P99, d.Callback.P99, tx.Applied.P99}} {
+		met := q.dbz > 0 && float64(q.applied) <= GoalVsDebezium*float64(q.dbz) && tx.Unapplied == 0 && d.Unseen == 0
+		t.Add(q.name, bench.Ms(q.ceil), bench.Ms(q.dbz), bench.Ms(q.applied), ratio2(q.applied, q.dbz), verdict(met))
+	}
+	return t, true
 }
 
 func verdict(ok bool) string {
@@ -48,6 +82,11 @@ func (res Result) WriteTable(out io.Writer) error {
 	lat := bench.Table{Header: []string{"path", "load", "samples", "p50", "p90", "p99", "p99.9", "max", "p50 / ceiling", "p99 / ceiling"}}
 	lat.Add("pg_recvlogical commit → received (ceiling)", fmt.Sprintf("%d tx/s", cfg.TxRate), fmt.Sprint(c.N),
 		bench.Ms(c.P50), bench.Ms(c.P90), bench.Ms(c.P99), bench.Ms(c.P999), bench.Ms(c.Max), "1.0x", "1.0x")
+	if d := res.Debezium; d != nil {
+		cb := d.Callback
+		lat.Add("Debezium "+DebeziumVersion+" embedded commit → callback", fmt.Sprintf("%d tx/s", cfg.TxRate), fmt.Sprint(cb.N),
+			bench.Ms(cb.P50), bench.Ms(cb.P90), bench.Ms(cb.P99), bench.Ms(cb.P999), bench.Ms(cb.Max), ratio(cb.P50, c.P50), ratio(cb.P99, c.P99))
+	}
 	for _, p := range res.Phases {
 		for _, row := range []struct {
 			path string
@@ -103,6 +142,17 @@ func (res Result) WriteTable(out io.Writer) error {
 	if res.CeilingLoad.Commits > 0 {
 		fmt.Fprintf(w, "\npg_recvlogical's walsender (test_decoding): %.3f CPU s / 1,000 changes\n",
 			res.CeilingWalsenderCPU.Seconds()*1000/float64(res.CeilingLoad.Commits))
+	}
+	if t, ok := res.debeziumTable(); ok {
+		d := res.Debezium
+		fmt.Fprintf(w, "\nagainst Debezium %s embedded (same run, same %d single-row tx/s from pgbench, each alone on the box):\n\n", DebeziumVersion, cfg.TxRate)
+		t.WriteTo(w)
+		jvm, _ := d.CPUPer1k(ProcDebezium)
+		wal, _ := d.CPUPer1k(ProcWalsender)
+		fmt.Fprintf(w, "\nDebezium: %s; %d changes committed (%.0f tx/s achieved), %d timed (every change), %d not seen when the drain ended; commit time from %s; "+
+			"CPU s / 1,000 changes: JVM %.3f, its walsender %.3f; JVM peak RSS %.0f MiB; machine CPU busy %.2f of %d cores\n",
+			strings.Join(debeziumSettings, ", "), d.Load.Changes, float64(d.Load.Commits)/d.Load.Elapsed.Seconds(), d.Callback.N, d.Unseen,
+			cmp.Or(d.Commit, "(no change seen)"), jvm, wal, float64(d.RSS[ProcDebezium])/(1<<20), d.BoxBusy, runtime.NumCPU())
 	}
 	if len(res.Phases) != 2 {
 		return w.Err
