@@ -99,7 +99,7 @@ type debeziumSamples struct {
 	r       io.Reader
 	rest    []byte    // the start of a line not yet complete
 	seen    int       // changes read, recorded or not
-	since   time.Time // changes committed before it are not recorded
+	since   time.Time // changes committed before it are not recorded; zero: none is
 	samples []sample
 	note    string // the latest note
 }
@@ -142,13 +142,16 @@ func (d *debeziumSamples) feed(b []byte) error {
 			return err
 		}
 		d.seen++
-		if !s.commit.Before(d.since) {
+		if !d.since.IsZero() && !s.commit.Before(d.since) {
 			d.samples = append(d.samples, s)
 		}
 	}
 	d.rest = append([]byte(nil), d.rest...)
 	return nil
 }
+
+// record times the changes committed from t on (the measured load's start).
+func (d *debeziumSamples) record(t time.Time) { d.since = t }
 
 // parseDebeziumSample reads "commit_us callback_us".
 func parseDebeziumSample(line string) (sample, error) {
@@ -255,7 +258,7 @@ func (r debeziumRun) run(ctx context.Context) (ph DebeziumPhase, err error) {
 	if err := r.drain(p, tail, func() bool { return int64(tail.seen) >= wres.Commits }); err != nil {
 		return ph, err
 	}
-	tail.since = time.Now()
+	tail.record(time.Now())
 
 	r.log.Info("Debezium: phase", "tx_per_s", r.cfg.TxRate, "duration", r.cfg.Duration)
 	m, err := newMeter(map[string]int{ProcDebezium: p.Pid(), ProcWalsender: walsender})

@@ -37,22 +37,28 @@ func TestDebeziumSamplesTailsTheGrowingFile(t *testing.T) {
 		w.Close()
 	}
 	const t0 = 1_764_700_000_000_000 // µs since the epoch
-	d := &debeziumSamples{r: f, since: time.UnixMicro(t0 + 1000)}
-	// A warm-up change (committed before since), a note, and half a line.
-	appendFile("# commit time: source.ts_us\n1764700000000000 1764700000002500\n1764700000001000 17647000000")
+	d := &debeziumSamples{r: f}
+	// Warm-up changes read before the measurement starts, a note.
+	appendFile("# commit time: source.ts_us\n1764700000000000 1764700000002500\n")
 	if err := d.read(); err != nil {
 		t.Fatal(err)
 	}
-	if d.seen != 1 || len(d.samples) != 0 || d.note != "commit time: source.ts_us" {
-		t.Fatalf("after a warm-up line, a note and half a line: seen %d, timed %d, note %q; want 1, 0 (committed before since), the note", d.seen, len(d.samples), d.note)
+	d.record(time.UnixMicro(t0 + 1000))
+	// A warm-up change read after it started (committed before), and half a line.
+	appendFile("1764700000000500 1764700000003000\n1764700000001000 17647000000")
+	if err := d.read(); err != nil {
+		t.Fatal(err)
+	}
+	if d.seen != 2 || len(d.samples) != 0 || d.note != "commit time: source.ts_us" {
+		t.Fatalf("after two warm-up lines, a note and half a line: seen %d, timed %d, note %q; want 2, 0 (committed before the measurement), the note", d.seen, len(d.samples), d.note)
 	}
 	appendFile("04250\n1764700000002000 1764700000019400\n")
 	if err := d.read(); err != nil {
 		t.Fatal(err)
 	}
 	want := []time.Duration{3250 * time.Microsecond, 17400 * time.Microsecond}
-	if d.seen != 3 || len(d.samples) != len(want) {
-		t.Fatalf("seen %d, timed %v; want 3 seen and %v", d.seen, d.samples, want)
+	if d.seen != 4 || len(d.samples) != len(want) {
+		t.Fatalf("seen %d, timed %v; want 4 seen and %v", d.seen, d.samples, want)
 	}
 	for i, w := range want {
 		if d.samples[i].d != w || !d.samples[i].commit.Equal(time.UnixMicro(t0+int64(i+1)*1000)) {

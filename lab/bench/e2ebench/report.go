@@ -149,10 +149,10 @@ func (res Result) WriteTable(out io.Writer) error {
 		t.WriteTo(w)
 		jvm, _ := d.CPUPer1k(ProcDebezium)
 		wal, _ := d.CPUPer1k(ProcWalsender)
-		fmt.Fprintf(w, "\nDebezium: %s; %d changes committed (%.0f tx/s achieved), %d timed (every change), %d not seen when the drain ended; commit time from %s; "+
+		fmt.Fprintf(w, "\nDebezium: %s; %d changes committed (%.0f tx/s achieved), %d timed (every change), %d not seen when the drain ended; %s; "+
 			"CPU s / 1,000 changes: JVM %.3f, its walsender %.3f; JVM peak RSS %.0f MiB; machine CPU busy %.2f of %d cores\n",
 			strings.Join(debeziumSettings, ", "), d.Load.Changes, float64(d.Load.Commits)/d.Load.Elapsed.Seconds(), d.Callback.N, d.Unseen,
-			cmp.Or(d.Commit, "(no change seen)"), jvm, wal, float64(d.RSS[ProcDebezium])/(1<<20), d.BoxBusy, runtime.NumCPU())
+			cmp.Or(d.Commit, "no change seen"), jvm, wal, float64(d.RSS[ProcDebezium])/(1<<20), d.BoxBusy, runtime.NumCPU())
 	}
 	if len(res.Phases) != 2 {
 		return w.Err
