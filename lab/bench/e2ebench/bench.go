@@ -112,6 +112,7 @@ type Result struct {
 	Ceiling             Dist   // pg_recvlogical commit → received
 	CeilingLoad         loadResult
 	CeilingWalsenderCPU time.Duration
+	CeilingBoxBusy      float64        // cores the whole machine kept busy during the ceiling's load
 	Debezium            *DebeziumPhase // nil unless Config.Debezium
 	Phases              []Phase
 }
@@ -214,10 +215,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	pgbench := findPgbench(cfg.Recvlogical)
 	log.Info("load generator", "pgbench", pgbench)
 	l := &load{pool: pool, tenant: "ceiling", keys: cfg.Keys, rows: 1, txRate: float64(cfg.TxRate), workers: cfg.Workers, pgbench: pgbench, dsn: dsn}
+	b0, t0, err := boxCPU()
+	if err != nil {
+		recv.stop()
+		return res, err
+	}
 	res.CeilingLoad, err = l.run(ctx, cfg.Duration)
 	if err != nil {
 		recv.stop()
 		return res, err
+	}
+	if b1, t1, err := boxCPU(); err == nil && t1 > t0 {
+		res.CeilingBoxBusy = float64(b1-b0) / float64(t1-t0) * float64(runtime.NumCPU())
 	}
 	for deadline := time.Now().Add(cfg.Drain); ; time.Sleep(20 * time.Millisecond) {
 		n, err := recv.count()

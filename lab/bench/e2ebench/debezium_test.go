@@ -1,8 +1,10 @@
 package e2ebench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -83,13 +85,19 @@ func TestDebeziumComparisonTable(t *testing.T) {
 		Debezium: &DebeziumPhase{Callback: Dist{N: 120_000, P50: ms(3.66), P99: ms(17.4)}, Load: loadResult{Commits: 120_000, Changes: 120_000, Elapsed: time.Minute}},
 		Phases:   []Phase{{Name: "2000 single-row tx/s", Applied: Dist{N: 12_000, P50: ms(4.39), P99: ms(15.0)}}},
 	}
+	res.CeilingLoad = loadResult{Commits: 118_000, Elapsed: time.Minute}
+	res.Phases[0].Load = loadResult{Commits: 120_000, Elapsed: time.Minute}
+	res.CeilingBoxBusy, res.Debezium.BoxBusy, res.Phases[0].BoxBusy = 0.5, 1.25, 1.5
 	tab, ok := res.debeziumTable()
-	if !ok || len(tab.Rows) != 2 {
-		t.Fatalf("table %v (ok %v), want a p50 and a p99 row", tab, ok)
+	if !ok || len(tab.Rows) != 4 {
+		t.Fatalf("table %v (ok %v), want p50, p99, achieved rate and busy rows", tab, ok)
 	}
+	cores := runtime.NumCPU()
 	for i, want := range [][]string{
 		{"p50", "0.54 ms", "3.66 ms", "4.39 ms", "1.20x", "MISSED"},
 		{"p99", "3.36 ms", "17.40 ms", "15.00 ms", "0.86x", "met"},
+		{"achieved tx/s", "1967", "2000", "2000", "", ""},
+		{"machine CPU busy during the load (cores, every process)", fmt.Sprintf("0.50 of %d", cores), fmt.Sprintf("1.25 of %d", cores), fmt.Sprintf("1.50 of %d", cores), "", ""},
 	} {
 		if got := strings.Join(tab.Rows[i], " | "); got != strings.Join(want, " | ") {
 			t.Errorf("row %d: %s\nwant: %s", i, got, strings.Join(want, " | "))
