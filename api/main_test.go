@@ -83,9 +83,8 @@ type instance struct {
 }
 
 type instOpts struct {
-	cfg   func(*Config)
-	ccfg  func(*cache.Config)
-	hooks func(*Server) // before it serves
+	cfg  func(*Config)
+	ccfg func(*cache.Config)
 	// clockOffset shifts this instance's wall clock, as
 	// TIDEMARK_TEST_CLOCK_OFFSET does for a process.
 	clockOffset time.Duration
@@ -122,9 +121,6 @@ func (e *tenv) instance(o instOpts) *instance {
 	srv, err := New(cfg, Deps{Pool: e.pool, Cache: cc, Redis: rdb, Log: testenv.Logger(e.t), Clock: clock, Tracer: o.tracer})
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	if o.hooks != nil {
-		o.hooks(srv)
 	}
 	if !o.unclaimed {
 		if err := srv.rd.Claim(context.Background()); err != nil { // as Serve does

@@ -79,10 +79,6 @@ type Server struct {
 	bg     sync.WaitGroup
 
 	handler http.Handler
-
-	// afterSourceRead, when set (tests only), runs after a source read and
-	// before its fill, so a test can pause a reader between the two.
-	afterSourceRead func(tenant, item string, it reader.Item)
 }
 
 // New builds the server; it does not listen yet.
@@ -133,14 +129,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		clock:        clock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
 	}
-	table := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
-	src := reader.SourceFunc(func(ctx context.Context, tenant, item string) (reader.Item, error) {
-		it, err := table.Read(ctx, tenant, item)
-		if err == nil && s.afterSourceRead != nil {
-			s.afterSourceRead(tenant, item, it)
-		}
-		return it, err
-	})
+	src := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
 	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,
 		Log: log, Registerer: reg, MetricsStage: "api", Tracer: deps.Tracer}); err != nil {
 		return nil, fmt.Errorf("api: %w", err)

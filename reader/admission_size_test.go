@@ -36,6 +36,35 @@ func newTestReader(t *testing.T, rdb *redis.Client) *Reader {
 // the reader's and the cache's configs changed by rcfg and ccfg when given.
 func newTestReaderOf(t *testing.T, rdb *redis.Client, src Source, rcfg func(*Config), ccfg func(*cache.Config)) *Reader {
 	t.Helper()
+	return newTestReaderWith(t, rdb, src, rcfg, ccfg, nil)
+}
+
+// newTestReaderWith is newTestReaderOf with its dependencies changed by deps
+// when given (a tracer, the cache seen through a test's eyes).
+func newTestReaderWith(t *testing.T, rdb *redis.Client, src Source, rcfg func(*Config), ccfg func(*cache.Config), deps func(*Deps)) *Reader {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.SourcePool = "test"
+	cfg.Mapping = "test.items#0"
+	if rcfg != nil {
+		rcfg(&cfg)
+	}
+	d := Deps{Source: src, Cache: newTestCache(t, rdb, ccfg), Redis: rdb, Clock: trustedClock{}}
+	if deps != nil {
+		deps(&d)
+	}
+	rd, err := New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rd.Close)
+	return rd
+}
+
+// newTestCache is a cache-tier client on rdb with the design's config,
+// changed by ccfg when given (its watermark poller is not run).
+func newTestCache(t *testing.T, rdb *redis.Client, ccfg func(*cache.Config)) *cache.Client {
+	t.Helper()
 	c := cache.DefaultConfig()
 	if ccfg != nil {
 		ccfg(&c)
@@ -44,18 +73,7 @@ func newTestReaderOf(t *testing.T, rdb *redis.Client, src Source, rcfg func(*Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
-	cfg.SourcePool = "test"
-	cfg.Mapping = "test.items#0"
-	if rcfg != nil {
-		rcfg(&cfg)
-	}
-	rd, err := New(cfg, Deps{Source: src, Cache: cc, Redis: rdb, Clock: trustedClock{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rd.Close)
-	return rd
+	return cc
 }
 
 // With the product defaults (2,000 fills/s, a 2-minute turnover), a small
