@@ -31,7 +31,7 @@ func Chart(res Result) svgchart.Chart {
 	}
 	series := []svgchart.Series{appliedP50, appliedP99, producedP99, ceiling}
 	if d := res.Debezium; d != nil && d.Callback.N > 0 {
-		series = append(series, svgchart.Series{Name: "Debezium callback p99", Markers: true,
+		series = append(series, svgchart.Series{Name: "Debezium p99", Markers: true,
 			Points: []svgchart.Point{{X: float64(cfg.TxRate), Y: bench.MsOf(d.Callback.P99)}}})
 	}
 	return svgchart.Chart{

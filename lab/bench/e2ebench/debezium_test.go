@@ -118,7 +118,7 @@ func TestDebeziumComparisonTable(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
 	}
-	if got := svgcharttest.Parse(t, Chart(res).String()).Count("point", "Debezium callback p99"); got != 1 {
+	if got := svgcharttest.Parse(t, Chart(res).String()).Count("point", "Debezium p99"); got != 1 {
 		t.Errorf("chart: %d points of Debezium's p99, want 1", got)
 	}
 	if _, ok := (Result{Phases: res.Phases}).debeziumTable(); ok {
