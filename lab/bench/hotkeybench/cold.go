@@ -13,10 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/bench"
 	"github.com/tidemark/tidemark/lab/localserver"
@@ -63,7 +61,8 @@ func runCold(ctx context.Context, cfg Config, url string, rdb *redis.ClusterClie
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	tenant := "bench"
-	key, err := seedCold(ctx, dsn, tenant, cfg.ColdRounds)
+	key, err := bench.SeedTenant(ctx, dsn, seed.Items{Tenant: tenant, Prefix: "flash-sale-", Count: cfg.ColdRounds,
+		Display: "jsonb_build_object('name', 'Flash sale ' || n)"})
 	if err != nil {
 		return nil, err
 	}
@@ -90,19 +89,6 @@ func runCold(ctx context.Context, cfg Config, url string, rdb *redis.ClusterClie
 }
 
 func coldItem(i int) string { return "flash-sale-" + strconv.Itoa(i) }
-
-func seedCold(ctx context.Context, dsn, tenant string, n int) (string, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := (seed.Items{Tenant: tenant, Prefix: "flash-sale-", Count: n,
-		Display: "jsonb_build_object('name', 'Flash sale ' || n)"}).Insert(ctx, conn); err != nil {
-		return "", err
-	}
-	return api.CreateAPIKey(ctx, conn, tenant)
-}
 
 // coldOnce reads one cold item at ColdFactor x the threshold, spread over
 // the serve processes, until a copy has served it (or coldLimit).

@@ -25,15 +25,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/svgchart"
 	"github.com/tidemark/tidemark/lab/bench"
-	"github.com/tidemark/tidemark/lab/seed"
 	"github.com/tidemark/tidemark/migrations"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -187,9 +184,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (res Result, err error) {
 	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
 		return res, fmt.Errorf("bench reads: migrate: %w", err)
 	}
-	key, err := seedItems(ctx, cfg.PG, cfg.Items)
+	key, err := bench.SeedTenant(ctx, cfg.PG, bench.PageItems(tenant, cfg.Items))
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("bench reads: %w", err)
 	}
 	ropt, err := redis.ParseURL(cfg.Redis)
 	if err != nil {
@@ -235,20 +232,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) (res Result, err error) {
 const tenant = "bench"
 
 func item(i int) string { return "item-" + strconv.Itoa(i) }
-
-func seedItems(ctx context.Context, dsn string, items int) (string, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return "", fmt.Errorf("bench reads: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := (seed.Items{Tenant: tenant, Prefix: "item-", Count: items, SkipExisting: true,
-		Display: "jsonb_build_object('name', 'Item ' || n, 'image', 'https://img.example/' || n || '.jpg', 'text', repeat('lorem ipsum ', 20))",
-	}).Insert(ctx, conn); err != nil {
-		return "", fmt.Errorf("bench reads: seed items: %w", err)
-	}
-	return api.CreateAPIKey(ctx, conn, tenant)
-}
 
 type bencher struct {
 	cfg      Config

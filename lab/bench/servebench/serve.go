@@ -20,13 +20,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tidemark/tidemark/api"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/lab/bench"
-	"github.com/tidemark/tidemark/lab/seed"
 	"github.com/tidemark/tidemark/migrations"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -222,9 +219,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		return Result{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
 	ns, tenant := bench.Namespace("bench"), "bench"
-	key, err := seedBench(ctx, cfg.PG, tenant, cfg.Items)
+	key, err := bench.SeedTenant(ctx, cfg.PG, bench.PageItems(tenant, cfg.Items))
 	if err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("bench serve: %w", err)
 	}
 
 	// A healthy pipeline: the watermark follows the clock (applier's part).
@@ -327,20 +324,6 @@ func profilePath(cfg Config) string {
 }
 
 func benchItem(i int) string { return "item-" + strconv.Itoa(i) }
-
-func seedBench(ctx context.Context, dsn, tenant string, items int) (string, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return "", fmt.Errorf("bench serve: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := (seed.Items{Tenant: tenant, Prefix: "item-", Count: items, SkipExisting: true,
-		Display: "jsonb_build_object('name', 'Item ' || n, 'image', 'https://img.example/' || n || '.jpg', 'text', repeat('lorem ipsum ', 20))",
-	}).Insert(ctx, conn); err != nil {
-		return "", fmt.Errorf("bench serve: seed items: %w", err)
-	}
-	return api.CreateAPIKey(ctx, conn, tenant)
-}
 
 // generator is the load generator: keep-alive HTTP/1.1 GETs of zipf keys.
 type generator struct {
