@@ -57,10 +57,20 @@ type running struct {
 // start runs a capture until the test ends (or wait is called).
 func start(t *testing.T, cfg capture.Config) *running {
 	t.Helper()
+	return startWith(t, cfg, nil)
+}
+
+// startWith is start with prepare, when given, called on the capture
+// before it runs (a test's changes to it, export_test.go).
+func startWith(t *testing.T, cfg capture.Config, prepare func(*capture.Capture)) *running {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t), Registerer: reg})
 	if err != nil {
 		t.Fatalf("capture.New: %v", err)
+	}
+	if prepare != nil {
+		prepare(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, reg: reg, stop: cancel, done: make(chan error, 1)}

@@ -8,12 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tidemark/tidemark/capture"
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
+
+// startSlowChecks runs a capture whose every visibility snapshot takes
+// delay longer (a Postgres far away), until the test ends, and waits until
+// it streams.
+func startSlowChecks(t *testing.T, cfg capture.Config, delay time.Duration) *running {
+	t.Helper()
+	r := startWith(t, cfg, func(c *capture.Capture) { capture.SlowVisibilityChecks(c, delay) })
+	r.waitReady(t)
+	return r
+}
 
 // The visibility check is off the stream's path: with every snapshot query
 // taking 100 ms (a Postgres far away), back-to-back single-row commits, each
@@ -26,17 +34,7 @@ func TestVisibilityCheckOffTheStreamPath(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	dsn, k, cfg := newRig(t, pg)
 	const delay = 100 * time.Millisecond
-	reg := prometheus.NewRegistry()
-	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	capture.SlowVisibilityChecks(c, delay)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, reg: reg, stop: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { _ = r.wait(t) })
-	r.waitReady(t)
+	reg := startSlowChecks(t, cfg, delay).reg
 
 	conn := connect(t, dsn)
 	const n = 200
@@ -78,17 +76,7 @@ func TestOneSnapshotAnswersManyAndHoldsTheInvisible(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.PGConf("synchronous_standby_names", "'ghost'"))
 	dsn, k, cfg := newRig(t, pg)
 	const delay = 50 * time.Millisecond
-	reg := prometheus.NewRegistry()
-	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	capture.SlowVisibilityChecks(c, delay)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, reg: reg, stop: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { _ = r.wait(t) })
-	r.waitReady(t)
+	reg := startSlowChecks(t, cfg, delay).reg
 
 	conn := connect(t, dsn)
 	checks := func() float64 { return testenv.Metric(t, reg, "tidemark_capture_visibility_checks_total") }
