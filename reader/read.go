@@ -210,12 +210,12 @@ func (rd *Reader) resolve(ctx context.Context, tenant, id string, minVersion int
 	defer endWait()
 	for {
 		lctx, lcancel := context.WithTimeout(ctx, rd.cfg.LookupTimeout)
-		sent, sentWall := rd.clock.Now(), rd.clock.Wall()
 		var lspan trace.Span
 		if wait == nil {
 			lspan = rd.child(ctx, spanLookup) // the lookups inside a wait are the wait's
 		}
-		lr, err := rd.cache.Lookup(lctx, tenant, id, minVersion)
+		// sent: when the round trip that answered was sent (lookupbatch.go)
+		lr, sent, sentWall, err := rd.lookups.lookup(lctx, tenant, id, minVersion)
 		lcancel()
 		if lspan != nil {
 			if err != nil {

@@ -123,6 +123,7 @@ type Reader struct {
 	budget       *budget
 	procs        *presence
 	l1           *l1
+	lookups      *lookups        // the cache lookups of L1 misses, batched when they coincide
 	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
 	belowMin     *belowMinMemo
 	waiters      *keyWaiters
@@ -198,6 +199,7 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 		}
 		rd.clock = rd.guard
 	}
+	rd.lookups = newLookups(deps.Cache, rd.clock, cfg.LookupBatch)
 	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, cfg.Instance, deps.Redis, log) // the budget's fallback share counts every process of the pool
 	rd.procs.errs = m.presenceErrors
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
@@ -293,6 +295,11 @@ type Config struct {
 	RequestTimeout time.Duration // a read's deadline (waiting for another reader's fill ends here with Unavailable)
 	SourceTimeout  time.Duration // statement timeout of one source read
 	LookupTimeout  time.Duration // bound of one cache Lookup, so a dead Redis is noticed within the request deadline
+	// LookupBatch: at most this many cache lookups of reads that coincide
+	// (min_version 0) share one pipelined round trip; the lookups that
+	// arrive while one is in flight are sent together when it returns (0
+	// or 1: each alone)
+	LookupBatch int
 
 	// Source budget shared by every reader of the pool (GCRA in Redis), per class.
 	ForegroundRate float64       // reads/s for request-path misses
@@ -355,6 +362,7 @@ func DefaultConfig() Config {
 		RequestTimeout:     time.Second,
 		SourceTimeout:      time.Second,
 		LookupTimeout:      250 * time.Millisecond,
+		LookupBatch:        64,
 		ForegroundRate:     12000,
 		BackgroundRate:     8000,
 		BudgetBurst:        100 * time.Millisecond,
@@ -399,6 +407,9 @@ func (c Config) Validate() error {
 		p.Add("ReadYourWritesRate", "must be 0 (a quarter of ForegroundRate) or a positive rate per second (got %v)", r)
 	case r > c.ForegroundRate:
 		p.Add("ReadYourWritesRate", "must be at most ForegroundRate (%v): read-your-writes reads are metered inside the total beside visitors' misses, and a larger ceiling lets one tenant's min_version flood take their place (got %v)", c.ForegroundRate, r)
+	}
+	if c.LookupBatch < 0 {
+		p.Add("LookupBatch", "must not be negative (got %d)", c.LookupBatch)
 	}
 	if c.MaxInFlight <= 0 {
 		p.Add("MaxInFlight", "must be positive (got %d)", c.MaxInFlight)

@@ -61,6 +61,7 @@ func (c *serveCmd) Bind(b *cli.Binder) {
 	b.Flag(&a.SourceTimeout, "source-timeout", "Statement timeout of one source read.")
 	b.Flag(&a.WriteTimeout, "write-timeout", "Deadline of one write transaction.")
 	b.Flag(&a.LookupTimeout, "lookup-timeout", "Bound of one cache lookup; past it the cache counts as down and reads go to the source under the budget.")
+	b.Flag(&a.LookupBatch, "lookup-batch", "Most cache lookups of coinciding L1 misses sent in one pipelined round trip (those arriving while one is in flight wait for it, at most 10ms); 0 or 1: each alone.")
 	b.Flag(&a.ForegroundRate, "source-foreground-rate", "Source reads/s for request-path misses, shared by all serve processes.")
 	b.Flag(&a.BackgroundRate, "source-background-rate", "Source reads/s for stale refreshes, shared by all serve processes.")
 	b.Flag(&a.BudgetBurst, "source-burst", "Burst tolerance of the source budget, as a window of its rate.")

@@ -185,6 +185,9 @@ func StartServes(ctx context.Context, n int, binary, dsn, redisURL, ns string, a
 // Stop ends the process (SIGTERM, a graceful shutdown) and waits for it.
 func (p *Serve) Stop() { p.p.Stop(time.Minute) }
 
+// Pid is the serve process's id (0 once it is not running).
+func (p *Serve) Pid() int { return p.p.Pid() }
+
 // Counter sums the series of metric name whose line contains match in the
 // process's /metrics text; a metric with no such series is an error.
 func (p *Serve) Counter(name, match string) (float64, error) {

@@ -102,6 +102,13 @@ type Row struct {
 	Max         time.Duration
 	SourceShare float64 // source reads / GETs, from serve's metrics
 	L1Share     float64 // L1 hits / GETs
+	// CPU per request of each process a request runs through (/proc; 0:
+	// not known, e.g. a redis-server the bench did not start), and the
+	// socket reads redis-server made per request (INFO stats
+	// total_reads_processed: its round trips, a pipeline counting once):
+	// where a step's CPU goes.
+	ServeCPU, RedisCPU, GenCPU time.Duration
+	RedisReads                 float64
 }
 
 // Result is the result of a run.
@@ -121,15 +128,16 @@ type Result struct {
 func (r Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", r.Setup)
-	b.WriteString("| step | offered req/s | achieved req/s | requests | errors | p50 | p99 | max | source reads / GET | L1 hits / GET |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| step | offered req/s | achieved req/s | requests | errors | p50 | p99 | max | source reads / GET | L1 hits / GET | CPU µs / req: serve | redis-server | generator | Redis round trips / req |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Rows {
 		target := "closed loop"
 		if row.Target != 0 {
 			target = fmt.Sprintf("%.0f", max(row.Target, -row.Target))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %.3f%% | %.1f%% |\n", row.Step, target, row.Rate, row.Requests,
-			row.Errors, fmtDur(row.P50), fmtDur(row.P99), fmtDur(row.Max), 100*row.SourceShare, 100*row.L1Share)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %.3f%% | %.1f%% | %s | %s | %s | %.3f |\n", row.Step, target, row.Rate, row.Requests,
+			row.Errors, fmtDur(row.P50), fmtDur(row.P99), fmtDur(row.Max), 100*row.SourceShare, 100*row.L1Share,
+			fmtMicros(row.ServeCPU), fmtMicros(row.RedisCPU), fmtMicros(row.GenCPU), row.RedisReads)
 	}
 	if sat, ceil := r.row("saturation"), r.row("ceiling /healthz"); sat != nil && ceil != nil && ceil.Rate > 0 {
 		fmt.Fprintf(&b, "\nClosed loop: serve %.0f req/s against its own /healthz's %.0f req/s: **%.2fx**.\n", sat.Rate, ceil.Rate, sat.Rate/ceil.Rate)
@@ -193,6 +201,13 @@ func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
 
+func fmtMicros(d time.Duration) string {
+	if d == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
+}
+
 // Deps is what Run is given besides its Config.
 type Deps = bench.Deps
 
@@ -207,6 +222,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	}
 	deps = deps.OrDefaults()
 	log, progress := deps.Log, deps.Progress
+	redisPid := 0 // a redis-server the bench did not start is not measured
 	if cfg.PG == "" {
 		fmt.Fprintln(progress, "starting private Postgres and Redis ...")
 		srv, err := bench.StartStack(ctx, "serve", log)
@@ -215,6 +231,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		}
 		defer srv.Stop()
 		cfg.PG, cfg.Redis = srv.DSN, srv.Redis.URL()
+		redisPid = srv.Redis.Pid()
 	} else if _, err := migrations.Up(ctx, cfg.PG, log); err != nil {
 		return Result{}, fmt.Errorf("bench serve: migrate: %w", err)
 	}
@@ -252,7 +269,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	base, metricsURL := srv.API, srv.Metrics+"/metrics"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096}, Timeout: 10 * time.Second}
 
-	g := &generator{client: client, key: key, zipfS: cfg.ZipfS, metrics: metricsURL}
+	g := &generator{client: client, key: key, zipfS: cfg.ZipfS, metrics: metricsURL,
+		rdb: rdb, pids: [3]int{srv.Pid(), redisPid, os.Getpid()}}
 	for i := range cfg.Items {
 		g.urls = append(g.urls, base+"/v1/catalog/items/"+benchItem(i))
 	}
@@ -335,6 +353,8 @@ type generator struct {
 	ceilingURL string
 	zipfS      float64
 	metrics    string
+	rdb        *redis.Client // the Redis serve uses: its command count
+	pids       [3]int        // serve, redis-server (0: not the bench's), the generator (this process)
 	errors     int64
 	mu         sync.Mutex
 }
@@ -462,9 +482,11 @@ func (g *generator) measure(ctx context.Context, name string, run func() (int64,
 	g.mu.Lock()
 	g.errors = 0
 	g.mu.Unlock()
+	cpu0, reads0 := g.usage(ctx)
 	t0 := time.Now()
 	_, lat := run()
 	elapsed := time.Since(t0)
+	cpu1, reads1 := g.usage(ctx)
 	after, err := g.scrape(ctx)
 	if err != nil {
 		return Row{}, err
@@ -479,7 +501,43 @@ func (g *generator) measure(ctx context.Context, name string, run func() (int64,
 		row.SourceShare = (after.sourceReads - before.sourceReads) / gets
 		row.L1Share = (after.l1Hits - before.l1Hits) / gets
 	}
+	if n := row.Requests; n > 0 {
+		per := func(i int) time.Duration {
+			if cpu0[i] < 0 || cpu1[i] < 0 {
+				return 0
+			}
+			return (cpu1[i] - cpu0[i]) / time.Duration(n)
+		}
+		row.ServeCPU, row.RedisCPU, row.GenCPU = per(0), per(1), per(2)
+		if reads0 >= 0 && reads1 >= 0 {
+			row.RedisReads = float64(reads1-reads0) / float64(n)
+		}
+	}
 	return row, nil
+}
+
+// usage is the CPU each of g.pids has used so far (-1: not known) and the
+// socket reads Redis has processed (-1: not known).
+func (g *generator) usage(ctx context.Context) (cpu [3]time.Duration, reads int64) {
+	for i, pid := range g.pids {
+		cpu[i] = -1
+		if pid > 0 {
+			if d, err := bench.ProcCPU(pid); err == nil {
+				cpu[i] = d
+			}
+		}
+	}
+	reads = -1
+	if info, err := g.rdb.Info(ctx, "stats").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					reads = n
+				}
+			}
+		}
+	}
+	return cpu, reads
 }
 
 type serveCounters struct{ gets, sourceReads, l1Hits float64 }
