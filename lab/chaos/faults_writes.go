@@ -146,17 +146,22 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 		kinds = append(kinds, map[bool]string{true: "replica-role", false: "later-trigger"}[replica])
 	}
 	// Read them past the bound, on every serve process, for hold and then
-	// until each was answered from the cache past its bound (or the run
-	// ends): on a busy box the pipeline may lag, and a value the watermark
-	// does not vouch for is refreshed, not served; an old value is only
-	// judged once a hit past the bound was asked for.
+	// until each was answered from the cache past its bound, the run ends
+	// or the reads reach hold + unbumpedReadPast: on a busy box the
+	// pipeline may lag, and a value the watermark does not vouch for is
+	// refreshed, not served; an old value is only judged once a hit past
+	// the bound was asked for. The cap keeps an item that never turns into
+	// a hit from holding the fault to the run's end; every read made is
+	// recorded, and judged, all the same.
 	start := time.Now()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), hold+unbumpedReadPast)
+	defer rcancel()
 	bound := in.load.rec.checker.Bound
 	judged := make([]bool, len(done))
 	left := len(done)
-	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil {
+	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil && rctx.Err() == nil {
 		for i, u := range done {
-			a, ok := in.load.getOn(cctx, i%len(s.serves), u.Tenant, u.Item, 0, false)
+			a, ok := in.load.getOn(rctx, i%len(s.serves), u.Tenant, u.Item, 0, false)
 			if ok && !judged[i] && a.Status == http.StatusOK && hit(a.CacheStatus) && a.Sent.After(u.VisibleBy.Add(bound)) {
 				judged[i] = true
 				left--
@@ -166,11 +171,19 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 	}
 	what := fmt.Sprintf("%d payloads rewritten without a new version on %s (%s; %d of %d items answered from the cache before), read for %s",
 		len(done), t.Name, summarise(kinds), cached, len(items), time.Since(start).Round(time.Second))
-	if left > 0 {
+	switch {
+	case left > 0 && ctx.Err() == nil:
+		what += fmt.Sprintf("; %d of them %s when the reads stopped at their cap (hold %s + %s)",
+			left, neverJudged, hold.Round(time.Second), unbumpedReadPast)
+	case left > 0:
 		what += fmt.Sprintf("; %d of them %s before the run ended", left, neverJudged)
 	}
 	return what, nil
 }
+
+// unbumpedReadPast is how long the unbumped-write fault keeps reading its
+// items past its hold for a hit past the bound.
+const unbumpedReadPast = 60 * time.Second
 
 // neverJudged is what the unbumped-write fault says of items it could not
 // read from the cache past the bound (the run judged nothing of them).
