@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -17,15 +16,7 @@ import (
 // source.read and cache.fill under it.
 func TestGetTraceHoldsTheReadPath(t *testing.T) {
 	e := newEnv(t)
-	otlp := testenv.StartOTLP(t)
-	tcfg := telemetry.DefaultTraceConfig()
-	tcfg.Endpoint, tcfg.SampleRatio, tcfg.Service, tcfg.BatchTimeout = otlp.URL(), 1, "tidemark-serve", 50*time.Millisecond
-	tracing, err := telemetry.NewTracing(tcfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tctx, tcancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { tcancel(); _ = tracing.Run(tctx) })
+	tracing, otlp := testenv.StartTracing(t, "tidemark-serve")
 	in := e.instance(instOpts{tracer: tracing.Provider()})
 	key := e.apiKey("acme")
 	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'traced', 7, '{"v":7}')`)

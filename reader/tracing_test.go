@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tidemark/tidemark/cache"
-	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -39,15 +38,7 @@ func (w *waitSignal) Lookup(ctx context.Context, tenant, item string, minVersion
 // serve starts that span per GET.
 func TestTraceShowsLeaseWait(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	otlp := testenv.StartOTLP(t)
-	tcfg := telemetry.DefaultTraceConfig()
-	tcfg.Endpoint, tcfg.SampleRatio, tcfg.Service, tcfg.BatchTimeout = otlp.URL(), 1, "tidemark-reader-test", 50*time.Millisecond
-	tracing, err := telemetry.NewTracing(tcfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tctx, tcancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { tcancel(); _ = tracing.Run(tctx) })
+	tracing, otlp := testenv.StartTracing(t, "tidemark-reader-test")
 
 	src := newMemSource()
 	src.set("acme", "waited", 7, `{"v":7}`)

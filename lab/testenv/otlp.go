@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tidemark/tidemark/internal/telemetry"
 )
 
 // OTLP is a trace receiver speaking the collector's OTLP/HTTP protocol
@@ -52,6 +55,23 @@ func StartOTLP(t testing.TB) *OTLP {
 
 // URL is the collector endpoint to give an exporter (http://host:port).
 func (o *OTLP) URL() string { return o.srv.URL }
+
+// StartTracing is a tracing pipeline (every span sampled, batches sent
+// within 50 ms) exporting as service to a receiver of its own; both stop
+// with the test, the pipeline first.
+func StartTracing(t testing.TB, service string) (*telemetry.Tracing, *OTLP) {
+	t.Helper()
+	o := StartOTLP(t)
+	cfg := telemetry.DefaultTraceConfig()
+	cfg.Endpoint, cfg.SampleRatio, cfg.Service, cfg.BatchTimeout = o.URL(), 1, service, 50*time.Millisecond
+	tr, err := telemetry.NewTracing(cfg, Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); _ = tr.Run(ctx) })
+	return tr, o
+}
 
 func (o *OTLP) export(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" {
