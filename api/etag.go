@@ -154,14 +154,13 @@ func (w *itemWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// conditional wraps w for the answer to a tenant whose tag is tag
-// (itemWriter).
-func conditional(w http.ResponseWriter, r *http.Request, tag string) http.ResponseWriter {
-	iw := &itemWriter{ResponseWriter: w, tag: tag}
+// ifNoneMatch is the If-None-Match an itemWriter answers r by: a GET's or
+// HEAD's ("" for other methods).
+func ifNoneMatch(r *http.Request) string {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		iw.inm = r.Header.Get("If-None-Match")
+		return r.Header.Get("If-None-Match")
 	}
-	return iw
+	return ""
 }
 
 var errIfMatch = errors.New(`If-Match must be one strong ETag from an earlier response (e.g. "3.1a2b3c4d5e6f", or "3")`)

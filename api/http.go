@@ -21,7 +21,10 @@ func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Reques
 	ok := s.m.requests.WithLabelValues(route, "200")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		// The status recorder and the answer's finisher (itemWriter) are
+		// one allocation: every request needs both.
+		aw := &answerWriter{sw: statusWriter{ResponseWriter: w, code: http.StatusOK}}
+		sw := &aw.sw
 		defer func() {
 			hist.Observe(time.Since(start).Seconds())
 			if sw.code == http.StatusOK {
@@ -41,8 +44,15 @@ func (s *Server) endpoint(route string, h func(http.ResponseWriter, *http.Reques
 			writeError(sw, http.StatusServiceUnavailable, "unavailable", "the API key cannot be checked right now")
 			return
 		}
-		h(conditional(sw, r, s.tags.tag(tenant)), r, tenant)
+		aw.iw = itemWriter{ResponseWriter: sw, tag: s.tags.tag(tenant), inm: ifNoneMatch(r)}
+		h(&aw.iw, r, tenant)
 	})
+}
+
+// answerWriter holds the two wrappers endpoint puts around every answer.
+type answerWriter struct {
+	sw statusWriter
+	iw itemWriter
 }
 
 type statusWriter struct {

@@ -70,6 +70,7 @@ type Server struct {
 	reg          prometheus.Registerer
 	log          *slog.Logger
 	tracer       trace.Tracer
+	tracing      bool // a tracer provider was given (else GETs start no span at all)
 	clock        *clockguard.Guard
 	hardLifetime time.Duration // of values read from the source now
 	schemaOK     atomic.Bool   // the database was seen holding the schema this binary needs (Ready)
@@ -126,6 +127,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		reg:          reg,
 		log:          log,
 		tracer:       telemetry.Tracer(deps.Tracer, "api"),
+		tracing:      deps.Tracer != nil,
 		clock:        clock,
 		hardLifetime: deps.Cache.Config().HardLifetime,
 	}

@@ -29,6 +29,9 @@ const (
 // not followed: a parent's sampling decision is obeyed, and a client must
 // not be able to have every read traced.
 func (s *Server) startGet(r *http.Request, tenant, id string, minVersion int64) (context.Context, trace.Span) {
+	if !s.tracing { // no tracer: the request's own context and a span that records nothing
+		return r.Context(), noSpan
+	}
 	ctx, span := s.tracer.Start(r.Context(), spanGet, getSpanOpts...)
 	if !span.IsRecording() { // not sampled (or tracing off): nothing more to pay for
 		return ctx, span
@@ -40,6 +43,9 @@ func (s *Server) startGet(r *http.Request, tenant, id string, minVersion int64) 
 	}
 	return ctx, span
 }
+
+// noSpan is the span of a GET while tracing is off: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 var getSpanOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
 

@@ -33,10 +33,11 @@ type lookups struct {
 // lookupCall is one lookup waiting in the queue or in flight.
 type lookupCall struct {
 	tenant, item string
-	deadline     time.Time     // the caller's: the round trip it rides is bounded by the earliest of them
-	wake         chan struct{} // closed when answered, or when it leads the next round trip
-	batch        []*lookupCall // set when woken to lead: the round trip it sends (itself first)
-	queued       bool          // under lookups.mu: still in the queue (its caller may leave)
+	ctx          context.Context // the caller's: a round trip of this call alone runs on it
+	deadline     time.Time       // ctx's: a round trip of several is bounded by the earliest of them
+	wake         chan struct{}   // closed when answered, or when it leads the next round trip
+	batch        []*lookupCall   // set when woken to lead: the round trip it sends (itself first)
+	queued       bool            // under lookups.mu: still in the queue (its caller may leave)
 
 	res            cache.LookupResult
 	err            error
@@ -63,7 +64,7 @@ func (l *lookups) lookup(ctx context.Context, tenant, item string, minVersion in
 		lr, err = l.cache.Lookup(ctx, tenant, item, minVersion)
 		return lr, sent, sentWall, err
 	}
-	c := &lookupCall{tenant: tenant, item: item, wake: make(chan struct{})}
+	c := &lookupCall{tenant: tenant, item: item, ctx: ctx, wake: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl
 	}
@@ -147,6 +148,12 @@ func (l *lookups) lead(batch []*lookupCall) {
 // send looks batch up in one round trip per tenant (LookupMany is one
 // tenant's), within the earliest deadline of its calls.
 func (l *lookups) send(batch []*lookupCall) {
+	if len(batch) == 1 { // alone: on its caller's context, no timer of its own
+		c := batch[0]
+		c.sent, c.sentWall = l.clock.Now(), l.clock.Wall()
+		c.res, c.err = l.cache.Lookup(c.ctx, c.tenant, c.item, 0)
+		return
+	}
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	var dl time.Time
 	for _, c := range batch {
@@ -161,11 +168,6 @@ func (l *lookups) send(batch []*lookupCall) {
 	sent, sentWall := l.clock.Now(), l.clock.Wall()
 	for _, c := range batch {
 		c.sent, c.sentWall = sent, sentWall
-	}
-	if len(batch) == 1 {
-		c := batch[0]
-		c.res, c.err = l.cache.Lookup(ctx, c.tenant, c.item, 0)
-		return
 	}
 	if oneTenant(batch) { // the usual case: no grouping, no goroutine
 		l.sendTenant(ctx, batch[0].tenant, batch)
