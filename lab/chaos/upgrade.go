@@ -418,6 +418,12 @@ func (u *upgrader) namespaceUpgrade(ctx context.Context, within time.Duration) e
 	}
 	u.status(ctx, group)
 	// 2. The serve processes move one at a time, on the old namespace's pool.
+	// Status is read every 2 s meanwhile, not only after each move: the
+	// window with both namespaces served is one move long, and a loaded
+	// box can shift a beat past a single reading.
+	sctx, stopStatus := context.WithCancel(ctx)
+	defer stopStatus()
+	go lifecycle.Every(sctx, 2*time.Second, func() { u.status(sctx, group) })
 	step := within / 6
 	for i, p := range s.serves {
 		if err := u.pause(ctx, within/10+time.Duration(i+1)*step); err != nil {
@@ -431,6 +437,7 @@ func (u *upgrader) namespaceUpgrade(ctx context.Context, within time.Duration) e
 		}
 		u.status(ctx, group)
 	}
+	stopStatus()
 	s.observedNS.Store(&ns)
 	// 3. The old namespace drains by its deadlines; status says when.
 	t0 = time.Now()
@@ -478,6 +485,9 @@ func (u *upgrader) status(ctx context.Context, group string) string {
 		if n.Name == namespace {
 			old = n.State
 		}
+	}
+	if ctx.Err() != nil { // a reading cut short by its end, not a state
+		return old
 	}
 	line := fmt.Sprintf("[%s] %s", rep.Verdict, strings.Join(lines, " | "))
 	u.mu.Lock()

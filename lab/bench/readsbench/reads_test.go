@@ -53,9 +53,14 @@ func TestRunBenchSmoke(t *testing.T) {
 			single = row
 		}
 	}
-	if batch.RedisReads > single.RedisReads/4 {
-		t.Errorf("L1 off: %.3f Redis reads per item in batches of %d, %.3f in single GETs: want one round trip per batch, at most a quarter of the singles'",
-			batch.RedisReads, cfg.BatchSize, single.RedisReads)
+	// A page's lookups are one round trip: 1.08 per page measured on a
+	// loaded box (serve's own beats are counted too). Twenty lookups sent
+	// apart are at least two even when serve's lookup batching joins them
+	// (the first goes alone, the rest queue behind it), as the single GETs
+	// show (3 per page on the same box).
+	if perPage := batch.RedisReads * float64(cfg.BatchSize); perPage > 1.5 || batch.RedisReads >= single.RedisReads {
+		t.Errorf("L1 off: %.2f Redis round trips per page of %d in one batch GET (%.2f as single GETs): want one per page",
+			perPage, cfg.BatchSize, single.RedisReads*float64(cfg.BatchSize))
 	}
 
 	if len(res.Hot) != 4 {
