@@ -1,8 +1,11 @@
 package chaos
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -55,6 +58,22 @@ func passed(t *testing.T, rep *Report, minChecked int64) {
 
 func run(t *testing.T, cfg Config) *Report {
 	t.Helper()
+	if cfg.Dir == "" {
+		// A run's own directory, so that its stages' logs outlive it: a
+		// failed test prints their warnings (the report says what broke,
+		// the logs say why); Run removes the servers' data itself.
+		dir, err := os.MkdirTemp("", "tidemark-chaos-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Dir = dir
+		t.Cleanup(func() {
+			if t.Failed() {
+				logStageWarnings(t, dir)
+			}
+			os.RemoveAll(dir)
+		})
+	}
 	r, err := New(cfg, Deps{Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -224,5 +243,38 @@ func TestChaosReadSLOMissedUnderATooSmallBudget(t *testing.T) {
 	if rep.SLO == nil || !rep.SLO.Judged || rep.ByKind[KindSLO] == 0 || rep.Pass() ||
 		!slices.ContainsFunc(rep.SLO.Misses, func(m string) bool { return strings.Contains(m, "steady-state success") }) {
 		t.Fatalf("a steady state answering 503s passed the read SLO: %+v", rep.SLO)
+	}
+}
+
+// logStageWarnings prints each stage log's last warnings and errors (at
+// most 25 lines a log, each cut at 400 bytes) and its last line.
+func logStageWarnings(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Logf("%s: %v", path, err)
+			continue
+		}
+		var warn []string
+		last := ""
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if len(line) > 400 {
+				line = line[:400] + "..."
+			}
+			last = line
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				warn = append(warn, line)
+			}
+		}
+		f.Close()
+		total := len(warn)
+		if len(warn) > 25 {
+			warn = warn[len(warn)-25:]
+		}
+		t.Logf("%s: %d warning lines (the last %d), last line:\n%s\n%s", filepath.Base(path), total, len(warn), strings.Join(warn, "\n"), last)
 	}
 }
