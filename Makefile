@@ -35,7 +35,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/tidemark/tidemark/internal/telemetry.version=$(VERSION) -X github.com/tidemark/tidemark/internal/telemetry.revision=$(REVISION)
 
 # Two binaries: tidemark, the product the image ships, and tidemark-lab
-# (dev, kafka, bench, chaos), which runs the product binary beside it.
+# (dev, kafka, bench, chaos, proxy), which runs the product binary beside it.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tidemark
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB_BIN) ./cmd/tidemark-lab

@@ -23,6 +23,7 @@ type root struct {
 	Kafka kafkaCmd `cmd:"" help:"Run an embedded Kafka broker (kfake), or with --real an Apache Kafka cluster, for local runs and manual testing. Production uses its own Kafka."`
 	Bench benchCmd `cmd:"" help:"Benchmarks against ceilings measured in the same run."`
 	Chaos chaosCmd `cmd:"" help:"Run the pipeline under injected faults and check every answer against the source history; exit 0 only with zero violations."`
+	Proxy proxyCmd `cmd:"" help:"Forward TCP connections to one server, with an HTTP endpoint that cuts and restores them (the chaos harness's serve-redis-cut fault runs one per serve process)."`
 }
 
 func main() {

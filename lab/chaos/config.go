@@ -28,7 +28,7 @@ type Config struct {
 	// given to them as the flags a user would write (a password as a file).
 	KafkaConn kafkaconn.Config
 	Binary    string // the tidemark binary run as capture, apply and serve
-	LabBinary string // the tidemark-lab binary run as the embedded broker (kafka) when Kafka is empty
+	LabBinary string // the tidemark-lab binary run as the embedded broker (kafka) when Kafka is empty, and as the proxies of FaultServeRedisCut
 	Dir       string // work directory (servers' data and process logs)
 	Keep      string // write the histories here as JSON lines ("" = not kept)
 	Tenants   int
@@ -183,8 +183,12 @@ func (c Config) Validate() error {
 	if c.Binary == "" {
 		p.Add("Binary", "the tidemark binary to run the stages is not set")
 	}
-	if c.LabBinary == "" && len(c.Kafka) == 0 {
+	switch {
+	case c.LabBinary != "":
+	case len(c.Kafka) == 0:
 		p.Add("LabBinary", "the tidemark-lab binary to run the embedded broker is not set")
+	case slices.Contains(c.Kinds(), FaultServeRedisCut):
+		p.Add("LabBinary", "the tidemark-lab binary to run the proxies of %s is not set", FaultServeRedisCut)
 	}
 	if c.UpgradeFrom != "" && c.UpgradeNamespace != "" {
 		p.Add("UpgradeFrom", "a run does either a rolling upgrade or a namespace upgrade, not both")

@@ -3,10 +3,11 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
-	"github.com/tidemark/tidemark/lab/localserver"
+	"github.com/tidemark/tidemark/lab/proc"
 )
 
 // FaultServeRedisCut cuts one serve process off from Redis while the other
@@ -20,19 +21,61 @@ import (
 // themselves, past any proxy.
 const FaultServeRedisCut = "serve-redis-cut"
 
-// serveProxies puts a proxy in front of the Redis server for each serve
+// proxyStage is a tidemark-lab proxy process in front of the Redis server
+// for one serve process. It runs apart from the harness: in the harness's
+// own process (race detector on in the tests, the load and the checker
+// beside it) its forwarding slowed to Redis timeouts of half a second in
+// the serve processes, and a cache that cannot fill stays cold.
+type proxyStage struct {
+	proc    *proc.Process
+	control string // base URL of its control endpoint
+}
+
+// serveProxies starts a proxy in front of the Redis server for each serve
 // process and returns the URL each is to use.
-func (s *system) serveProxies(n int) ([]string, error) {
+func (s *system) serveProxies(ctx context.Context, n int) ([]string, error) {
 	var urls []string
-	for range n {
-		p, err := localserver.NewProxy(s.redis[0].Addr)
+	for i := range n {
+		listen, err := addr()
 		if err != nil {
 			return nil, err
 		}
+		control, err := addr()
+		if err != nil {
+			return nil, err
+		}
+		p := &proxyStage{proc: s.labStage(fmt.Sprintf("proxy%d", i+1), "proxy", "--listen", listen, "--target", s.redis[0].Addr, "--control", control),
+			control: "http://" + control}
+		if err := p.proc.Start(); err != nil {
+			return nil, err
+		}
 		s.proxies = append(s.proxies, p)
-		urls = append(urls, strings.Replace(s.redisURL, s.redis[0].Addr, p.Addr, 1))
+		if err := waitTCP(ctx, control, 30*time.Second); err != nil {
+			return nil, err
+		}
+		urls = append(urls, strings.Replace(s.redisURL, s.redis[0].Addr, listen, 1))
 	}
 	return urls, nil
+}
+
+// set cuts (POST /cut) or restores (POST /restore) the proxy's forwarding
+// and returns once it is done.
+func (p *proxyStage) set(ctx context.Context, op string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.control+"/"+op, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", p.proc.Name(), op, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("%s %s: answered %s", p.proc.Name(), op, resp.Status)
+	}
+	return nil
 }
 
 // serveRedisCut cuts a random serve process's proxy for hold with the cold
@@ -49,8 +92,13 @@ func (in *injector) serveRedisCut(ctx context.Context, hold time.Duration) (stri
 	in.load.coldAbsent.Store(true)
 	defer in.load.coldAbsent.Store(false)
 	in.load.coldUntil.Store(time.Now().Add(hold).UnixNano())
-	s.proxies[i].Cut()
+	if err := s.proxies[i].set(ctx, "cut"); err != nil {
+		return "", err
+	}
 	sleep(ctx, hold)
-	s.proxies[i].Restore()
+	// Restored even when ctx ended: the run's last checks read through it.
+	if err := s.proxies[i].set(ctx, "restore"); err != nil {
+		return "", err
+	}
 	return fmt.Sprintf("%s cut off from Redis, %g reads/s of absent ids", s.serves[i].Name(), 3*s.cfg.SourceBudget), nil
 }

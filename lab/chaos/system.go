@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,8 +45,8 @@ type system struct {
 	redisURL string
 	rdb      redis.UniversalClient
 	// proxies: one per serve process in front of the Redis server, so one
-	// can be cut off alone (FaultServeRedisCut); none with a Cluster.
-	proxies []*localserver.Proxy
+	// can be cut off alone; only when FaultServeRedisCut is scheduled.
+	proxies []*proxyStage
 
 	broker  *proc.Process // nil with external brokers
 	brokers string
@@ -311,6 +312,11 @@ func (s *system) stage(name string, args ...string) *proc.Process {
 	return proc.New(proc.Config{Name: name, Bin: bin, Args: args, Env: s.cfg.StageEnv, Log: filepath.Join(s.dir, name+".log"), Group: true})
 }
 
+// labStage is a process of the lab binary (the harness's own helpers).
+func (s *system) labStage(name string, args ...string) *proc.Process {
+	return proc.New(proc.Config{Name: name, Bin: s.cfg.LabBinary, Args: args, Log: filepath.Join(s.dir, name+".log"), Group: true})
+}
+
 func (s *system) startStages(ctx context.Context) error {
 	for i := 0; i < 2; i++ {
 		m, err := addr()
@@ -334,9 +340,9 @@ func (s *system) startStages(ctx context.Context) error {
 	lim := s.cfg.Limits()
 	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }
 	serveRedis := []string{s.redisURL, s.redisURL}
-	if !s.cfg.Cluster {
+	if slices.Contains(s.cfg.Kinds(), FaultServeRedisCut) {
 		var err error
-		if serveRedis, err = s.serveProxies(2); err != nil {
+		if serveRedis, err = s.serveProxies(ctx, 2); err != nil {
 			return err
 		}
 	}
@@ -463,7 +469,7 @@ func (s *system) close() {
 		s.rdb.Close()
 	}
 	for _, p := range s.proxies {
-		p.Close()
+		p.proc.Stop(stageGrace)
 	}
 	for _, r := range s.redis {
 		r.Kill()

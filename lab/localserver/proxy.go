@@ -1,11 +1,16 @@
 package localserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
+	"time"
+
+	"github.com/tidemark/tidemark/internal/config"
 )
 
 // Proxy is a TCP proxy on a free local port in front of one server: what
@@ -25,7 +30,12 @@ type Proxy struct {
 // NewProxy listens on a free local port and forwards every connection to
 // target until Close.
 func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewProxyOn("127.0.0.1:0", target)
+}
+
+// NewProxyOn is NewProxy listening on listen.
+func NewProxyOn(listen, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", target, err)
 	}
@@ -119,4 +129,68 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	return err
+}
+
+// ControlHandler serves Cut and Restore to another process: POST /cut and
+// POST /restore answer 204 once done, GET /healthz 200 (the proxy run as its
+// own process, tidemark-lab proxy, so a harness's own load cannot slow the
+// traffic it forwards).
+func (p *Proxy) ControlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /cut", func(w http.ResponseWriter, _ *http.Request) {
+		p.Cut()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /restore", func(w http.ResponseWriter, _ *http.Request) {
+		p.Restore()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})
+	return mux
+}
+
+// ProxyConfig is a proxy run as its own process.
+type ProxyConfig struct {
+	Listen  string // host:port the proxy's clients dial
+	Target  string // host:port of the server behind it
+	Control string // host:port of ControlHandler
+}
+
+// Validate reports the fields a proxy cannot run with.
+func (c ProxyConfig) Validate() error {
+	var p config.Problems
+	for _, f := range []struct{ name, v string }{{"Listen", c.Listen}, {"Target", c.Target}, {"Control", c.Control}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			p.Add(f.name, "must be host:port (got %q)", f.v)
+		}
+	}
+	return p.Err()
+}
+
+// RunProxy forwards cfg.Listen to cfg.Target and serves the control
+// endpoint on cfg.Control until ctx ends.
+func RunProxy(ctx context.Context, cfg ProxyConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p, err := NewProxyOn(cfg.Listen, cfg.Target)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", cfg.Control)
+	if err != nil {
+		return fmt.Errorf("proxy control: %w", err)
+	}
+	srv := &http.Server{Handler: p.ControlHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("proxy control: %w", err)
+	}
+	return nil
 }
