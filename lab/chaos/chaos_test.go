@@ -205,6 +205,17 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "external brokers") {
 		t.Fatalf("Kafka connection settings for the embedded broker: %v, want a refusal naming external brokers", err)
 	}
+	// External brokers need no lab binary, unless serve-redis-cut's
+	// proxies are to run.
+	cfg = DefaultConfig()
+	cfg.Binary, cfg.Kafka = "/bin/true", []string{"127.0.0.1:9092"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), FaultServeRedisCut) {
+		t.Fatalf("every kind, external brokers, no lab binary: %v, want a refusal naming %s", err, FaultServeRedisCut)
+	}
+	cfg.Faults = []string{FaultKillServe}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("%s alone, external brokers, no lab binary: %v", FaultKillServe, err)
+	}
 }
 
 // TestChaosClusterShortRun is the Redis Cluster part of `make test`'s chaos:
