@@ -37,6 +37,8 @@ func (c *benchE2ECmd) Bind(b *cli.Binder) {
 	b.Flag(&c.e2e.Debezium, "debezium", "Also measure Debezium's embedded engine (3.6.1, poll 1 ms, batches of 256) under the single-row load, commit → its callback, against tidemark's commit → applied (needs the jar: make debezium).")
 	b.Flag(&c.e2e.DebeziumJar, "debezium-jar", "The jar `make debezium` builds, for --debezium.")
 	b.Flag(&c.e2e.Recvlogical, "recvlogical", "pg_recvlogical binary (default: /usr/lib/postgresql/<newest>/bin or PATH).")
+	b.Flag(&c.e2e.CaptureArgs, "capture-arg", "Extra flag for the capture process (repeatable), e.g. --capture-arg=--linger=0.")
+	b.Flag(&c.e2e.ApplyArgs, "apply-arg", "Extra flag for the apply process (repeatable).")
 	b.Flag(&c.svg, "svg", "Also write the latency-against-offered-rate chart here as SVG (the file named under the table); empty: no chart.")
 }
 

@@ -383,12 +383,14 @@ func startStages(ctx context.Context, cfg Config, dir, dsn, redisURL string, log
 		return st, err
 	}
 	st.captureMetrics = "127.0.0.1:" + strconv.Itoa(mport)
-	if st.capture, err = startProc(dir, "capture", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
-		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr", st.captureMetrics); err != nil {
+	captureArgs := append([]string{"capture", "--pg", dsn, "--kafka", kafka, "--topic", st.topic,
+		"--partitions", strconv.Itoa(cfg.Partitions), "--slot", st.slot, "--metrics-addr", st.captureMetrics}, cfg.CaptureArgs...)
+	if st.capture, err = startProc(dir, "capture", diag{cfg.Profile, cfg.Trace}, cfg.Binary, captureArgs...); err != nil {
 		return st, err
 	}
-	if st.apply, err = startProc(dir, "apply", diag{cfg.Profile, cfg.Trace}, cfg.Binary, "apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
-		"--group", st.group, "--metrics-addr="); err != nil {
+	applyArgs := append([]string{"apply", "--kafka", kafka, "--redis", redisURL, "--topic", st.topic,
+		"--group", st.group, "--metrics-addr="}, cfg.ApplyArgs...)
+	if st.apply, err = startProc(dir, "apply", diag{cfg.Profile, cfg.Trace}, cfg.Binary, applyArgs...); err != nil {
 		return st, err
 	}
 	adm, err := kgo.NewClient(kgo.SeedBrokers(st.brokers...))

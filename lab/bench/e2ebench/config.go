@@ -38,6 +38,8 @@ type Config struct {
 	Partitions  int           // partitions of the topic
 	Drain       time.Duration // how long the tail may take to arrive after the load stops
 	Recvlogical string        // pg_recvlogical path ("" = find it)
+	CaptureArgs []string      // extra flags for the capture process (e.g. --linger=0)
+	ApplyArgs   []string      // extra flags for the apply process
 	Workers     int           // Postgres connections of the load generator
 	Profile     bool          // stages write CPU profiles to Dir/<stage>.pprof (Dir must be set)
 	Trace       bool          // stages write execution traces to Dir/<stage>.trace (Dir must be set)
