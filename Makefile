@@ -139,8 +139,8 @@ schemathesis:
 		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
 	fi
 
-# lab/chaos (its sixteen chaos runs of 40-100 s, two at a time, about
-# 12-15 minutes) is the longest package, so it is named first and starts
+# lab/chaos (its sixteen chaos runs of 40-100 s, two at a time, 15-18
+# minutes in the last fresh-clone runs) is the longest package, so it is named first and starts
 # first; the other packages share the other two slots. Most tests wait on
 # their servers more than they compute: three packages at a time keep the
 # two cores busy.
