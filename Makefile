@@ -140,10 +140,10 @@ schemathesis:
 	fi
 
 # lab/chaos (its sixteen chaos runs of 40-100 s, two at a time, 15-18
-# minutes in the last fresh-clone runs) is the longest package, so it is named first and starts
-# first; the other packages share the other two slots. Most tests wait on
-# their servers more than they compute: three packages at a time keep the
-# two cores busy.
+# minutes in the last fresh-clone runs) is the longest package, so it is
+# named first and starts first; the other packages share the other two
+# slots. Most tests wait on their servers more than they compute: three
+# packages at a time keep the two cores busy.
 test-go:
 	$(GO) test -race -count=1 -p 3 -timeout 45m ./lab/chaos $(PKGS)
 

@@ -18,6 +18,8 @@
 package e2ebench
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tidemark/tidemark/internal/config"
@@ -104,6 +106,23 @@ func (c Config) Validate() error {
 	}
 	if c.Debezium && c.DebeziumJar == "" {
 		p.Add("DebeziumJar", "the Debezium jar is required to measure Debezium (`make debezium` builds it)")
+	}
+	// The bench watches the topic, slot and group it gives the stages: an
+	// extra flag that moved one would leave it waiting on the wrong one.
+	for _, x := range []struct {
+		field string
+		args  []string
+		owned []string
+	}{
+		{"CaptureArgs", c.CaptureArgs, []string{"pg", "kafka", "topic", "partitions", "slot"}},
+		{"ApplyArgs", c.ApplyArgs, []string{"kafka", "redis", "topic", "group", "namespace"}},
+	} {
+		for _, a := range x.args {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if slices.Contains(x.owned, name) {
+				p.Add(x.field, "--%s is set by the bench itself (it watches what it gives the process)", name)
+			}
+		}
 	}
 	return p.Err()
 }
