@@ -64,7 +64,25 @@ func cachedBuild(t testing.TB, key string, make func() (string, error)) string {
 	return b.path
 }
 
+// BinDirEnv names a directory holding tidemark and tidemark-lab built from
+// this checkout (`make test` builds them once, before the tests, as
+// test-bin does): the untagged build then comes from there instead of a
+// link per test binary. The Makefile sets it only for the run it built
+// them for, so they are never older than the code under test.
+const BinDirEnv = "TIDEMARK_TEST_BIN_DIR"
+
 func buildBinary(tags []string) (string, error) {
+	if dir := os.Getenv(BinDirEnv); dir != "" && len(tags) == 0 {
+		if !filepath.IsAbs(dir) { // each test binary runs in its own package's directory
+			return "", fmt.Errorf("%s=%s: want an absolute path", BinDirEnv, dir)
+		}
+		for _, pkg := range []string{"tidemark", "tidemark-lab"} {
+			if _, err := os.Stat(filepath.Join(dir, pkg)); err != nil {
+				return "", fmt.Errorf("%s=%s: %w", BinDirEnv, dir, err)
+			}
+		}
+		return filepath.Join(dir, "tidemark"), nil
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -78,7 +96,9 @@ func buildBinary(tags []string) (string, error) {
 	path := filepath.Join(dir, "tidemark")
 	// Built without -race: the in-process tests cover races, and a race
 	// build of the whole binary would cost CI a minute per package.
-	args := []string{"build"}
+	// -trimpath, as the image builds it: the checkout's path is then no
+	// part of the build, so another clone's build comes from the cache.
+	args := []string{"build", "-trimpath"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
