@@ -89,7 +89,7 @@ deps: deps-test
 # on its servers (chaos schedules, JVMs electing leaders, standbys catching
 # up), so together they fill the two cores that one at a time left idle.
 test: deps-test lint test-rules helm-lint schemathesis test-bin
-	$(MAKE) --no-print-directory -j3 --output-sync=line test-go test-chaos test-kafka
+	$(MAKE) --no-print-directory -j3 test-go test-chaos test-kafka
 
 # The fast lane, what a developer runs first: every test that starts no
 # server, found by reading the tests (lab/unitlane; README, Development).
