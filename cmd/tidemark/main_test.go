@@ -67,7 +67,7 @@ func TestVersion(t *testing.T) {
 // build-information path.
 func TestVersionNamesModuleAndCommit(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tidemark")
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin,
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", bin,
 		"-ldflags", "-X github.com/tidemark/tidemark/internal/telemetry.version=v9.8.7 -X github.com/tidemark/tidemark/internal/telemetry.revision=abc123", ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -92,7 +92,7 @@ func must(err error) {
 	}
 }
 `)
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin")+"/", "./...")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "bin")+"/", "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
 	out, err := cmd.CombinedOutput()

@@ -41,7 +41,7 @@ func TestServeOfAnotherTableRefusesTheServicesNamespace(t *testing.T) {
 	r := testenv.StartRedis(t)
 	bin := testenv.Binary(t)
 	service := filepath.Join(t.TempDir(), "readthrough")
-	if out, err := exec.Command("go", "build", "-o", service, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", service, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build the service: %v\n%s", err, out)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))

@@ -52,7 +52,7 @@ func TestReadThroughKeepsThePromise(t *testing.T) {
 		t.Fatalf("tidemark adopt: %v\n%s", err, out)
 	}
 	service := filepath.Join(t.TempDir(), "readthrough")
-	if out, err := exec.Command("go", "build", "-o", service, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", service, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build the service: %v\n%s", err, out)
 	}
 	topic, group, slot := testenv.Unique(t, "topic"), testenv.Unique(t, "group"), testenv.Unique(t, "slot")

@@ -31,13 +31,15 @@ func Binary(t testing.TB) string {
 
 // LabBinary is tidemark-lab, built beside Binary's tidemark: the embedded
 // broker (kafka), dev, bench and chaos commands.
-func LabBinary(t testing.TB, tags ...string) string {
+func LabBinary(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(filepath.Dir(BinaryWithTags(t, tags...)), "tidemark-lab")
+	return filepath.Join(filepath.Dir(Binary(t)), "tidemark-lab")
 }
 
-// BinaryWithTags builds cmd/tidemark and cmd/tidemark-lab with build tags (test-only switches,
-// e.g. a deliberately broken component), once per test binary and tag set.
+// BinaryWithTags builds cmd/tidemark with build tags (test-only switches,
+// e.g. a deliberately broken component), once per test binary and tag set;
+// the lab's binary is LabBinary's, built without them (the switches are
+// the product's: the lab binary a chaos run uses is its broker and proxy).
 func BinaryWithTags(t testing.TB, tags ...string) string {
 	t.Helper()
 	needServer(t, "BinaryWithTags")
@@ -102,7 +104,11 @@ func buildBinary(tags []string) (string, error) {
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	for _, pkg := range []string{"tidemark", "tidemark-lab"} {
+	pkgs := []string{"tidemark", "tidemark-lab"}
+	if len(tags) > 0 {
+		pkgs = pkgs[:1]
+	}
+	for _, pkg := range pkgs {
 		cmd := exec.Command("go", append(args, "-o", filepath.Join(dir, pkg), "./cmd/"+pkg)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
