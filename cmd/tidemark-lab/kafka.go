@@ -22,6 +22,8 @@ func (c *kafkaCmd) Bind(b *cli.Binder) {
 	b.Flag(&k.Brokers, "brokers", "Number of brokers.")
 	b.Flag(&k.Partitions, "partitions", "Partitions of auto-created topics.")
 	b.Flag(&k.Real, "real", "Run Apache Kafka itself (KRaft; a JVM per broker, Java 17+; fetched with Maven on first use) instead of kfake; broker i listens on port+i, its controller on port+brokers+i.")
+	b.Flag(&k.SASLDir, "sasl-dir", "With --real: also serve SASL_SSL (SCRAM-SHA-512, OAUTHBEARER) with ACLs enforced, its CA and certificates made in this directory.")
+	b.Flag(&k.Describe, "describe", "With --real: write the cluster's addresses (and certificates) as JSON to this file once every broker serves.")
 }
 
 func (c *kafkaCmd) Check() error {

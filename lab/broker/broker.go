@@ -52,6 +52,14 @@ type Config struct {
 	// Real runs Apache Kafka (KRaft, each broker also a controller) instead
 	// of kfake; it needs Java 17+ and fetches the broker with Maven once.
 	Real bool
+	// SASLDir, with Real, adds a SASL_SSL listener with ACLs enforced to
+	// every node (localserver.KafkaConfig.SASL), its CA and certificates
+	// made in this directory.
+	SASLDir string
+	// Describe, with Real, is a file the cluster's description
+	// (localserver.KafkaInfo as JSON) is written to once every broker
+	// serves: how test binaries share one cluster (lab/testenv).
+	Describe string
 }
 
 // DefaultConfig is what `tidemark-lab kafka` runs with no flags.
@@ -73,6 +81,12 @@ func (c Config) Validate() error {
 	}
 	if c.Partitions < 1 {
 		p.Add("Partitions", "must be at least 1 (got %d)", c.Partitions)
+	}
+	if !c.Real && c.SASLDir != "" {
+		p.Add("SASLDir", "needs Apache Kafka (Real): the embedded broker has no SASL listener")
+	}
+	if !c.Real && c.Describe != "" {
+		p.Add("Describe", "needs Apache Kafka (Real)")
 	}
 	if c.SyncWrites && (c.DataDir == "" || c.Real) {
 		p.Add("SyncWrites", "needs a data directory and the embedded broker (Apache Kafka has its own flush settings)")
@@ -175,17 +189,34 @@ func newReal(cfg Config, log *slog.Logger) (*Broker, error) {
 		b.tmpDir = dir
 	}
 	b.log.Info("starting Apache Kafka (first run fetches it with Maven)", "version", localserver.KafkaVersion, "brokers", cfg.Brokers, "dir", dir)
-	k, err := localserver.NewKafka(context.Background(), localserver.KafkaConfig{
+	kcfg := localserver.KafkaConfig{
 		Dir: dir, Nodes: cfg.Brokers, Port: cfg.Port,
 		Conf: map[string]string{"num.partitions": strconv.Itoa(cfg.Partitions)},
-	})
-	if err != nil {
+	}
+	fail := func(err error) (*Broker, error) {
 		if b.tmpDir != "" {
 			os.RemoveAll(b.tmpDir)
 		}
 		return nil, fmt.Errorf("broker: start Apache Kafka: %w", err)
 	}
+	if cfg.SASLDir != "" {
+		certs, err := localserver.MakeCerts(cfg.SASLDir)
+		if err != nil {
+			return fail(err)
+		}
+		kcfg.SASL = &certs
+	}
+	k, err := localserver.NewKafka(context.Background(), kcfg)
+	if err != nil {
+		return fail(err)
+	}
 	b.real = k
+	if cfg.Describe != "" {
+		if err := localserver.WriteKafkaInfo(cfg.Describe, k.Info(kcfg.SASL)); err != nil {
+			k.Remove()
+			return fail(err)
+		}
+	}
 	return b, nil
 }
 

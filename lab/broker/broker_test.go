@@ -153,8 +153,8 @@ func consumeAll(ctx context.Context, t *testing.T, addrs []string, topic string,
 }
 
 func TestValidateNamesEveryProblem(t *testing.T) {
-	err := Config{Port: -1, Brokers: 0, Partitions: 0, SyncWrites: true}.Validate()
-	for _, want := range []string{"Port:", "Brokers:", "Partitions:", "SyncWrites:"} {
+	err := Config{Port: -1, Brokers: 0, Partitions: 0, SyncWrites: true, SASLDir: "certs", Describe: "cluster.json"}.Validate()
+	for _, want := range []string{"Port:", "Brokers:", "Partitions:", "SyncWrites:", "SASLDir:", "Describe:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, does not name %s", err, want)
 		}

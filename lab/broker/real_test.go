@@ -4,6 +4,8 @@ package broker
 
 import (
 	"context"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/tidemark/lab/localserver"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -18,7 +21,9 @@ import (
 // given, auto-creating topics with the configured partitions.
 func TestRealServesOnFixedPort(t *testing.T) {
 	port := testenv.FreePort(t)
-	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true}, Deps{Log: testenv.Logger(t)})
+	dir := t.TempDir()
+	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true,
+		SASLDir: filepath.Join(dir, "certs"), Describe: filepath.Join(dir, "cluster.json")}, Deps{Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +33,14 @@ func TestRealServesOnFixedPort(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	if got := b.Addrs(); len(got) != 1 || got[0] != "127.0.0.1:"+strconv.Itoa(port) {
 		t.Fatalf("Addrs = %v, want 127.0.0.1:%d", got, port)
+	}
+	// The description another process attaches to (make test-kafka).
+	info, err := localserver.ReadKafkaInfo(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := localserver.AttachKafka(info); !slices.Equal(got.Brokers(), b.Addrs()) || len(got.SASLBrokers()) != 1 || info.Certs == nil || info.Certs.CA == "" {
+		t.Fatalf("described as %+v (certificates %+v), want the brokers %v with a SASL_SSL listener and its CA", info.Nodes, info.Certs, b.Addrs())
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("auto"))
 	if err != nil {

@@ -63,6 +63,7 @@ type KafkaNode struct {
 	javaPath string
 	cp       string
 	heap     string
+	attached bool // another process runs it (AttachKafka)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -388,6 +389,9 @@ func (n *KafkaNode) format(ctx context.Context, clusterID string) error {
 func (n *KafkaNode) Start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.attached {
+		return errAttached
+	}
 	if n.cmd != nil {
 		return nil
 	}
@@ -608,7 +612,7 @@ func (k *Kafka) ActiveController(ctx context.Context) (int32, error) {
 // Remove kills every node and deletes the cluster's directory.
 func (k *Kafka) Remove() {
 	k.Kill()
-	if len(k.Nodes) > 0 {
+	if len(k.Nodes) > 0 && !k.Nodes[0].attached {
 		os.RemoveAll(filepath.Dir(k.Nodes[0].dir))
 	}
 }

@@ -21,8 +21,16 @@ import (
 
 // KafkaEnv is the switch for the Kafka that StartKafka gives: unset or
 // "kfake" is the in-process fake; "real" is a 3-node Apache Kafka KRaft
-// cluster (see localserver.NewKafka), shared by the tests of one test binary.
+// cluster (see localserver.NewKafka), shared by the tests of one test binary,
+// or by every test binary given KafkaClusterEnv.
 const KafkaEnv = "TIDEMARK_TEST_KAFKA"
+
+// KafkaClusterEnv names a file describing a running cluster with SASL_SSL
+// (`tidemark-lab kafka --real --sasl-dir DIR --describe FILE`): with
+// KafkaEnv=real, StartKafka gives that cluster instead of starting one, so
+// the test binaries of one `go test` run share its three JVMs (make
+// test-kafka). Tests that kill nodes start their own (StartRealKafka).
+const KafkaClusterEnv = "TIDEMARK_TEST_KAFKA_CLUSTER"
 
 // RealKafka reports whether TIDEMARK_TEST_KAFKA selects the real cluster.
 // Any value other than "", "kfake" and "real" fails the first test that asks
@@ -130,9 +138,22 @@ var realKafka struct {
 }
 
 // sharedRealKafka is the test binary's cluster: PLAINTEXT for the harness
-// and SASL_SSL with ACLs for the roles under test.
+// and SASL_SSL with ACLs for the roles under test. KafkaClusterEnv names one
+// another process runs; else the first test to ask starts it.
 func sharedRealKafka() (*localserver.Kafka, error) {
 	realKafka.once.Do(func() {
+		if path := os.Getenv(KafkaClusterEnv); path != "" {
+			info, err := localserver.ReadKafkaInfo(path)
+			if err == nil && (info.Certs == nil || len(info.Nodes) != 3) {
+				err = fmt.Errorf("%s=%s: want 3 nodes with SASL_SSL (--brokers 3 --sasl-dir), got %d nodes, certificates %v", KafkaClusterEnv, path, len(info.Nodes), info.Certs != nil)
+			}
+			if err != nil {
+				realKafka.err = err
+				return
+			}
+			realKafka.k, realKafka.certs = localserver.AttachKafka(info), *info.Certs
+			return
+		}
 		var remove func()
 		realKafka.k, realKafka.certs, remove, realKafka.err = newRealKafka(3, nil, true)
 		if realKafka.err == nil {

@@ -51,16 +51,21 @@ func (s *sharedServers) stopAll() {
 
 var uniqueSeq atomic.Int64
 
+// uniqueBase makes Unique's names differ between test binaries too: the
+// binaries of one `go test` run may share a Kafka cluster (KafkaClusterEnv),
+// and two packages may hold tests of the same name.
+var uniqueBase = int64(os.Getpid()) * 1_000_000
+
 var nonWord = regexp.MustCompile(`[^a-z0-9]+`)
 
-// Unique returns a name unique within the test binary, derived from the test
+// Unique returns a name unique among running test binaries, derived from the test
 // name, usable as a database, slot, topic or group name (lowercase, [a-z0-9_]).
 func Unique(t testing.TB, prefix string) string {
 	name := nonWord.ReplaceAllString(strings.ToLower(t.Name()), "_")
 	if len(name) > 30 {
 		name = name[len(name)-30:]
 	}
-	return strings.Trim(fmt.Sprintf("%s_%s_%d", prefix, name, uniqueSeq.Add(1)), "_")
+	return strings.Trim(fmt.Sprintf("%s_%s_%d", prefix, name, uniqueBase+uniqueSeq.Add(1)), "_")
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
