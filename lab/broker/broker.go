@@ -252,10 +252,15 @@ func (b *Broker) Close() {
 func (b *Broker) close() error {
 	b.closeOnce.Do(func() {
 		if b.real != nil {
-			b.real.Stop()
-			if b.tmpDir != "" {
-				os.RemoveAll(b.tmpDir)
+			if b.tmpDir == "" {
+				b.real.Stop()
+				return
 			}
+			// Its data is deleted next: a clean shutdown (each node
+			// handing its partitions over, the last one waiting for a
+			// quorum that has gone) would only delay that.
+			b.real.Kill()
+			os.RemoveAll(b.tmpDir)
 			return
 		}
 		b.cluster.Close()
