@@ -79,10 +79,7 @@ func (a *Applier) preflight(ctx context.Context) error {
 	)
 	err = retry(ctx, bo, a.log, "read cache tier identity", func(ctx context.Context) error {
 		var err error
-		if id, err = a.cache.ServerIdentity(ctx); err != nil {
-			return err
-		}
-		wm, err = a.cache.ReadWatermark(ctx)
+		id, wm, err = a.readIdentity(ctx)
 		return err
 	})
 	if err != nil {
@@ -121,6 +118,34 @@ func (a *Applier) preflight(ctx context.Context) error {
 	a.startRewind = at
 	a.mu.Unlock()
 	return a.bindIdentity(ctx, id) // only once reset_at is in place
+}
+
+// errIdentityMoved: the cache tier's server identity changed between the
+// reads of readIdentity.
+var errIdentityMoved = errors.New("applier: the cache tier restarted or failed over while its identity and watermark were read")
+
+// readIdentity reads the cache tier's server identity and the watermark
+// hash, and the identity again: the watermark read is from the server
+// named only if both reads agree (a restart between the first two reads
+// would show the old server's identity with the new server's missing
+// hash, and bind the old identity to the new server: a second rewind).
+func (a *Applier) readIdentity(ctx context.Context) (string, cache.Watermark, error) {
+	id, err := a.cache.ServerIdentity(ctx)
+	if err != nil {
+		return "", cache.Watermark{}, err
+	}
+	wm, err := a.cache.ReadWatermark(ctx)
+	if err != nil {
+		return "", cache.Watermark{}, err
+	}
+	again, err := a.cache.ServerIdentity(ctx)
+	if err != nil {
+		return "", cache.Watermark{}, err
+	}
+	if again != id {
+		return "", cache.Watermark{}, fmt.Errorf("%w (%s, then %s)", errIdentityMoved, id, again)
+	}
+	return id, wm, nil
 }
 
 // bindIdentity binds the watermark hash to the cache tier's server identity
@@ -180,14 +205,10 @@ func (a *Applier) verifiedIdentity() string {
 // poll loop to rewind.
 func (a *Applier) checkIdentity(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	id, err := a.cache.ServerIdentity(rctx)
-	var wm cache.Watermark
-	if err == nil {
-		wm, err = a.cache.ReadWatermark(rctx)
-	}
+	id, wm, err := a.readIdentity(rctx)
 	cancel()
 	if err != nil {
-		return false // unreachable: the workers retry; we look again next tick
+		return false // unreachable or restarted between the reads: the workers retry; we look again next tick
 	}
 	a.identityOKAt.Store(time.Now().UnixNano())
 	old := a.verifiedIdentity()
