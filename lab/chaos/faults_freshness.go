@@ -67,6 +67,23 @@ func (in *injector) pgConn(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// onNewConn runs f on a new connection each try, every 100 ms until it
+// succeeds or within passes (Postgres restarting among the faults), and
+// returns its last error.
+func (in *injector) onNewConn(ctx context.Context, within time.Duration, f func(*pgx.Conn) error) error {
+	var err error
+	waitFor(ctx, within, func() bool {
+		var c *pgx.Conn
+		if c, err = in.pgConn(ctx); err != nil {
+			return false
+		}
+		defer c.Close(context.Background())
+		err = f(c)
+		return err == nil
+	})
+	return err
+}
+
 // waitFor polls cond every 100 ms until it holds or within passes.
 func waitFor(ctx context.Context, within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
@@ -319,21 +336,15 @@ func (in *injector) truncateFastClock(ctx context.Context, hold time.Duration) (
 		if late {
 			cond = lateItemSQL
 		}
-		var err error
-		waitFor(cctx, time.Minute, func() bool {
-			var c *pgx.Conn
-			if c, err = in.pgConn(cctx); err != nil {
-				return false
-			}
-			defer c.Close(context.Background())
-			_, err = c.Exec(cctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
+		return in.onNewConn(cctx, time.Minute, func(c *pgx.Conn) error {
+			_, err := c.Exec(cctx, `INSERT INTO catalog.items (tenant_id, item_id, version, display)
 				SELECT tenant_id, item_id, version + 2, jsonb_build_object('tenant', tenant_id, 'item', item_id, 'v', version + 2)
 				FROM chaos.truncated WHERE `+cond+` ON CONFLICT DO NOTHING`)
-			return err == nil
+			return err
 		})
-		return err
 	}
 	var truncatedAt time.Time
+	stmtFailed := false
 	err = pgx.BeginFunc(cctx, conn, func(tx pgx.Tx) error {
 		for _, q := range []string{
 			"SET LOCAL lock_timeout = '30s'",
@@ -351,6 +362,7 @@ func (in *injector) truncateFastClock(ctx context.Context, hold time.Duration) (
 			"TRUNCATE catalog.items",
 		} {
 			if _, err := tx.Exec(cctx, q); err != nil {
+				stmtFailed = true
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
@@ -360,6 +372,10 @@ func (in *injector) truncateFastClock(ctx context.Context, hold time.Duration) (
 	time.Sleep(500 * time.Millisecond)
 	stopReads()
 	rwg.Wait()
+	if err != nil && stmtFailed {
+		// No COMMIT was sent: nothing is away.
+		return target, errors.Join(fmt.Errorf("truncate: %w", err), restore())
+	}
 	if err != nil {
 		// The commit may have gone through with the connection (a restart):
 		// put back whatever is away; conflicts leave present items alone.

@@ -272,9 +272,11 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 	if _, err := conn.Exec(cctx, ddl); err != nil {
 		return "", fmt.Errorf("drop the version constraints: %w", err)
 	}
+	// Dropped and added again: the put-back below may run twice when a
+	// Postgres restart takes its reply.
 	restore := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", t.Qualified(), ver)
 	for _, c := range checks {
-		restore += fmt.Sprintf(", ADD CONSTRAINT %s %s", col(c.name), c.def)
+		restore += fmt.Sprintf(", DROP CONSTRAINT IF EXISTS %s, ADD CONSTRAINT %s %s", col(c.name), col(c.name), c.def)
 	}
 	// A version trigger that fires under replica role (adopt's) would give
 	// the NULL a version: it is disabled in the bad rows' transaction only.
@@ -300,14 +302,38 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 	// the cache) first: a load writer updating a row whose version is NULL
 	// would write a payload the checker cannot match with its version.
 	bad := fmt.Sprintf("badrow-%d", badRows.Add(1))
+	var old int64 // the bad item's version before the NULL
+	// putBack gives the bad item a version again (as the writers would
+	// raise it, the history trigger firing), removes the empty-tenant row
+	// and restores the constraints, on a new connection each try: a
+	// Postgres restart among the faults must not leave the NULL behind (the
+	// TRUNCATE fault's copy into the history refuses it). Each step can run
+	// twice.
+	putBack := func() error {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err := in.onNewConn(pctx, time.Minute, func(c *pgx.Conn) error {
+			if _, err := c.Exec(pctx, fmt.Sprintf("UPDATE %s SET %s = %d, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %d) WHERE %s AND %s IS NULL",
+				t.Qualified(), ver, old+1, payload, col(t.TenantColumn), col(t.ItemColumn), old+1, where, ver), tenant, bad); err != nil {
+				return err
+			}
+			if _, err := c.Exec(pctx, fmt.Sprintf("BEGIN; SET LOCAL session_replication_role = replica; DELETE FROM %s WHERE %s = ''; COMMIT", t.Qualified(), col(t.TenantColumn))); err != nil {
+				return err
+			}
+			_, err := c.Exec(pctx, restore)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("put the row and the version constraints back: %w", err)
+		}
+		return nil
+	}
 	if _, err := conn.Exec(cctx, fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s, %s) VALUES ($1, $2, 1, %s, jsonb_build_object('tenant', $1::text, 'item', $2::text, 'v', 1))",
 		t.Qualified(), col(t.TenantColumn), col(t.ItemColumn), ver, col(t.StateColumn), payload, litActive(t.ActiveState)), tenant, bad); err != nil {
-		_, rerr := conn.Exec(context.Background(), restore)
-		return "", errors.Join(fmt.Errorf("insert the fault's item: %w", err), rerr)
+		return "", errors.Join(fmt.Errorf("insert the fault's item: %w", err), putBack())
 	}
 	sleep(ctx, 2*time.Second)
 	in.load.getOn(cctx, in.intn(len(s.serves)), tenant, bad, 0, false)
-	var old int64
 	{ // one transaction: the NULL version and the empty-tenant row
 		tx, err := conn.Begin(cctx)
 		if err != nil {
@@ -339,8 +365,7 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 		}
 		if err != nil {
 			tx.Rollback(context.Background())
-			_, rerr := conn.Exec(context.Background(), restore)
-			return "", errors.Join(fmt.Errorf("bad rows: %w", err), rerr)
+			return "", errors.Join(fmt.Errorf("bad rows: %w", err), putBack())
 		}
 	}
 	// The canary: a change after the bad rows, as the SQL writers make them.
@@ -356,7 +381,7 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", err
+			return "", errors.Join(fmt.Errorf("canary: %w", err), putBack())
 		}
 		break
 	}
@@ -378,16 +403,7 @@ func (in *injector) badVersionRow(ctx context.Context) (string, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// Put the row and the constraints back (the version as the writers
-	// would raise it, the history trigger firing).
-	_, err = conn.Exec(cctx, fmt.Sprintf("UPDATE %s SET %s = %d, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %d) WHERE %s",
-		t.Qualified(), ver, old+1, payload, col(t.TenantColumn), col(t.ItemColumn), old+1, where), tenant, bad)
-	if err == nil {
-		_, err = conn.Exec(cctx, fmt.Sprintf("BEGIN; SET LOCAL session_replication_role = replica; DELETE FROM %s WHERE %s = ''; COMMIT", t.Qualified(), col(t.TenantColumn)))
-	}
-	if _, rerr := conn.Exec(context.Background(), restore); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("restore the version constraints: %w", rerr))
-	}
+	err = putBack()
 	what := fmt.Sprintf("%s/%s version NULL and a row with an empty tenant; canary %s/%s v%d", tenant, bad, tenant, canary, cv)
 	if !reached {
 		in.load.rec.addViolation(Violation{Kind: KindPipelineStopped,
