@@ -177,6 +177,15 @@ func (a *Applier) kickIdentity() {
 	}
 }
 
+// refreshTopic has the Kafka client read the topic's metadata again as soon
+// as its minimum age allows: a marker said the topic has more partitions
+// than the watermark counted, and the group's leader assigns the new ones
+// when its client sees them (the watermark is unknown until then), instead
+// of at the metadata max age (TopicInterval).
+//
+// Called from a worker: the client was published before any worker started.
+func (a *Applier) refreshTopic() { a.cl.ForceMetadataRefresh() }
+
 // groupHasCommits reports whether the group committed offsets on the topic:
 // an applier of it has run, so the watermark hash should exist.
 func (a *Applier) groupHasCommits(ctx context.Context) (bool, error) {

@@ -64,6 +64,9 @@ type processor struct {
 	// raised is the largest partition count this applier has raised the
 	// watermark's to (nil: never raise, as in replay).
 	raised *atomic.Int64
+	// grew is told when a marker raised the partition count: the group
+	// reads the topic again now, not at its metadata max age (nil: replay).
+	grew func()
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -312,6 +315,9 @@ func (p *processor) applyOther(ctx context.Context, partition int32, ev schema.E
 					return err
 				}
 				for cur := p.raised.Load(); n > cur && !p.raised.CompareAndSwap(cur, n); cur = p.raised.Load() {
+				}
+				if p.grew != nil {
+					p.grew()
 				}
 			}
 			err := p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)

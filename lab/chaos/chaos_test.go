@@ -165,7 +165,7 @@ func TestChaosForeignTable(t *testing.T) {
 func TestChaosCatchesBrokenInvalidate(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.BinaryWithTags(t, "tidemark_broken_invalidate"))
-	cfg.Duration, cfg.Faults, cfg.Items = 60*time.Second, []string{"none"}, 200
+	cfg.Duration, cfg.Faults, cfg.Items = 45*time.Second, []string{"none"}, 200
 	rep := run(t, cfg)
 	if rep.Pass() || rep.ByKind[KindStale] == 0 {
 		t.Fatalf("a cache tier that ignores invalidations passed: %d violations %v", rep.Violations, rep.ByKind)
@@ -250,7 +250,7 @@ func TestChaosClusterShortRun(t *testing.T) {
 func TestChaosReadSLOMissedUnderATooSmallBudget(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
-	cfg.Duration, cfg.Seed, cfg.Faults, cfg.Schedule, cfg.FaultEvery = 90*time.Second, 41, []string{"none"}, ScheduleSparse, time.Minute
+	cfg.Duration, cfg.Seed, cfg.Faults, cfg.Schedule, cfg.FaultEvery = 60*time.Second, 41, []string{"none"}, ScheduleSparse, time.Minute
 	cfg.SourceBudget = 20
 	rep := run(t, cfg)
 	if rep.FreshnessViolations() != 0 || rep.ByKind[KindBudget] != 0 {
