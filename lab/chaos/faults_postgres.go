@@ -77,6 +77,17 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 		_, err = conn.Exec(cctx, "SELECT pg_reload_conf()")
 		return err
 	}
+	// Never leave the source stalled: the reset is retried while Postgres
+	// restarts (ALTER SYSTEM outlives a restart, and a restart may take the
+	// SET's connection after it was written).
+	reset := func() error {
+		var err error
+		waitFor(cctx, 60*time.Second, func() bool { err = setting(false); return err == nil })
+		if err != nil {
+			return fmt.Errorf("reset synchronous_standby_names: %w", err)
+		}
+		return nil
+	}
 	target := fmt.Sprintf("synchronous_standby_names = '%s' (never answers), past FloorTTL %s", absentStandby, ChaosFloorTTL)
 	var items []string
 	run := in.intn(1 << 30)
@@ -108,7 +119,7 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 		}
 	}
 	if err := setting(true); err != nil {
-		return target, errors.Join(err, setting(false))
+		return target, errors.Join(err, reset())
 	}
 	// The reload reaches the backends at their next command: wait until a
 	// new session sees it.
@@ -165,11 +176,9 @@ func (in *injector) syncStandbyStall(ctx context.Context, hold time.Duration) (s
 	sleep(ctx, ChaosFloorTTL+2*time.Second-15*time.Second)
 	paused.Store(false)
 	sleep(ctx, hold-ChaosFloorTTL-2*time.Second)
-	// Never leave the source stalled: retry while Postgres restarts.
-	var err error
-	waitFor(cctx, 60*time.Second, func() bool { err = setting(false); return err == nil })
+	err := reset()
 	if err != nil {
-		return target, fmt.Errorf("reset synchronous_standby_names: %w", err)
+		return target, err
 	}
 	select {
 	case h := <-done:
