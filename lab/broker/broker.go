@@ -21,7 +21,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -178,7 +180,7 @@ func orDefault(d, dflt time.Duration) time.Duration {
 }
 
 func newReal(cfg Config, log *slog.Logger) (*Broker, error) {
-	b := &Broker{log: log.With("component", "broker")}
+	b := &Broker{log: log.With("component", "broker"), cfg: cfg}
 	// Apache Kafka's files live apart from kfake's in the same data dir.
 	dir := filepath.Join(cfg.DataDir, "apache-kafka-"+localserver.KafkaVersion)
 	if cfg.DataDir == "" {
@@ -252,6 +254,12 @@ func (b *Broker) Close() {
 func (b *Broker) close() error {
 	b.closeOnce.Do(func() {
 		if b.real != nil {
+			// First, so that no test binary attaches to a cluster going away.
+			if b.cfg.Describe != "" {
+				if err := os.Remove(b.cfg.Describe); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					b.log.Warn("the cluster's description stays behind", "path", b.cfg.Describe, "err", err)
+				}
+			}
 			if b.tmpDir == "" {
 				b.real.Stop()
 				return

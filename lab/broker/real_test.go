@@ -4,9 +4,13 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,20 +26,22 @@ import (
 func TestRealServesOnFixedPort(t *testing.T) {
 	port := testenv.FreePort(t)
 	dir := t.TempDir()
+	describe := filepath.Join(dir, "cluster.json")
 	b, err := New(Config{Port: port, Brokers: 1, Partitions: 3, Real: true,
-		SASLDir: filepath.Join(dir, "certs"), Describe: filepath.Join(dir, "cluster.json")}, Deps{Log: testenv.Logger(t)})
+		SASLDir: filepath.Join(dir, "certs"), Describe: describe}, Deps{Log: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	defer stop()
 	if got := b.Addrs(); len(got) != 1 || got[0] != "127.0.0.1:"+strconv.Itoa(port) {
 		t.Fatalf("Addrs = %v, want 127.0.0.1:%d", got, port)
 	}
 	// The description another process attaches to (make test-kafka).
-	info, err := localserver.ReadKafkaInfo(filepath.Join(dir, "cluster.json"))
+	info, err := localserver.ReadKafkaInfo(describe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,5 +62,11 @@ func TestRealServesOnFixedPort(t *testing.T) {
 	td, err := adm.ListTopics(pctx, "auto")
 	if err != nil || len(td["auto"].Partitions) != 3 {
 		t.Fatalf("auto-created topic: %+v, %v; want 3 partitions", td["auto"], err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(describe); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the cluster's description outlived it (%v): a test binary could attach to a cluster that is gone", err)
 	}
 }
