@@ -24,6 +24,9 @@ type lookups struct {
 	cache Cache
 	clock Clock
 	max   int // lookups per round trip at most (0: batching off)
+	// queueWait is the longest a queued lookup waits for the round trip in
+	// flight (maxLookupQueueWait; a test that holds a round trip raises it).
+	queueWait time.Duration
 
 	mu    sync.Mutex
 	busy  bool          // a round trip of queued lookups is in flight
@@ -49,7 +52,7 @@ type lookupCall struct {
 const maxLookupQueueWait = 10 * time.Millisecond
 
 func newLookups(c Cache, clock Clock, maxBatch int) *lookups {
-	return &lookups{cache: c, clock: clock, max: maxBatch}
+	return &lookups{cache: c, clock: clock, max: maxBatch, queueWait: maxLookupQueueWait}
 }
 
 // errLookupLeft: the caller's deadline passed while its lookup was still
@@ -83,7 +86,7 @@ func (l *lookups) lookup(ctx context.Context, tenant, item string, minVersion in
 	// the lookups already in it: a queued one stops waiting after
 	// maxLookupQueueWait and is sent alone, as it would have been without
 	// batching.
-	t := time.NewTimer(maxLookupQueueWait)
+	t := time.NewTimer(l.queueWait)
 	defer t.Stop()
 	select {
 	case <-c.wake:

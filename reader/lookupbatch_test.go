@@ -17,17 +17,27 @@ import (
 // roundTrips is the real cache client with its lookups counted by round
 // trip (Lookup is one, LookupMany one for all its items); a Lookup of the
 // item named hang, while hanging is set, waits for its deadline first, as
-// a Redis node that stopped answering would make it.
+// a Redis node that stopped answering would make it; a Lookup of the item
+// named hold waits for release to close (set both before the reads).
 type roundTrips struct {
 	Cache
 	single, many, items atomic.Int64
 	hang                string
 	hanging             atomic.Bool
 	hangEnded           atomic.Bool // a hung Lookup has returned
+	hold                string
+	release             chan struct{}
 }
 
 func (c *roundTrips) Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error) {
 	c.single.Add(1)
+	if c.release != nil && item == c.hold {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return cache.LookupResult{}, ctx.Err()
+		}
+	}
 	if item == c.hang && c.hanging.Load() {
 		<-ctx.Done()
 		c.hangEnded.Store(true)
@@ -66,11 +76,14 @@ func newCountedReader(t *testing.T, rdb *redis.Client, src Source, rcfg func(*Co
 }
 
 // Lookups of reads that coincide share pipelined round trips (one per
-// tenant in them), and each answer is still its own key's: 64 readers of
-// 64 cached keys of two tenants, 20 reads each, take at most half as many
-// round trips as lookups. With
-// batching broken (every lookup alone) it printed: "1137 lookups took
-// 1137 round trips (0 pipelined), want at most half as many".
+// tenant in them), and each answer is still its own key's. The test holds
+// the first round trip until the other 63 reads of 64 cached keys of two
+// tenants have queued behind it, so what coincides does not depend on the
+// box's scheduling: 64 lookups take exactly three round trips (the held
+// one, then one per tenant for the 63). Then 64 readers of the same keys,
+// 20 reads each and unheld, must each still get their own key's answer.
+// With batching broken (every lookup alone) it printed: "63 lookups
+// queued behind the held one: not true after 20s: 0 queued".
 func TestCoincidingLookupsShareARoundTrip(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	src := newMemSource()
@@ -95,22 +108,64 @@ func TestCoincidingLookupsShareARoundTrip(t *testing.T) {
 			}
 		}
 	}
-	single0, many0, items0 := rt.single.Load(), rt.many.Load(), rt.items.Load()
 	reads0 := src.reads.Load()
+	check := func(r Result, tenant string, i int) error {
+		if want := version(tenant, i); r.Kind != Found || r.Version != want || r.CacheStatus != "tidemark; hit" {
+			return fmt.Errorf("Get %s/k%d: kind %d version %d %q, want Found v%d \"tidemark; hit\"", tenant, i, r.Kind, r.Version, r.CacheStatus, want)
+		}
+		return nil
+	}
 
-	start := make(chan struct{})
-	var wg sync.WaitGroup
+	// Held: reader i reads k<i> of tenant i%2; reader 0's lookup (acme/k0)
+	// is the round trip in flight while the others queue.
+	rd.lookups.queueWait = time.Minute // the held round trip outlasts the usual bound on purpose
+	rt.hold, rt.release = "k0", make(chan struct{})
+	single0, many0, items0 := rt.single.Load(), rt.many.Load(), rt.items.Load()
 	errs := make(chan error, keys)
+	var wg sync.WaitGroup
+	read := func(i int) {
+		tenant := tenants[i%2]
+		if err := check(rd.Get(context.Background(), Query{Tenant: tenant, Item: fmt.Sprintf("k%d", i)}), tenant, i); err != nil {
+			errs <- err
+		}
+	}
+	wg.Go(func() { read(0) })
+	testenv.Eventually(t, 10*time.Second, "the held lookup is in flight", func() error {
+		if n := rt.single.Load() - single0; n != 1 {
+			return fmt.Errorf("%d lookups sent", n)
+		}
+		return nil
+	})
+	for i := 1; i < keys; i++ {
+		wg.Go(func() { read(i) })
+	}
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%d lookups queued behind the held one", keys-1), func() error {
+		rd.lookups.mu.Lock()
+		defer rd.lookups.mu.Unlock()
+		if n := len(rd.lookups.queue); n != keys-1 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	close(rt.release)
+	wg.Wait()
+	single, many, items := rt.single.Load()-single0, rt.many.Load()-many0, rt.items.Load()-items0
+	t.Logf("held: %d lookups alone, %d pipelined round trips with %d lookups in them", single, many, items)
+	if single != 1 || many != 2 || items != keys-1 {
+		t.Fatalf("%d lookups alone and %d pipelined round trips of %d lookups, want the held one alone and 2 round trips (one per tenant) of %d", single, many, items, keys-1)
+	}
+
+	// Unheld: answers stay each key's own however the lookups coincide.
+	single0, many0, items0 = rt.single.Load(), rt.many.Load(), rt.items.Load()
+	start := make(chan struct{})
+	errs2 := make(chan error, keys)
 	for i := range keys {
 		wg.Go(func() {
 			<-start
 			tenant := tenants[i%2]
 			for n := range rounds {
-				item := fmt.Sprintf("k%d", (i+n)%keys)
-				r := rd.Get(context.Background(), Query{Tenant: tenant, Item: item})
-				want := version(tenant, (i+n)%keys)
-				if r.Kind != Found || r.Version != want || r.CacheStatus != "tidemark; hit" {
-					errs <- fmt.Errorf("Get %s/%s: kind %d version %d %q, want Found v%d \"tidemark; hit\"", tenant, item, r.Kind, r.Version, r.CacheStatus, want)
+				if err := check(rd.Get(context.Background(), Query{Tenant: tenant, Item: fmt.Sprintf("k%d", (i+n)%keys)}), tenant, (i+n)%keys); err != nil {
+					errs2 <- err
 					return
 				}
 			}
@@ -119,20 +174,18 @@ func TestCoincidingLookupsShareARoundTrip(t *testing.T) {
 	close(start)
 	wg.Wait()
 	close(errs)
+	close(errs2)
 	for err := range errs {
+		t.Fatal(err)
+	}
+	for err := range errs2 {
 		t.Fatal(err)
 	}
 	if n := src.reads.Load() - reads0; n != 0 {
 		t.Fatalf("%d source reads, want none: every key was cached", n)
 	}
-	single, many, items := rt.single.Load()-single0, rt.many.Load()-many0, rt.items.Load()-items0
-	lookups, trips := single+items, single+many
-	t.Logf("%d lookups in %d round trips (%d pipelined, %d lookups in them)", lookups, trips, many, items)
-	// Reads of one key at the same moment share one lookup (singleflight),
-	// so there may be fewer lookups than reads.
-	if lookups == 0 || trips*2 > lookups {
-		t.Fatalf("%d lookups took %d round trips (%d pipelined), want at most half as many", lookups, trips, many)
-	}
+	single, many, items = rt.single.Load()-single0, rt.many.Load()-many0, rt.items.Load()-items0
+	t.Logf("unheld: %d lookups in %d round trips (%d pipelined, %d lookups in them)", single+items, single+many, many, items)
 }
 
 // A round trip that hangs (a Redis node that stopped answering) holds up
