@@ -31,6 +31,7 @@ import (
 // and an inspect whose user lacks the item keys' pattern fails, with
 // Redis's NOPERM.
 func TestPipelineAsRedisACLUserOverTLS(t *testing.T) {
+	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn := pg.MigratedDatabase(t)
 	dir := t.TempDir()

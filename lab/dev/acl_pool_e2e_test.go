@@ -28,6 +28,7 @@ import (
 // claims its identity, and `tidemark rollout` reads the pool's settings as
 // that user; no process is refused a command (NOPERM).
 func TestSharedPoolNamespaceUpgradeAsACLUsers(t *testing.T) {
+	t.Parallel()
 	const pool = "catalog"
 	var redisAddr string
 	secrets := t.TempDir()

@@ -21,6 +21,7 @@ import (
 // touch the revision and a raw DELETE still reach the cache, and inspect
 // finds the cached entries consistent with the shop's rows.
 func TestAdoptWalkthrough(t *testing.T) {
+	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	db := pg.NewDatabase(t)
 	dsn := pg.DSN(db)

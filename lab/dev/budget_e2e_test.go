@@ -208,6 +208,7 @@ func getCode(u, key string) int {
 //
 // With ReproCommitEnv set to a commit before the fix the test must fail.
 func TestSourceBudgetOnRealServeProcesses(t *testing.T) {
+	t.Parallel()
 	const fg, bg = 40.0, 10.0
 	bin := budgetBinary(t)
 	rates := []string{"--source-foreground-rate", fmt.Sprint(fg), "--source-background-rate", fmt.Sprint(bg)}

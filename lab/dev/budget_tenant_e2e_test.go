@@ -32,6 +32,7 @@ import (
 //
 // With ReproCommitEnv set to a commit before the fix the test must fail.
 func TestTenantShareOfTheTotalOnRealServeProcesses(t *testing.T) {
+	t.Parallel()
 	const fg, bg, ryw = 40.0, 10.0, 40.0
 	bin := budgetBinary(t)
 	e := newE2E(t, func(e *e2e) {

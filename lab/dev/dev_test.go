@@ -41,6 +41,7 @@ func runDev(t *testing.T, cfg Config, check func(Endpoints)) string {
 // reuses the database, slot and topic, prints no new keys, and sends no
 // reset marker (a clean restart is not a gap).
 func TestRestartReusesDataDir(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "tidemark-dev-")
 	if err != nil {
 		t.Fatal(err)

@@ -221,6 +221,7 @@ func randomItem() string { return fmt.Sprintf("item-%05d", 1+rand.N(demoItems)) 
 // after an applied invalidation returned an older version, that inspect
 // finds nothing served past the SLO, and that status says OK.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

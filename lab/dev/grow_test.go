@@ -26,6 +26,7 @@ import (
 // every change must be applied. On real Kafka with TIDEMARK_TEST_KAFKA=real
 // (make test-kafka).
 func TestGrowTopicWhileRunning(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

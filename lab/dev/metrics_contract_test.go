@@ -149,6 +149,7 @@ func exported(fams map[string]*dto.MetricFamily, name string) bool {
 // dashboard panel queries is exported by a running pipeline, so a renamed
 // metric breaks this test instead of silently emptying a panel or an alert.
 func TestAlertAndDashboardMetricsExported(t *testing.T) {
+	t.Parallel()
 	refs := referencedMetrics(t)
 	ip := startInProcess(t)
 	// One API request, so the per-route series exist.
@@ -193,6 +194,7 @@ func waitExported(t *testing.T, addr, what string, want map[string]string) {
 // API and the applier (clock guard, hot-set tracker, warmer, replica
 // builder, auditor) run in dev too, each seen by a metric of its own.
 func TestDevRunsWhatServeRuns(t *testing.T) {
+	t.Parallel()
 	ip := startInProcess(t)
 	waitExported(t, ip.p.metricsAddr, "every part of serve runs in dev", map[string]string{
 		"tidemark_clock_offset_seconds": "clock guard",

@@ -26,6 +26,7 @@ func healthcheck(t *testing.T, url string) error {
 // and the cache answers; is not ready when neither answers; and on SIGTERM
 // fails /readyz at once while its API keeps answering for --shutdown-delay.
 func TestServeProbes(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	r := testenv.StartRedis(t)
 	dsn := pg.MigratedDatabase(t)

@@ -74,6 +74,7 @@ func neverFor(t *testing.T, d time.Duration, what, base, key, item, bad string) 
 // started afterwards serves it from the source, never from the cache, and
 // `tidemark rollout status` shows the setting and the loss.
 func TestRollbackSurvivesLostRolloutSettings(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t)
 	key, item := e.keys[0], "item-00007"
 	env := []string{"TIDEMARK_PG=" + e.dsn, "TIDEMARK_REDIS=" + e.redisURL}
@@ -145,6 +146,7 @@ var shopTable = []string{"--table", "shop.products", "--tenant-column", "shop_id
 // deployment's serve process to the source and leaves catalog's answering
 // from the cache.
 func TestRolloutFollowsTheNamespaceOfTheEnvironment(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t)
 	key := e.keys[0]
 	pg, err := pgx.Connect(testenv.Context(t, time.Minute), e.dsn)
@@ -182,6 +184,7 @@ func TestRolloutFollowsTheNamespaceOfTheEnvironment(t *testing.T) {
 // within one foreground budget (the default pool is one per source), as
 // the source counts it (pg_stat_statements), under a cold-key load on both.
 func TestTwoNamespacesShareOneSourceBudget(t *testing.T) {
+	t.Parallel()
 	const rate = 40.0
 	// No auditor and no warmer: only the load's foreground reads.
 	flags := []string{"--source-foreground-rate", fmt.Sprint(rate), "--audit-rate", "0", "--warm-top", "0"}

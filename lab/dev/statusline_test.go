@@ -12,6 +12,7 @@ import (
 // TestQuantileInterpolatesWithinBuckets: the status line's quantiles follow
 // the samples, not the bucket bounds (20, 50, 100 ms) they fall between.
 func TestQuantileInterpolatesWithinBuckets(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "tidemark_applier_commit_to_apply_seconds",

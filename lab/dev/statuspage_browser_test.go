@@ -102,6 +102,7 @@ func waitVerdict(t *testing.T, ctx context.Context, url, want string, within tim
 // the pause (the plot shows it) is written to $TIDEMARK_STATUS_SCREENSHOT
 // (default: the test's temp dir), which is how docs/status-page.png is made.
 func TestStatusPageInBrowser(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t)
 	ctx := browser(t)
 	url := "http://" + e.serveMetrics + "/"

@@ -24,6 +24,7 @@ var traceAttrs = []string{"tidemark.item_id", "tidemark.version", "tidemark.look
 // the item ID as an attribute, its L1 event, and children cache.lookup
 // (miss), source.read and cache.fill (stored). The item ID is in no metric.
 func TestTracesFollowAGetAndAChange(t *testing.T) {
+	t.Parallel()
 	otlp := testenv.StartOTLP(t)
 	e := newE2E(t, func(e *e2e) {
 		for _, p := range []*proc{e.capture, e.applier, e.serve} {

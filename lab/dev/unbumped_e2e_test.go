@@ -151,6 +151,7 @@ func staleFor(t *testing.T, p running, item, want string, write func()) {
 // nothing but the change event can reach the cached value, and it must
 // within the promise.
 func TestReplicaRoleWriteReachesReaders(t *testing.T) {
+	t.Parallel()
 	bin := reproBinary(t)
 	e := newE2E(t, func(e *e2e) {
 		e.serve.args = append(e.serve.args, onlyTheEvent()...)
@@ -183,6 +184,7 @@ func TestReplicaRoleWriteReachesReaders(t *testing.T) {
 // within the promise. Then reproduction 4 on the same processes: a NULL
 // version does not stop capture.
 func TestLaterTriggerWriteReachesReaders(t *testing.T) {
+	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	db := pg.NewDatabase(t)
 	dsn := pg.DSN(db)
