@@ -167,9 +167,11 @@ schemathesis:
 # starts first, with reader (3 minutes of tests that mostly wait, one at a
 # time) beside it: last in the order, it ran alone at the end with a core
 # idle. The other packages share the third slot, then the second, in
-# their order (lab/dev, next longest, computes: named first too, it and
-# reader took 1.7 times as long). Most tests wait on their servers more
-# than they compute: three packages at a time keep the two cores busy. The runs of the kinds that write around the version
+# their order (lab/dev, next longest, named first too made it and reader
+# take 1.7 times as long; its tests now run two at a time in its own
+# slot). Most tests wait on their servers more than they compute: three
+# packages at a time keep the two cores busy. The runs of the kinds that
+# write around the version
 # (CHAOS_PG18_RUNS) run in test-pg18 instead, on Postgres 18, where they
 # run beside the real-Kafka suite: each chaos run is in make test once. And
 # capture's million-row transaction (KAFKA_ONLY_RUNS) runs in test-kafka
