@@ -179,10 +179,15 @@ var errIfMatchTenant = errors.New("If-Match holds an ETag of another tenant's it
 func expectedVersion(r *http.Request, fromRequest *int64, tag string) (v int64, byIfMatch bool, err error) {
 	_, present := r.Header["If-Match"] // present but empty is malformed, not absent
 	im := strings.TrimSpace(r.Header.Get("If-Match"))
+	if !present && fromRequest == nil {
+		return 0, false, errors.New("expected_version (or an If-Match header) is required and must be a positive integer")
+	}
+	// A malformed expected_version is 400 before If-Match is judged: a
+	// request the schema refuses is never answered 412.
+	if fromRequest != nil && *fromRequest < 1 {
+		return 0, false, errors.New("expected_version must be a positive integer")
+	}
 	if !present {
-		if fromRequest == nil || *fromRequest < 1 {
-			return 0, false, errors.New("expected_version (or an If-Match header) is required and must be a positive integer")
-		}
 		return *fromRequest, false, nil
 	}
 	unq, ok := strings.CutPrefix(im, `"`)

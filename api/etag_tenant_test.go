@@ -36,6 +36,17 @@ func TestETagIsTenantScoped(t *testing.T) {
 	if r := e.do("PATCH", in.item("same"), b, `{"display":"x"}`, "If-Match", ra.header.Get("ETag"), "Idempotency-Key", "k1"); r.code != 412 {
 		t.Fatalf("PATCH as B with A's ETag in If-Match: %d %s, want 412", r.code, r.raw)
 	}
+	// A body the schema refuses is 400 whatever If-Match holds: the
+	// precondition is judged only on a well-formed request (schemathesis's
+	// negative_data_rejection found expected_version 0 answered 412).
+	for _, body := range []string{`{"display":"x","expected_version":0}`, `{"display":"x","expected_version":-3}`} {
+		if r := e.do("PATCH", in.item("same"), b, body, "If-Match", ra.header.Get("ETag"), "Idempotency-Key", "k-neg"); r.code != 400 {
+			t.Fatalf("PATCH %s with A's ETag in If-Match: %d %s, want 400", body, r.code, r.raw)
+		}
+	}
+	if r := e.do("DELETE", in.item("same")+"?expected_version=0", b, "", "If-Match", ra.header.Get("ETag")); r.code != 400 {
+		t.Fatalf("DELETE ?expected_version=0 with A's ETag in If-Match: %d %s, want 400", r.code, r.raw)
+	}
 	// A tag this API never gives out is malformed (400), not another
 	// tenant's (the contract's pattern: "<version>" or "<version>.<12 hex>").
 	for _, im := range []string{`"1.zz"`, `"1."`, `"1.ABCDEF012345"`, `"1.0123456789abc"`} {

@@ -140,6 +140,10 @@ func TestSchemathesisContract(t *testing.T) {
 		// both fail the run by luck.
 		"--suppress-health-check", "too_slow,filter_too_much",
 	}
+	// A failed run's seed replays it: TIDEMARK_SCHEMATHESIS_SEED=<seed>.
+	if seed := os.Getenv("TIDEMARK_SCHEMATHESIS_SEED"); seed != "" {
+		args = append(args, "--seed", seed)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=", "NO_COLOR=1")
 	out, err := cmd.CombinedOutput()
