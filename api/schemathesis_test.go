@@ -157,7 +157,7 @@ func TestSchemathesisContract(t *testing.T) {
 		seed = string(m[1])
 	}
 	if err != nil {
-		t.Errorf("schemathesis: want exit 0, got %v (seed %s: rerun with `st run --seed %s` and the arguments %q)\n%s", err, seed, seed, args, out)
+		t.Errorf("schemathesis: want exit 0, got %v (seed %s: rerun with TIDEMARK_SCHEMATHESIS_SEED=%s go test -run TestSchemathesisContract ./api, or `st run --seed %s` and the arguments %q)\n%s", err, seed, seed, seed, args, out)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
