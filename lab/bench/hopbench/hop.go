@@ -194,18 +194,23 @@ func runArm(ctx context.Context, cfg Config, topic string, linger time.Duration)
 	if err := prod.Flush(ctx); err != nil {
 		return arm, err
 	}
+	mu.Lock()
+	err = failed // every record is acknowledged or failed after Flush
+	mu.Unlock()
+	if err != nil {
+		return arm, fmt.Errorf("produce: %w", err)
+	}
 	select {
 	case <-readAll:
 	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
 		return arm, fmt.Errorf("read back %d of %d records within 30 s of the last send", len(reads), total)
 	case <-ctx.Done():
 		return arm, ctx.Err()
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if failed != nil {
-		return arm, fmt.Errorf("produce: %w", failed)
-	}
 	arm.Ack, arm.Read = bench.Summarize(acks), bench.Summarize(reads)
 	return arm, nil
 }
