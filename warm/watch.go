@@ -98,6 +98,12 @@ func (w *Warmer) check(ctx context.Context) {
 func (w *Warmer) watch(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.CheckEvery)
 	defer t.Stop()
+	// A process taking the lease over looks at the tier first: a loss its
+	// observer recorded earlier, warmed by the holder before it, may still
+	// be pending here (a FLUSHALL also deletes the progress that would show
+	// it covered), and the loss that moved the lease (a FLUSHALL deletes
+	// the lease key too) must name the run, not the older one.
+	w.check(ctx)
 	for {
 		reason, req := "", Request{Top: w.cfg.Top}
 		if b, err := w.d.Redis.LPop(ctx, RequestsKey(w.cfg.Namespace)).Bytes(); err == nil {
