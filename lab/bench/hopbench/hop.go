@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	for i, linger := range cfg.Lingers {
 		topic := fmt.Sprintf("tidemark-hop-%d-%d", stamp, i)
 		fmt.Fprintf(deps.Progress, "linger %s: %d records/s for %s on %s ...\n", linger, cfg.Rate, cfg.Duration, topic)
-		arm, err := runArm(ctx, cfg, topic, linger)
+		arm, err := runArm(ctx, cfg, deps.Log, topic, linger)
 		if err != nil {
 			return res, fmt.Errorf("hop bench: linger %s: %w", linger, err)
 		}
@@ -108,7 +109,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	return res, nil
 }
 
-func runArm(ctx context.Context, cfg Config, topic string, linger time.Duration) (Arm, error) {
+func runArm(ctx context.Context, cfg Config, log *slog.Logger, topic string, linger time.Duration) (Arm, error) {
 	arm := Arm{Linger: linger}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(linger))
@@ -116,9 +117,18 @@ func runArm(ctx context.Context, cfg Config, topic string, linger time.Duration)
 		return arm, err
 	}
 	defer prod.Close()
-	if _, err := kadm.NewClient(prod).CreateTopic(ctx, int32(cfg.Partitions), -1, nil, topic); err != nil {
+	adm := kadm.NewClient(prod)
+	if _, err := adm.CreateTopic(ctx, int32(cfg.Partitions), -1, nil, topic); err != nil {
 		return arm, fmt.Errorf("create topic %s: %w", topic, err)
 	}
+	// The arm's topic is the bench's own: it leaves nothing on the cluster.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := adm.DeleteTopic(dctx, topic); err != nil {
+			log.Warn("hop bench: the arm's topic was not deleted", "topic", topic, "err", err)
+		}
+	}()
 	cons, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(cfg.FetchWait))
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/internal/config"
 )
@@ -57,6 +59,19 @@ func TestRunReadsEveryRecordBack(t *testing.T) {
 		if a.Read.P50 <= 0 || a.Read.P50 > time.Second || a.Ack.P50 <= 0 {
 			t.Errorf("linger %s: ack p50 %s, read p50 %s", a.Linger, a.Ack.P50, a.Read.P50)
 		}
+	}
+	// The arms' topics are deleted: the bench leaves nothing on the cluster.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := topics.Names(); len(names) != 0 {
+		t.Errorf("topics left on the cluster: %v", names)
 	}
 	var b strings.Builder
 	if err := res.WriteTable(&b); err != nil {
