@@ -24,8 +24,26 @@ type createRequest struct {
 }
 
 type patchRequest struct {
-	ExpectedVersion *int64          `json:"expected_version"`
+	ExpectedVersion bodyVersion     `json:"expected_version"`
 	Display         json.RawMessage `json:"display"`
+}
+
+// bodyVersion is a body's expected_version: absent, or an integer.
+// encoding/json reads a JSON null into a pointer as absent, which would let
+// If-Match decide a request the contract refuses (null is not an integer):
+// a null is refused here, so the request is 400 before any precondition.
+type bodyVersion struct{ v *int64 }
+
+func (b *bodyVersion) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return errors.New("expected_version must be a positive integer, not null (leave it out to use If-Match alone)")
+	}
+	var v int64
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	b.v = &v
+	return nil
 }
 
 // writeOutcome is a write's answer, as stored for idempotent retries.
@@ -131,7 +149,7 @@ func (s *Server) patchItem(w http.ResponseWriter, r *http.Request, tenant string
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion, tenantTag(tenant))
+	expected, byIfMatch, err := expectedVersion(r, req.ExpectedVersion.v, tenantTag(tenant))
 	if errors.Is(err, errIfMatchTenant) {
 		writeError(w, http.StatusPreconditionFailed, "version_conflict", err.Error())
 		return
