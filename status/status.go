@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/applier"
@@ -384,7 +385,7 @@ func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark,
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	dlq := cfg.Topic + ".dlq"
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topic, dlq)
+	ends, err := listEnds(ctx, adm, cfg.Topic, dlq)
 	if err != nil {
 		return fmt.Errorf("status: list end offsets: %w", err)
 	}
@@ -470,4 +471,37 @@ func (c Config) openRedis() (redis.UniversalClient, error) {
 	rc := c.RedisConn
 	rc.URL = c.Redis
 	return cache.OpenRedis(rc, nil)
+}
+
+// endsRetry bounds how long listEnds asks again while a partition's end
+// offset is a retriable error.
+const endsRetry = 5 * time.Second
+
+// listEnds lists the end offsets of topic and of others, asking again for
+// up to endsRetry while one of topic's partitions answers a retriable
+// error: right after partitions are added, a broker may not host the new
+// ones yet (UNKNOWN_TOPIC_OR_PARTITION for a second or so), which is no
+// reason to fail a deploy gate. An error that persists is returned in the
+// listing, and the caller fails on it. The others' errors are not waited
+// on (a DLQ topic that does not exist yet answers the same error for good).
+func listEnds(ctx context.Context, adm *kadm.Client, topic string, others ...string) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(endsRetry)
+	for {
+		ends, err := adm.ListEndOffsets(ctx, append([]string{topic}, others...)...)
+		if err != nil {
+			return nil, err
+		}
+		retriable := false
+		for _, lo := range ends[topic] {
+			retriable = retriable || (lo.Err != nil && kerr.IsRetriable(lo.Err))
+		}
+		if !retriable || time.Now().After(deadline) {
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return ends, nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
