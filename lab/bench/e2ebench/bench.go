@@ -543,13 +543,16 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	handed, produced, applied := r.obs.end()
 	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)
 	p.Unapplied = int(p.Load.Observed) - len(applied)
-	p.WindowP99 = windows(applied, 10*time.Second)
+	p.WindowP99 = windows(applied, 10*time.Second, p.Load.Elapsed)
 	p.Bounded = p.Unapplied == 0 && bounded(p.WindowP99)
 	return p, nil
 }
 
-// windows is the p99 of the samples committed in each full span from the first.
-func windows(s []sample, span time.Duration) []time.Duration {
+// windows is the p99 of the samples committed in each full span from the
+// first, a span being full when the load lasted through its end. Judging
+// fullness by the load, not by whether a later sample exists, keeps the
+// last full window in: it is where a pipeline falling behind shows most.
+func windows(s []sample, span, load time.Duration) []time.Duration {
 	if len(s) == 0 {
 		return nil
 	}
@@ -559,20 +562,18 @@ func windows(s []sample, span time.Duration) []time.Duration {
 			first = x.commit
 		}
 	}
-	var byWin [][]time.Duration
+	full := max(1, int(load/span))
+	byWin := make([][]time.Duration, full)
 	for _, x := range s {
-		i := int(x.commit.Sub(first) / span)
-		for len(byWin) <= i {
-			byWin = append(byWin, nil)
+		if i := int(x.commit.Sub(first) / span); i < full {
+			byWin[i] = append(byWin[i], x.d)
 		}
-		byWin[i] = append(byWin[i], x.d)
 	}
-	if len(byWin) > 1 {
-		byWin = byWin[:len(byWin)-1] // the last window is partial
-	}
-	out := make([]time.Duration, len(byWin))
-	for i, w := range byWin {
-		out[i] = distOf(w).P99
+	out := make([]time.Duration, 0, full)
+	for _, w := range byWin {
+		if len(w) > 0 {
+			out = append(out, distOf(w).P99)
+		}
 	}
 	return out
 }

@@ -37,9 +37,22 @@ func TestLagBoundedFlagsARisingTail(t *testing.T) {
 	for i := range 60 { // one sample per second, latency = i*10 ms
 		s = append(s, sample{base.Add(time.Duration(i) * time.Second), time.Duration(i) * 10 * time.Millisecond})
 	}
-	w := windows(s, 10*time.Second)
+	w := windows(s, 10*time.Second, 55*time.Second)
 	if len(w) != 5 || w[0] != 90*time.Millisecond || bounded(w) {
-		t.Errorf("windows of a linear rise = %v (bounded %v), want 5 full windows, the first's p99 90ms, unbounded", w, bounded(w))
+		t.Errorf("windows of a linear rise over a 55 s load = %v (bounded %v), want 5 full windows, the first's p99 90ms, unbounded", w, bounded(w))
+	}
+	// A 30 s load whose last timed commit came 29.9 s after its first has
+	// three full windows; the third, where the tail rose, must be judged.
+	var rise []sample
+	for i := range 300 {
+		d := 50 * time.Millisecond
+		if i >= 200 {
+			d = time.Second
+		}
+		rise = append(rise, sample{base.Add(time.Duration(i) * 100 * time.Millisecond), d})
+	}
+	if w := windows(rise, 10*time.Second, 30*time.Second+50*time.Millisecond); len(w) != 3 || w[2] != time.Second || bounded(w) {
+		t.Errorf("windows of a 30 s load rising in its last 10 s = %v (bounded %v), want 3 windows, the last 1s, unbounded", w, bounded(w))
 	}
 }
 
