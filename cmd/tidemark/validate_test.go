@@ -19,6 +19,7 @@ func TestValidationWordsProblemsByFlag(t *testing.T) {
 		{[]string{"apikey", "create"}, []string{"--pg (TIDEMARK_PG): is required", "--tenant (TIDEMARK_TENANT): is required"}},
 		{[]string{"warm", "--top", "0", "--wait=-1s"}, []string{"--redis (TIDEMARK_REDIS): is required",
 			"--top: must be at least 1 (got 0)", "--wait: must not be negative (got -1s)"}},
+		{[]string{"apply", "--max-procs=-1"}, []string{"--redis (TIDEMARK_REDIS): is required (redis://host:port/db or a Cluster seed list)", "--max-procs (TIDEMARK_APPLY_MAX_PROCS): must not be negative (got -1)"}},
 		{[]string{"inspect", "--hot", "--top", "0"}, []string{"--redis (TIDEMARK_REDIS): is required", "--top: must be at least 1 (got 0)"}},
 	}
 	for _, c := range cases {
