@@ -29,6 +29,7 @@ func (c *benchServeCmd) Bind(b *cli.Binder) {
 	b.Flag(&c.serve.Concurrency, "concurrency", "Connections of the closed-loop saturation step.")
 	b.Flag(&c.serve.Workers, "workers", "Connections of the open-loop steps.")
 	b.Flag(&c.serve.Steps, "steps", "Open-loop rates as fractions of the saturated rate.")
+	b.Flag(&c.serve.Climb, "climb", "After the steps, offer this factor more per step while a step meets the goal (serve, then /healthz), so each side's limit is bracketed by a step that missed; 0: stop at the steps.")
 	b.Flag(&c.serve.P99Goal, "p99-goal", "Latency goal the report checks.")
 	b.Flag(&c.serve.ServeArgs, "serve-arg", "Extra flag for the serve process (repeatable), e.g. --serve-arg=--l1-size=0.")
 	b.Flag(&c.serve.Dir, "dir", "Directory --profile writes to (created if missing).")

@@ -13,16 +13,18 @@ import (
 // Chart is the latency chart of a run: p50 and p99 of every open-loop step
 // against its offered rate, the /healthz ceiling's p99 at the rate it was
 // offered, and the p99 goal. The X axis runs from 0 to the closed-loop
-// (saturated) rate, which the title gives; closed-loop steps have no offered
-// rate and are not plotted.
+// (saturated) rate, which the title gives, or to the highest rate offered
+// when the steps climbed past it; closed-loop steps have no offered rate and
+// are not plotted.
 func Chart(rep Result) svgchart.Chart {
 	p50 := svgchart.Series{Name: "GET p50", Markers: true}
 	p99 := svgchart.Series{Name: "GET p99", Markers: true}
 	ceil := svgchart.Series{Name: "/healthz p99 (ceiling)", Markers: true}
 	rows := slices.Clone(rep.Rows)
 	slices.SortStableFunc(rows, func(a, b Row) int { return cmp.Compare(math.Abs(a.Target), math.Abs(b.Target)) })
-	saturated := 0.0
+	saturated, top := 0.0, 0.0
 	for _, r := range rows {
+		top = max(top, math.Abs(r.Target))
 		switch {
 		case r.Target > 0:
 			p50.Points = append(p50.Points, svgchart.Point{X: r.Target, Y: bench.MsOf(r.P50)})
@@ -44,7 +46,7 @@ func Chart(rep Result) svgchart.Chart {
 	}
 	if saturated > 0 {
 		title += fmt.Sprintf("; closed loop saturates at %.0f req/s", saturated)
-		c.XMax = svgchart.AxisMax(saturated)
+		c.XMax = svgchart.AxisMax(max(saturated, top))
 	}
 	c.Title = title
 	if rep.P99Goal > 0 {

@@ -42,16 +42,21 @@ type Config struct {
 	Concurrency int           // --concurrency: connections of the closed-loop (saturation) step
 	Workers     int           // --workers: connections of the open-loop steps
 	Steps       []float64     // --steps: open-loop rates as fractions of the saturated rate
-	P99Goal     time.Duration // --p99-goal: the latency goal the report checks
-	Dir         string        // --dir: where Profile writes (created if missing)
-	Profile     bool          // --profile: serve writes its CPU profile of the whole run to Dir/serve.pprof
+	// Climb (--climb): after the steps, serve's open loop and then the
+	// /healthz ceiling's keep going up by this factor while they meet the
+	// goal (at most maxClimbSteps more each), so each side's highest rate
+	// within it is bracketed by one that is not; 0: no climbing.
+	Climb   float64
+	P99Goal time.Duration // --p99-goal: the latency goal the report checks
+	Dir     string        // --dir: where Profile writes (created if missing)
+	Profile bool          // --profile: serve writes its CPU profile of the whole run to Dir/serve.pprof
 }
 
 // DefaultConfig is `tidemark-lab bench serve` with no flags: 10,000 items,
 // zipf 1.1, 10 s steps at 25-85% of the saturated rate, a 10 ms p99 goal.
 func DefaultConfig() Config {
 	return Config{Items: 10_000, ZipfS: 1.1, Warmup: 5 * time.Second, Duration: 10 * time.Second,
-		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, P99Goal: 10 * time.Millisecond}
+		Concurrency: 32, Workers: 128, Steps: []float64{0.25, 0.5, 0.7, 0.85}, Climb: 1.1, P99Goal: 10 * time.Millisecond}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -81,6 +86,9 @@ func (c Config) Validate() error {
 			p.Add("Steps", "must be positive fractions (got %v)", c.Steps)
 			break
 		}
+	}
+	if c.Climb != 0 && !(c.Climb > 1 && c.Climb <= 2) {
+		p.Add("Climb", "must be a factor above 1 and at most 2, or 0 for no climbing (got %v)", c.Climb)
 	}
 	if c.Profile && c.Dir == "" {
 		p.Add("Profile", "the profile is written to the directory: set it")
@@ -119,9 +127,13 @@ type Result struct {
 	// CeilingBest is the highest-rate open-loop /healthz step within the
 	// p99 goal, at the same offered rates: what this box allows any handler.
 	CeilingBest *Row
-	P99Goal     time.Duration
-	Setup       string
-	Profile     string // serve's CPU profile, when asked for
+	// BestNext and CeilingNext: the lowest-rate step of the same kind
+	// offered more than Best (CeilingBest) that missed the goal (nil: none),
+	// so each side's limit lies between the two.
+	BestNext, CeilingNext *Row
+	P99Goal               time.Duration
+	Setup                 string
+	Profile               string // serve's CPU profile, when asked for
 }
 
 // WriteTable writes the report's table and the goal it checks.
@@ -152,7 +164,18 @@ func (r Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "Ceiling, the same rates against /healthz: p99 < %s up to **%.0f req/s** (p99 %s)",
 			r.P99Goal, r.CeilingBest.Rate, fmtDur(r.CeilingBest.P99))
 		if r.Best != nil {
-			fmt.Fprintf(&b, "; serve reaches %.2fx of it", r.Best.Rate/r.CeilingBest.Rate)
+			ratio := r.Best.Rate / r.CeilingBest.Rate
+			switch {
+			case r.BestNext != nil && r.CeilingNext != nil:
+				fmt.Fprintf(&b, "; serve reaches **%.2fx** of it, and the ratio of the two limits lies between %.2fx and %.2fx (each side's next step up, %.0f and %.0f req/s, missed the goal)",
+					ratio, r.Best.Rate/r.CeilingNext.Rate, r.BestNext.Rate/r.CeilingBest.Rate, r.BestNext.Rate, r.CeilingNext.Rate)
+			case r.BestNext != nil:
+				fmt.Fprintf(&b, "; /healthz met the goal at every rate offered, so serve reaches **at most %.2fx** of it", r.BestNext.Rate/r.CeilingBest.Rate)
+			case r.CeilingNext != nil:
+				fmt.Fprintf(&b, "; serve met the goal at every rate offered, so it reaches **at least %.2fx** of it", r.Best.Rate/r.CeilingNext.Rate)
+			default:
+				fmt.Fprintf(&b, "; both met the goal at every rate offered, so the ratio is not established (%.2fx at the rates offered)", ratio)
+			}
 		}
 		b.WriteString(".\n")
 	} else if r.hasOpenCeiling() {
@@ -166,12 +189,13 @@ func (r Result) WriteTable(w io.Writer) error {
 }
 
 // pickBest sets Best and CeilingBest: the highest-rate open-loop GET step
-// and /healthz step that met the p99 goal without errors.
+// and /healthz step that met the p99 goal without errors; and whether a
+// step of the same kind offered more missed it.
 func (r *Result) pickBest() {
 	r.Best, r.CeilingBest = nil, nil
 	for i := range r.Rows {
 		row := &r.Rows[i]
-		if row.P99 >= r.P99Goal || row.Errors != 0 {
+		if !r.meets(*row) {
 			continue
 		}
 		switch {
@@ -181,7 +205,23 @@ func (r *Result) pickBest() {
 			r.CeilingBest = row
 		}
 	}
+	r.BestNext, r.CeilingNext = nil, nil
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if r.meets(*row) {
+			continue
+		}
+		switch {
+		case row.Target > 0 && r.Best != nil && row.Target > r.Best.Target && (r.BestNext == nil || row.Target < r.BestNext.Target):
+			r.BestNext = row
+		case row.Target < 0 && r.CeilingBest != nil && row.Target < r.CeilingBest.Target && (r.CeilingNext == nil || row.Target > r.CeilingNext.Target):
+			r.CeilingNext = row
+		}
+	}
 }
+
+// meets reports whether a step met the p99 goal without errors.
+func (r Result) meets(row Row) bool { return row.P99 < r.P99Goal && row.Errors == 0 }
 
 // row is the row of step name (nil: none).
 func (r Result) row(name string) *Row {
@@ -294,17 +334,45 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	}
 	rep.Rows = append(rep.Rows, sat)
 	fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s\n", sat.Rate, fmtDur(sat.P50), fmtDur(sat.P99))
-	for _, f := range cfg.Steps {
-		target := sat.Rate * f
-		fmt.Fprintf(progress, "open loop at %.0f req/s (%.0f%% of saturation), %s ...\n", target, 100*f, cfg.Duration)
-		row, err := g.measure(ctx, fmt.Sprintf("open %.0f%%", 100*f), func() (int64, []time.Duration) {
+	// An open-loop step, serve's or (ceiling) /healthz's, at target req/s.
+	open := func(ceiling bool, target float64) (Row, error) {
+		name := fmt.Sprintf("open %.0f%%", 100*target/sat.Rate)
+		if ceiling {
+			name = "ceiling /healthz " + name
+			fmt.Fprintf(progress, "ceiling: /healthz open loop at %.0f req/s ...\n", target)
+		} else {
+			fmt.Fprintf(progress, "open loop at %.0f req/s (%.0f%% of saturation), %s ...\n", target, 100*target/sat.Rate, cfg.Duration)
+		}
+		row, err := g.measure(ctx, name, func() (int64, []time.Duration) {
 			return g.open(ctx, target, cfg.Workers, cfg.Duration)
 		}, target)
 		if err != nil {
-			return rep, err
+			return row, err
+		}
+		fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s, errors %d\n", row.Rate, fmtDur(row.P50), fmtDur(row.P99), row.Errors)
+		if ceiling {
+			row.Target = -target // a ceiling row: not a candidate for Best
 		}
 		rep.Rows = append(rep.Rows, row)
-		fmt.Fprintf(progress, "  %.0f req/s, p50 %s, p99 %s, errors %d\n", row.Rate, fmtDur(row.P50), fmtDur(row.P99), row.Errors)
+		return row, nil
+	}
+	var rates []float64 // serve's open-loop rates, which the ceiling is offered too
+	var last Row
+	for _, f := range cfg.Steps {
+		target := sat.Rate * f
+		if last, err = open(false, target); err != nil {
+			return rep, err
+		}
+		rates = append(rates, target)
+	}
+	if len(rates) > 0 && rates[len(rates)-1] == slices.Max(rates) {
+		n := len(rep.Rows)
+		if err := climb(cfg.Climb, last, rates[len(rates)-1], rep.meets, func(r float64) (Row, error) { return open(false, r) }); err != nil {
+			return rep, err
+		}
+		for _, row := range rep.Rows[n:] {
+			rates = append(rates, row.Target)
+		}
 	}
 	rep.Setup += fmt.Sprintf("; load average (1 min) %s at start, %s at end", loadStart, loadAvg())
 	// Ceiling: the same generator against a trivial handler of the same
@@ -316,21 +384,38 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	}
 	// The ceiling at every offered rate of the GET steps: whether this box
 	// (generator, serve, Redis and Postgres on the same cores) can hold the
-	// p99 goal at a rate at all is the ceiling's answer, not serve's.
-	for _, f := range cfg.Steps {
-		target := sat.Rate * f
-		fmt.Fprintf(progress, "ceiling: /healthz open loop at %.0f req/s ...\n", target)
-		if row, err := g.measure(ctx, fmt.Sprintf("ceiling /healthz open %.0f%%", 100*f), func() (int64, []time.Duration) {
-			return g.open(ctx, target, cfg.Workers, cfg.Duration)
-		}, target); err == nil {
-			row.Target = -target // a ceiling row: not a candidate for Best
-			rep.Rows = append(rep.Rows, row)
+	// p99 goal at a rate at all is the ceiling's answer, not serve's. Then
+	// on up, so the ratio of the two limits is measured, not bounded.
+	for _, target := range rates {
+		if last, err = open(true, target); err != nil {
+			break // as the closed-loop ceiling: a failed scrape loses the row, not the run
 		}
+	}
+	if err == nil && len(rates) > 0 && rates[len(rates)-1] == slices.Max(rates) {
+		_ = climb(cfg.Climb, last, rates[len(rates)-1], rep.meets, func(r float64) (Row, error) { return open(true, r) })
 	}
 	g.ceilingURL = ""
 	rep.pickBest()
 	return rep, ctx.Err()
 }
+
+// climb goes on from last, the step at the highest rate offered so far
+// (top), by factor per step while the last one meets the goal: the limit
+// is then between two measured rates. At most maxClimbSteps; factor 0: none.
+func climb(factor float64, last Row, top float64, meets func(Row) bool, step func(rate float64) (Row, error)) error {
+	for i := 0; factor > 1 && i < maxClimbSteps && meets(last); i++ {
+		top *= factor
+		var err error
+		if last, err = step(top); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxClimbSteps bounds Config.Climb's steps on each side (10 s each by
+// default): 1.1^8 is 2.1x the highest step.
+const maxClimbSteps = 8
 
 // profilePath is where serve writes its CPU profile ("" when not asked). It
 // is complete once serve has stopped, when Run returns.
