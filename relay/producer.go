@@ -195,14 +195,11 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 	p := &Producer{cfg: cfg, log: deps.Log.With("component", "relay"), m: m, onAck: deps.OnProduced,
 		tracer: telemetry.Tracer(deps.Tracer, "relay")}
 	p.sess.Store(newSession())
-	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, p.log)
+	opts, err := ClientOpts(cfg, p.log)
 	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
+		return nil, err
 	}
 	opts = append(opts,
-		kgo.ClientID(cfg.ClientID),
-		kgo.DefaultProduceTopic(cfg.Topic),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(partitioner(func(topic string, r *kgo.Record, n int) {
 			if topic != cfg.Topic {
 				return
@@ -214,6 +211,30 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 			}
 			p.placed(r) // after routed: Placed then covers its partition
 		})),
+		kgo.WithHooks(hookErrors{m}),
+	)
+	p.opts = append(opts, deps.Opts...)
+	if p.client, err = kgo.NewClient(p.opts...); err != nil {
+		return nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	return p, nil
+}
+
+// ClientOpts are the franz-go options of the producer that do not depend
+// on a Producer (its partitioner and hooks do): the connection (TLS, SASL),
+// acks from every in-sync replica, the stop on data loss, the linger, the
+// buffer bound and the metadata ages. cfg must be valid (Config.Validate).
+// `tidemark-lab bench hop` builds its producer from them, so the hop it
+// measures is the one capture's records take.
+func ClientOpts(cfg Config, log *slog.Logger) ([]kgo.Opt, error) {
+	opts, err := kafkaconn.Opts(cfg.Brokers, cfg.Kafka, log)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	return append(opts,
+		kgo.ClientID(cfg.ClientID),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// Records Kafka acknowledged and then lost must not be followed by
 		// acknowledged ones: kgo's default bumps the producer epoch and
 		// carries on, so nothing would tell the tracker.
@@ -222,18 +243,12 @@ func New(cfg Config, deps Deps) (*Producer, error) {
 		// Capture bounds in-flight records itself (so it can keep sending
 		// standby status while paused); the margin covers one marker fan-out.
 		kgo.MaxBufferedRecords(cfg.MaxInflight+4096),
-		kgo.WithHooks(hookErrors{m}),
 		// After a broker dies its partitions get new leaders within the
 		// cluster's broker session timeout; kgo's default 5 s floor between
 		// metadata refreshes would add up to that much again to the stall.
 		kgo.MetadataMinAge(time.Second),
 		kgo.MetadataMaxAge(cfg.TopicRefresh),
-	)
-	p.opts = append(opts, deps.Opts...)
-	if p.client, err = kgo.NewClient(p.opts...); err != nil {
-		return nil, fmt.Errorf("relay: kafka client: %w", err)
-	}
-	return p, nil
+	), nil
 }
 
 // session is one capture session's error delivery: the first record Kafka

@@ -111,8 +111,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 
 func runArm(ctx context.Context, cfg Config, log *slog.Logger, topic string, linger time.Duration) (Arm, error) {
 	arm := Arm{Linger: linger}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(linger))
+	// Capture's producer options (relay.ClientOpts), with the arm's topic
+	// and linger; the key partitioner is kgo's, murmur2 like relay's.
+	rcfg := relay.DefaultConfig()
+	rcfg.Brokers, rcfg.Topic, rcfg.Linger = cfg.Brokers, topic, linger
+	if err := rcfg.Validate(); err != nil {
+		return arm, err
+	}
+	opts, err := relay.ClientOpts(rcfg, log)
+	if err != nil {
+		return arm, err
+	}
+	prod, err := kgo.NewClient(opts...)
 	if err != nil {
 		return arm, err
 	}
