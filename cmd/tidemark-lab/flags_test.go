@@ -16,3 +16,9 @@ func TestEveryValidatedFieldHasAFlag(t *testing.T) {
 		"bench hotkey hotkey.Binary", "bench scan scan.Binary", "bench reads reads.Binary",
 	})
 }
+
+// A variable two lab commands read means the same thing in both: the
+// servers to run against, and the lab broker's fsync.
+func TestEveryVariableMeansOneThing(t *testing.T) {
+	clitest.EveryVariableMeansOneThing(t, &root{}, []string{"TIDEMARK_PG", "TIDEMARK_KAFKA", "TIDEMARK_REDIS", "TIDEMARK_KAFKA_SYNC_WRITES"})
+}

@@ -38,7 +38,7 @@ func (c *applyCmd) Bind(b *cli.Binder) {
 	b.Flag(&c.cache.Namespace, "namespace", "Cache-tier key namespace.")
 	b.Flag(&a.SessionTimeout, "session-timeout", "Group session timeout: how fast a dead applier's partitions move.")
 	b.Flag(&a.MaxBatch, "max-batch", "Invalidations per batched cache-tier call.")
-	b.Flag(&a.Linger, "linger", "How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch).")
+	b.Flag(&a.Linger, "linger", "How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch).").Env("TIDEMARK_APPLY_LINGER").Replaces("TIDEMARK_LINGER")
 	b.Flag(&a.CommitInterval, "commit-interval", "How often applied offsets are committed.")
 	b.Flag(&a.MaxQueue, "max-queue", "Records a partition worker may hold before fetching pauses (at least --max-batch).")
 	b.Flag(&a.IdentityInterval, "identity-interval", "How often the cache tier's identity (run_id, replication id, topology) is checked for a restart or failover.")

@@ -54,7 +54,7 @@ func (c *captureCmd) Bind(b *cli.Binder) {
 	b.Flag(&cfg.StatusInterval, "status-interval", "Standby status to Postgres at least this often (at most 10s).")
 	b.Flag(&cfg.RetryMin, "retry-min", "First retry delay while the slot is active elsewhere or Postgres is down.")
 	b.Flag(&cfg.RetryMax, "retry-max", "Longest retry delay.")
-	b.Flag(&r.Linger, "linger", "How long the producer waits to fill a batch. Shorter lowers commit-to-applied latency at a low change rate and sends the broker more, smaller requests: on a box shared with the broker, 300µs took up to a millisecond off the median on a light broker and lengthened every percentile on Apache Kafka (BENCHMARKS.md, producer linger).")
+	b.Flag(&r.Linger, "linger", "How long the producer waits to fill a batch. Shorter lowers commit-to-applied latency at a low change rate and sends the broker more, smaller requests: on a box shared with the broker, 300µs took up to a millisecond off the median on a light broker and lengthened every percentile on Apache Kafka (BENCHMARKS.md, producer linger).").Env("TIDEMARK_CAPTURE_LINGER").Replaces("TIDEMARK_LINGER")
 	b.Flag(&r.TopicRefresh, "topic-refresh", "How old the producer's view of the topic may get: partitions added to the topic are routed to and marked within about this.")
 	b.Flag(&r.Require.ReplicationFactor, "topic-replication-factor", "Replication factor the data topic must have (a smaller cluster is held to its broker count).")
 	b.Flag(&r.Require.MinInsync, "topic-min-insync", "min.insync.replicas the data topic must have.")

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -34,16 +35,26 @@ type Binds interface{ Bind(b *Binder) }
 // worded with their flags.
 type Checker interface{ Check() error }
 
+// Flags are the command's flags, those of its parents included.
+func (b *Binder) Flags() []*kong.Flag {
+	var out []*kong.Flag
+	for _, g := range b.node.AllFlags(false) {
+		out = append(out, g...)
+	}
+	return out
+}
+
 // Binder binds the flags of one command.
 type Binder struct {
-	all     *bindings
-	node    *kong.Node
-	root    reflect.Value         // the command struct
-	fields  map[string]*kong.Flag // field path -> the flag bound to it
-	derived map[string]string     // field path -> the path it is derived from
-	copies  []func()
-	env     string // the prefix of Flag's environment variables ("": none)
-	err     error
+	all      *bindings
+	node     *kong.Node
+	root     reflect.Value         // the command struct
+	fields   map[string]*kong.Flag // field path -> the flag bound to it
+	derived  map[string]string     // field path -> the path it is derived from
+	copies   []func()
+	env      string // the prefix of Flag's environment variables ("": none)
+	replaced []replacedEnv
+	err      error
 }
 
 // Flag is a bound flag, for its options.
@@ -117,6 +128,24 @@ func (f *Flag) Env(name string) *Flag {
 	}
 	f.f.Envs = f.f.Tag.Envs
 	return f
+}
+
+// Replaces names a variable this flag's own replaced because it meant
+// something else in another command: set, it is refused at start with the
+// variable to set instead, never silently ignored nor read.
+func (f *Flag) Replaces(old string) *Flag {
+	b := f.all.byFlag[f.f]
+	if b == nil {
+		return f
+	}
+	b.replaced = append(b.replaced, replacedEnv{old: old, flag: f.f})
+	return f
+}
+
+// replacedEnv is a variable a flag no longer reads (Flag.Replaces).
+type replacedEnv struct {
+	old  string
+	flag *kong.Flag
 }
 
 // Secret hides the value in --print-config, and refuses it given beside
@@ -244,8 +273,19 @@ func flagTitle(f *kong.Flag) string {
 	return s
 }
 
-// check copies the derived fields and runs the command's Check.
+// check refuses replaced variables, copies the derived fields and runs
+// the command's Check.
 func (b *Binder) check() error {
+	var errs []error
+	for _, r := range b.replaced {
+		if _, set := os.LookupEnv(r.old); set {
+			errs = append(errs, fmt.Errorf("--%s: %s is no longer read (each command that read it took it for a different setting): set %s instead",
+				r.flag.Name, r.old, strings.Join(r.flag.Envs, ", ")))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	for _, c := range b.copies {
 		c()
 	}

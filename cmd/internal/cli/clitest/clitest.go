@@ -172,3 +172,50 @@ func badValues(typ reflect.Type) []reflect.Value {
 	}
 	return out
 }
+
+// EveryVariableMeansOneThing: an environment variable two commands read is
+// either one flag defined once (the same name and help in each, as the
+// connection groups bind them) or listed in shared, the variables that
+// name one thing for the whole deployment (its Postgres, its topic). Any
+// other would let a variable set for one process (a systemd
+// EnvironmentFile, a chart's common env) change another's setting of the
+// same name and a different meaning: such a flag takes a command's own
+// variable (TIDEMARK_<COMMAND>_<NAME>, Flag.Env).
+func EveryVariableMeansOneThing(t *testing.T, root any, shared []string) {
+	t.Helper()
+	cmds, err := cli.Commands(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type use struct{ cmd, flag, help string }
+	by := map[string][]use{}
+	for _, c := range cmds {
+		for _, f := range c.Binder.Flags() {
+			for _, env := range f.Envs {
+				by[env] = append(by[env], use{c.Path, f.Name, f.Help})
+			}
+		}
+	}
+	used := map[string]bool{}
+	for env, uses := range by {
+		if len(uses) < 2 {
+			continue
+		}
+		if slices.Contains(shared, env) {
+			used[env] = true
+			continue
+		}
+		for _, u := range uses[1:] {
+			if u.flag != uses[0].flag || u.help != uses[0].help {
+				t.Errorf("%s is read by `%s --%s` and `%s --%s`, two settings: give each command its own variable (Flag.Env), or list it as shared if it names one thing for the deployment",
+					env, uses[0].cmd, uses[0].flag, u.cmd, u.flag)
+				break
+			}
+		}
+	}
+	for _, env := range shared {
+		if !used[env] {
+			t.Errorf("shared variable %s is read by fewer than two commands", env)
+		}
+	}
+}
