@@ -1,8 +1,13 @@
 package main
 
 import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/cmd/internal/cli/clitest"
 )
 
@@ -27,4 +32,49 @@ func TestEveryVariableMeansOneThing(t *testing.T) {
 		"TIDEMARK_TOPIC", "TIDEMARK_GROUP", "TIDEMARK_SLOT", "TIDEMARK_PUBLICATION", // its pipeline's names
 		"TIDEMARK_NAMESPACE", "TIDEMARK_SOURCE_POOL", "TIDEMARK_SLO", // its cache tier's
 	})
+}
+
+// The chart's common config, which every role's file takes, refuses the
+// flags two of its roles bind for settings of their own (each reading its
+// own variable): the list in its template is exactly those flags.
+func TestChartRefusesPerRoleKeysInCommonConfig(t *testing.T) {
+	cmds, err := cli.Commands(&root{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string]map[string]bool{} // flag name -> its variables across the chart's roles
+	for _, c := range cmds {
+		if c.Path != "capture" && c.Path != "apply" && c.Path != "serve" {
+			continue
+		}
+		for _, f := range c.Binder.Flags() {
+			if envs[f.Name] == nil {
+				envs[f.Name] = map[string]bool{}
+			}
+			envs[f.Name][strings.Join(f.Envs, ",")] = true
+		}
+	}
+	var want []string
+	for name, vars := range envs {
+		if len(vars) > 1 {
+			want = append(want, name)
+		}
+	}
+	tmpl, err := os.ReadFile("../../deploy/helm/tidemark/templates/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`range \$key := list ((?:"[a-z-]+" ?)+)`).FindSubmatch(tmpl)
+	if m == nil {
+		t.Fatal("deploy/helm/tidemark/templates/config.yaml has no `range $key := list ...` of per-role keys")
+	}
+	var got []string
+	for _, q := range strings.Fields(string(m[1])) {
+		got = append(got, strings.Trim(q, `"`))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("the chart refuses %v in its common config; the flags capture, apply and serve bind to different variables are %v", got, want)
+	}
 }

@@ -594,8 +594,9 @@ serve:
 }
 
 // TestChartSchemaRefuses: values.schema.json refuses a wrong type and an
-// unknown key, and the chart refuses Kafka TLS off with AWS_MSK_IAM, each
-// with a message naming the value.
+// unknown key, and the chart refuses Kafka TLS off with AWS_MSK_IAM and a
+// role's own setting in the common config, each with a message naming the
+// value.
 func TestChartSchemaRefuses(t *testing.T) {
 	for _, c := range []struct {
 		set  []string
@@ -606,6 +607,8 @@ func TestChartSchemaRefuses(t *testing.T) {
 		{[]string{"connection.kafkaSASL.mechanism=SCRAM"}, "at '/connection/kafkaSASL/mechanism'"},
 		{[]string{"podAnnotations.x=1"}, "at '/podAnnotations/x': got number, want string"},
 		{[]string{"connection.kafkaSASL.mechanism=AWS_MSK_IAM", "connection.kafkaTLS=false"}, "MSK's IAM listener is TLS only"},
+		{[]string{"config.linger=5ms"}, "config.linger: capture and apply each take --linger for a setting of their own; set it in capture.config or apply.config"},
+		{[]string{"config.max-procs=2"}, "config.max-procs: capture and apply each take --max-procs"},
 	} {
 		out, err := helmTemplate(t, "", c.set...)
 		if err == nil {

@@ -35,15 +35,6 @@ type Binds interface{ Bind(b *Binder) }
 // worded with their flags.
 type Checker interface{ Check() error }
 
-// Flags are the command's flags, those of its parents included.
-func (b *Binder) Flags() []*kong.Flag {
-	var out []*kong.Flag
-	for _, g := range b.node.AllFlags(false) {
-		out = append(out, g...)
-	}
-	return out
-}
-
 // Binder binds the flags of one command.
 type Binder struct {
 	all      *bindings
@@ -72,6 +63,15 @@ func (b *Binder) Flag(p any, name, help string) *Flag {
 		env = b.env + envName(name)
 	}
 	return b.bind(p, name, env, help)
+}
+
+// Flags are the command's flags, those of its parents included.
+func (b *Binder) Flags() []*kong.Flag {
+	var out []*kong.Flag
+	for _, g := range b.node.AllFlags(false) {
+		out = append(out, g...)
+	}
+	return out
 }
 
 // EnvPrefix sets the prefix of the variables of the flags bound after it:
@@ -130,9 +130,10 @@ func (f *Flag) Env(name string) *Flag {
 	return f
 }
 
-// Replaces names a variable this flag's own replaced because it meant
-// something else in another command: set, it is refused at start with the
-// variable to set instead, never silently ignored nor read.
+// Replaces names the variable this flag read before it took its own (Env)
+// because another command read that one for another setting: set, it is
+// refused at start, naming the variable to set instead; never silently
+// ignored, nor read.
 func (f *Flag) Replaces(old string) *Flag {
 	b := f.all.byFlag[f.f]
 	if b == nil {
