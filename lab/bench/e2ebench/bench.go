@@ -571,17 +571,24 @@ func windows(s []sample, span, load time.Duration) []time.Duration {
 	}
 	out := make([]time.Duration, 0, full)
 	for _, w := range byWin {
-		if len(w) > 0 {
-			out = append(out, distOf(w).P99)
+		if len(w) == 0 {
+			out = append(out, noSamples) // shown as such, not dropped: the load committed nothing timed then
+			continue
 		}
+		out = append(out, distOf(w).P99)
 	}
 	return out
 }
 
+// noSamples is the p99 of a window no timed commit fell in.
+const noSamples = time.Duration(-1)
+
 // bounded: the last window's p99 is within 1.5x the first's plus 20 ms of
 // noise. A pipeline that cannot keep up falls further behind every second,
 // so its tail rises from window to window.
+// Windows without samples are skipped: they say nothing of the lag.
 func bounded(w []time.Duration) bool {
+	w = slices.DeleteFunc(slices.Clone(w), func(d time.Duration) bool { return d == noSamples })
 	if len(w) == 0 {
 		return false
 	}

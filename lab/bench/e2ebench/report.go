@@ -114,6 +114,10 @@ func (res Result) WriteTable(out io.Writer) error {
 	for _, p := range res.Phases {
 		var ws []string
 		for _, d := range p.WindowP99 {
+			if d == noSamples {
+				ws = append(ws, "none")
+				continue
+			}
 			ws = append(ws, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 		}
 		late := fmt.Sprint(p.Load.Late)

@@ -1,6 +1,7 @@
 package e2ebench
 
 import (
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +54,13 @@ func TestLagBoundedFlagsARisingTail(t *testing.T) {
 	}
 	if w := windows(rise, 10*time.Second, 30*time.Second+50*time.Millisecond); len(w) != 3 || w[2] != time.Second || bounded(w) {
 		t.Errorf("windows of a 30 s load rising in its last 10 s = %v (bounded %v), want 3 windows, the last 1s, unbounded", w, bounded(w))
+	}
+	// A window no timed commit fell in is shown as such, in its place, and
+	// the lag is judged on the others.
+	gap := slices.DeleteFunc(slices.Clone(rise[:200]), func(x sample) bool { return x.commit.Sub(base) >= 10*time.Second })
+	gap = append(gap, sample{base.Add(25 * time.Second), 60 * time.Millisecond})
+	if w := windows(gap, 10*time.Second, 30*time.Second); len(w) != 3 || w[1] != noSamples || w[2] != 60*time.Millisecond || !bounded(w) {
+		t.Errorf("windows of a load with nothing timed in its second 10 s = %v (bounded %v), want [50ms none 60ms], bounded", w, bounded(w))
 	}
 }
 
