@@ -543,16 +543,17 @@ func (r *runner) phase(ctx context.Context, name, tenant string, keys int, txRat
 	handed, produced, applied := r.obs.end()
 	p.Handed, p.Produced, p.Applied = dist(handed), dist(produced), dist(applied)
 	p.Unapplied = int(p.Load.Observed) - len(applied)
-	p.WindowP99 = windows(applied, 10*time.Second, p.Load.Elapsed)
+	p.WindowP99 = windows(applied, p.Load.Elapsed)
 	p.Bounded = p.Unapplied == 0 && bounded(p.WindowP99)
 	return p, nil
 }
 
-// windows is the p99 of the samples committed in each full span from the
+// windows is the p99 of the samples committed in each full windowSpan from the
 // first, a span being full when the load lasted through its end. Judging
 // fullness by the load, not by whether a later sample exists, keeps the
 // last full window in: it is where a pipeline falling behind shows most.
-func windows(s []sample, span, load time.Duration) []time.Duration {
+func windows(s []sample, load time.Duration) []time.Duration {
+	const span = windowSpan
 	if len(s) == 0 {
 		return nil
 	}
@@ -579,6 +580,10 @@ func windows(s []sample, span, load time.Duration) []time.Duration {
 	}
 	return out
 }
+
+// windowSpan is the length of the windows the lag is judged by (the
+// report's "p99 per 10 s window").
+const windowSpan = 10 * time.Second
 
 // noSamples is the p99 of a window no timed commit fell in.
 const noSamples = time.Duration(-1)

@@ -38,7 +38,7 @@ func TestLagBoundedFlagsARisingTail(t *testing.T) {
 	for i := range 60 { // one sample per second, latency = i*10 ms
 		s = append(s, sample{base.Add(time.Duration(i) * time.Second), time.Duration(i) * 10 * time.Millisecond})
 	}
-	w := windows(s, 10*time.Second, 55*time.Second)
+	w := windows(s, 55*time.Second)
 	if len(w) != 5 || w[0] != 90*time.Millisecond || bounded(w) {
 		t.Errorf("windows of a linear rise over a 55 s load = %v (bounded %v), want 5 full windows, the first's p99 90ms, unbounded", w, bounded(w))
 	}
@@ -52,14 +52,14 @@ func TestLagBoundedFlagsARisingTail(t *testing.T) {
 		}
 		rise = append(rise, sample{base.Add(time.Duration(i) * 100 * time.Millisecond), d})
 	}
-	if w := windows(rise, 10*time.Second, 30*time.Second+50*time.Millisecond); len(w) != 3 || w[2] != time.Second || bounded(w) {
+	if w := windows(rise, 30*time.Second+50*time.Millisecond); len(w) != 3 || w[2] != time.Second || bounded(w) {
 		t.Errorf("windows of a 30 s load rising in its last 10 s = %v (bounded %v), want 3 windows, the last 1s, unbounded", w, bounded(w))
 	}
 	// A window no timed commit fell in is shown as such, in its place, and
 	// the lag is judged on the others.
 	gap := slices.DeleteFunc(slices.Clone(rise[:200]), func(x sample) bool { return x.commit.Sub(base) >= 10*time.Second })
 	gap = append(gap, sample{base.Add(25 * time.Second), 60 * time.Millisecond})
-	if w := windows(gap, 10*time.Second, 30*time.Second); len(w) != 3 || w[1] != noSamples || w[2] != 60*time.Millisecond || !bounded(w) {
+	if w := windows(gap, 30*time.Second); len(w) != 3 || w[1] != noSamples || w[2] != 60*time.Millisecond || !bounded(w) {
 		t.Errorf("windows of a load with nothing timed in its second 10 s = %v (bounded %v), want [50ms none 60ms], bounded", w, bounded(w))
 	}
 }
