@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark/tidemark/cmd/internal/cli"
 	"github.com/tidemark/tidemark/cmd/internal/cli/clitest"
 )
 
@@ -38,21 +37,15 @@ func TestEveryVariableMeansOneThing(t *testing.T) {
 // flags two of its roles bind for settings of their own (each reading its
 // own variable): the list in its template is exactly those flags.
 func TestChartRefusesPerRoleKeysInCommonConfig(t *testing.T) {
-	cmds, err := cli.Commands(&root{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	envs := map[string]map[string]bool{} // flag name -> its variables across the chart's roles
-	for _, c := range cmds {
-		if c.Path != "capture" && c.Path != "apply" && c.Path != "serve" {
+	for _, u := range clitest.FlagUses(t, &root{}) {
+		if u.Command != "capture" && u.Command != "apply" && u.Command != "serve" {
 			continue
 		}
-		for _, f := range c.Binder.Flags() {
-			if envs[f.Name] == nil {
-				envs[f.Name] = map[string]bool{}
-			}
-			envs[f.Name][strings.Join(f.Envs, ",")] = true
+		if envs[u.Flag] == nil {
+			envs[u.Flag] = map[string]bool{}
 		}
+		envs[u.Flag][strings.Join(u.Envs, ",")] = true
 	}
 	var want []string
 	for name, vars := range envs {

@@ -135,10 +135,7 @@ func (f *Flag) Env(name string) *Flag {
 // refused at start, naming the variable to set instead; never silently
 // ignored, nor read.
 func (f *Flag) Replaces(old string) *Flag {
-	b := f.all.byFlag[f.f]
-	if b == nil {
-		return f
-	}
+	b := f.all.byFlag[f.f] // set by bind, which made f
 	b.replaced = append(b.replaced, replacedEnv{old: old, flag: f.f})
 	return f
 }

@@ -357,22 +357,23 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		return row, nil
 	}
 	var rates []float64 // serve's open-loop rates, which the ceiling is offered too
-	var last Row
+	var top Row         // the step at the highest of them, where climbing starts
 	for _, f := range cfg.Steps {
-		target := sat.Rate * f
-		if last, err = open(false, target); err != nil {
+		row, err := open(false, sat.Rate*f)
+		if err != nil {
 			return rep, err
 		}
-		rates = append(rates, target)
+		rates = append(rates, row.Target)
+		if row.Target > top.Target {
+			top = row
+		}
 	}
-	if len(rates) > 0 && rates[len(rates)-1] == slices.Max(rates) {
-		n := len(rep.Rows)
-		if err := climb(cfg.Climb, last, rates[len(rates)-1], rep.meets, func(r float64) (Row, error) { return open(false, r) }); err != nil {
-			return rep, err
-		}
-		for _, row := range rep.Rows[n:] {
-			rates = append(rates, row.Target)
-		}
+	n := len(rep.Rows)
+	if err := climb(cfg.Climb, top, top.Target, rep.meets, func(r float64) (Row, error) { return open(false, r) }); err != nil {
+		return rep, err
+	}
+	for _, row := range rep.Rows[n:] {
+		rates = append(rates, row.Target)
 	}
 	rep.Setup += fmt.Sprintf("; load average (1 min) %s at start, %s at end", loadStart, loadAvg())
 	// Ceiling: the same generator against a trivial handler of the same
@@ -386,14 +387,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 	// (generator, serve, Redis and Postgres on the same cores) can hold the
 	// p99 goal at a rate at all is the ceiling's answer, not serve's. Then
 	// on up, so the ratio of the two limits is measured, not bounded.
+	top = Row{}
 	for _, target := range rates {
-		if last, err = open(true, target); err != nil {
-			break // as the closed-loop ceiling: a failed scrape loses the row, not the run
+		row, err := open(true, target)
+		if err != nil {
+			top = Row{} // as the closed-loop ceiling: a failed scrape loses the row, not the run; no climbing
+			break
+		}
+		if row.Target < top.Target {
+			top = row
 		}
 	}
-	if err == nil && len(rates) > 0 && rates[len(rates)-1] == slices.Max(rates) {
-		_ = climb(cfg.Climb, last, rates[len(rates)-1], rep.meets, func(r float64) (Row, error) { return open(true, r) })
-	}
+	_ = climb(cfg.Climb, top, -top.Target, rep.meets, func(r float64) (Row, error) { return open(true, r) })
 	g.ceilingURL = ""
 	rep.pickBest()
 	return rep, ctx.Err()
@@ -401,9 +406,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 
 // climb goes on from last, the step at the highest rate offered so far
 // (top), by factor per step while the last one meets the goal: the limit
-// is then between two measured rates. At most maxClimbSteps; factor 0: none.
+// is then between two measured rates. At most maxClimbSteps; factor 0, or
+// no step yet (top 0): none.
 func climb(factor float64, last Row, top float64, meets func(Row) bool, step func(rate float64) (Row, error)) error {
-	for i := 0; factor > 1 && i < maxClimbSteps && meets(last); i++ {
+	for i := 0; factor > 1 && top > 0 && i < maxClimbSteps && meets(last); i++ {
 		top *= factor
 		var err error
 		if last, err = step(top); err != nil {

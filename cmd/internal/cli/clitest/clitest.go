@@ -183,17 +183,10 @@ func badValues(typ reflect.Type) []reflect.Value {
 // variable (TIDEMARK_<COMMAND>_<NAME>, Flag.Env).
 func EveryVariableMeansOneThing(t *testing.T, root any, shared []string) {
 	t.Helper()
-	cmds, err := cli.Commands(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type use struct{ cmd, flag, help string }
-	by := map[string][]use{}
-	for _, c := range cmds {
-		for _, f := range c.Binder.Flags() {
-			for _, env := range f.Envs {
-				by[env] = append(by[env], use{c.Path, f.Name, f.Help})
-			}
+	by := map[string][]FlagUse{}
+	for _, u := range FlagUses(t, root) {
+		for _, env := range u.Envs {
+			by[env] = append(by[env], u)
 		}
 	}
 	used := map[string]bool{}
@@ -206,9 +199,9 @@ func EveryVariableMeansOneThing(t *testing.T, root any, shared []string) {
 			continue
 		}
 		for _, u := range uses[1:] {
-			if u.flag != uses[0].flag || u.help != uses[0].help {
+			if u.Flag != uses[0].Flag || u.Help != uses[0].Help {
 				t.Errorf("%s is read by `%s --%s` and `%s --%s`, two settings: give each command its own variable (Flag.Env), or list it as shared if it names one thing for the deployment",
-					env, uses[0].cmd, uses[0].flag, u.cmd, u.flag)
+					env, uses[0].Command, uses[0].Flag, u.Command, u.Flag)
 				break
 			}
 		}
@@ -218,4 +211,26 @@ func EveryVariableMeansOneThing(t *testing.T, root any, shared []string) {
 			t.Errorf("shared variable %s is read by fewer than two commands", env)
 		}
 	}
+}
+
+// FlagUse is one flag of one command: its name, help and variables.
+type FlagUse struct {
+	Command, Flag, Help string
+	Envs                []string
+}
+
+// FlagUses are the flags of every command of root that binds its flags.
+func FlagUses(t *testing.T, root any) []FlagUse {
+	t.Helper()
+	cmds, err := cli.Commands(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []FlagUse
+	for _, c := range cmds {
+		for _, f := range c.Binder.Flags() {
+			out = append(out, FlagUse{Command: c.Path, Flag: f.Name, Help: f.Help, Envs: f.Envs})
+		}
+	}
+	return out
 }
