@@ -73,3 +73,41 @@ func TestBudgetPlantedViolations(t *testing.T) {
 		t.Errorf("json report: by kind %v, budget violations %+v", back.ByKind, back.Budget)
 	}
 }
+
+// The reads that waited on a lock the harness held on the catalog complete
+// together when it is released (the source counts a statement when it
+// ends): the sample covering the release, or the source timeout after it,
+// may hold the class's rate × that timeout and one auditor batch more; any
+// other sample may not, and neither may that one beyond it. The figures are
+// ci63's: 160 background reads and 88 auditor rows in 1.006 s against 242.
+func TestBudgetAllowsTheReadsThatWaitedOnAHarnessLock(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	l := BudgetLimits{Total: 600, Burst: Duration(100 * time.Millisecond), LockWait: Duration(time.Second), AtOnce: 50,
+		Classes: map[string]float64{ClassForeground: 400, ClassBackground: 200}}
+	iv := 1006 * time.Millisecond
+	sec := func(end time.Duration, background, audit float64) SourceSecond {
+		return SourceSecond{At: t0.Add(end), Interval: Duration(iv), Reads: map[string]float64{ClassBackground: background, ClassAudit: audit}}
+	}
+	unlocked := t0.Add(90*time.Second + 100*time.Millisecond)
+	faults := []FaultRecord{{Kind: FaultLongOutage, Injected: t0.Add(60 * time.Second), Unlocked: unlocked, Lifted: unlocked.Add(time.Millisecond)}}
+	atRelease := sec(91*time.Second, 160, 88)
+	cases := []struct {
+		name   string
+		secs   []SourceSecond
+		faults []FaultRecord
+		want   int
+	}{
+		{"the release's sample", []SourceSecond{atRelease}, faults, 0},
+		{"the sample after it, within the source timeout", []SourceSecond{sec(92*time.Second, 160, 88)}, faults, 0},
+		{"no lock released", []SourceSecond{atRelease}, []FaultRecord{{Kind: FaultLongOutage, Injected: t0.Add(60 * time.Second), Lifted: unlocked}}, 1},
+		{"two seconds after the source timeout", []SourceSecond{sec(94*time.Second, 160, 88)}, faults, 1},
+		// 200 × 1.006 + 2 × 200 × 0.1 + 1 + 200 × 1 + 50 = 492.2
+		{"beyond what can have waited", []SourceSecond{sec(91*time.Second, 400, 93)}, faults, 1},
+		{"at what can have waited", []SourceSecond{sec(91*time.Second, 400, 92)}, faults, 0},
+	}
+	for _, c := range cases {
+		if vs := JudgeBudget(l, c.secs, c.faults, t0, t0.Add(2*time.Minute)); len(vs) != c.want {
+			t.Errorf("%s: %d violations, want %d: %+v", c.name, len(vs), c.want, vs)
+		}
+	}
+}

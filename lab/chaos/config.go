@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/api"
+	"github.com/tidemark/tidemark/audit"
 	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/internal/config"
 	"github.com/tidemark/tidemark/internal/kafkaconn"
@@ -262,8 +263,10 @@ func (c Config) tableFlags() []string {
 // Limits is the source budget the serve processes run with, as the checker
 // judges it: foreground SourceBudget, background half of it, and
 // read-your-writes a quarter, all inside the total of foreground and
-// background; the burst window is serve's default.
+// background; the burst window, the source timeout and the auditor's batch
+// are serve's defaults.
 func (c Config) Limits() BudgetLimits {
 	return BudgetLimits{Total: 1.5 * c.SourceBudget, Burst: Duration(api.DefaultConfig().BudgetBurst),
+		LockWait: Duration(api.DefaultConfig().SourceTimeout), AtOnce: float64(audit.DefaultConfig().Batch),
 		Classes: map[string]float64{ClassForeground: c.SourceBudget, ClassBackground: c.SourceBudget / 2, ClassReadYourWrites: c.SourceBudget / 4}}
 }

@@ -42,6 +42,11 @@ type FaultRecord struct {
 	Recovered time.Time `json:"recovered,omitempty"`
 	Error     string    `json:"error,omitempty"`
 
+	// Unlocked is when the harness released a lock it held on the catalog
+	// (source-stall, long-outage): the budget's judge allows for the reads
+	// that waited on it (BudgetLimits.AllowedAtUnlock).
+	Unlocked time.Time `json:"source_unlocked,omitzero"`
+
 	// Back is when the read SLO's recovery ended (slo.go): the watermark
 	// fresh, the hit ratio back and failures at their steady rate.
 	Back time.Time `json:"back,omitzero"`
@@ -181,7 +186,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		s.pg.Stop()
 		err = s.pg.Start()
 	case FaultSourceStall:
-		rec.Target, err = s.cfg.Table.Name, in.stall(ctx, f.Hold, 10*time.Second)
+		rec.Target = s.cfg.Table.Name
+		rec.Unlocked, err = in.stall(ctx, f.Hold, 10*time.Second)
 	case FaultSlotDrop:
 		rec.Target, err = s.slot, in.slotDrop(ctx, f.Hold)
 	case FaultBrokerRestart:
@@ -194,7 +200,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 	case FaultClockOffset:
 		rec.Target, err = in.clockOffset(ctx, f.Hold)
 	case FaultLongOutage:
-		rec.Target, err = "both captures stopped, the source locked for the last 15s", in.longOutage(ctx, f.Hold)
+		rec.Target = "both captures stopped, the source locked for the last 15s"
+		rec.Unlocked, err = in.longOutage(ctx, f.Hold)
 	case FaultRedisLossNoApply:
 		// The snapshot is taken while the appliers run; they apply (and
 		// commit) more before they go down; Redis comes back without it.
@@ -277,35 +284,40 @@ func (in *injector) clockOffset(ctx context.Context, hold time.Duration) (string
 }
 
 // stall holds an exclusive lock on the catalog: writers and source reads
-// queue behind it.
-func (in *injector) stall(ctx context.Context, hold, lockWait time.Duration) error {
+// queue behind it. unlocked is when the lock was released (zero if it was
+// never taken).
+func (in *injector) stall(ctx context.Context, hold, lockWait time.Duration) (unlocked time.Time, err error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold+lockWait+5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, in.sys.dsn)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	defer conn.Close(context.Background())
 	tx, err := conn.Begin(cctx)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(cctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if _, err := tx.Exec(cctx, "LOCK TABLE "+in.sys.cfg.Table.Qualified()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	sleep(ctx, hold)
-	return tx.Rollback(cctx)
+	if err := tx.Rollback(cctx); err != nil {
+		conn.Close(context.Background()) // the lock goes with the session
+		return time.Now(), err
+	}
+	return time.Now(), nil
 }
 
 // longOutage stops both captures for longer than the bound, so the
 // watermark stops and every cached entry reaches its hard deadline, and
 // locks the catalog for the last 15 s, so the refreshes those deadlines
 // need cannot be made: the answers must be 503s, not old values.
-func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
+func (in *injector) longOutage(ctx context.Context, hold time.Duration) (unlocked time.Time, err error) {
 	var errs []error
 	for _, p := range in.sys.captures {
 		errs = append(errs, p.Signal(syscall.SIGSTOP))
@@ -314,11 +326,12 @@ func (in *injector) longOutage(ctx context.Context, hold time.Duration) error {
 	sleep(ctx, hold-locked)
 	// A synchronous-standby stall may hold commits (and their locks) for
 	// up to FloorTTL + 6 s: the lock waits that out rather than give up.
-	errs = append(errs, in.stall(ctx, locked, ChaosFloorTTL+10*time.Second))
+	unlocked, err = in.stall(ctx, locked, ChaosFloorTTL+10*time.Second)
+	errs = append(errs, err)
 	for _, p := range in.sys.captures {
 		errs = append(errs, p.Signal(syscall.SIGCONT))
 	}
-	return errors.Join(errs...)
+	return unlocked, errors.Join(errs...)
 }
 
 // slotDrop kills both captures, drops the replication slot (every change
