@@ -29,6 +29,11 @@ type Deps struct {
 	KafkaOpts  []kgo.Opt // extra franz-go options (tests, benchmarks)
 	// OnProduced sees each acked change's commit-to-produced latency (benchmarks).
 	OnProduced func(time.Duration)
+	// HeartbeatTicks, when set, is when a heartbeat follows the first (one
+	// is written at start); nil: every Config.Heartbeat. Tests and
+	// benchmarks that must see changes only pass a channel that never
+	// fires; no flag reaches it.
+	HeartbeatTicks <-chan time.Time
 	// Tracer starts a trace for each sampled change (capture.change, then
 	// kafka.produce, continued by the applier through the record's
 	// headers); nil: no tracing.
@@ -64,6 +69,8 @@ type Capture struct {
 	// checkDelay is waited before each visibility snapshot (tests only: a
 	// Postgres far away).
 	checkDelay time.Duration
+	// heartbeatTicks is Deps.HeartbeatTicks.
+	heartbeatTicks <-chan time.Time
 }
 
 // errCrashed is returned by Run after a simulated crash.
@@ -95,7 +102,7 @@ func New(cfg Config, deps Deps) (*Capture, error) {
 	if deps.Tracer != nil {
 		tracer = telemetry.Tracer(deps.Tracer, "capture")
 	}
-	return &Capture{cfg: cfg, log: log, m: m, relay: p, tracer: tracer, readyErr: errors.New("capture: not streaming yet"),
+	return &Capture{cfg: cfg, log: log, m: m, relay: p, tracer: tracer, readyErr: errors.New("capture: not streaming yet"), heartbeatTicks: deps.HeartbeatTicks,
 		// The stream goes round at least every StatusInterval (its socket
 		// deadline); the poller every SlotPoll plus its 5 s connect and
 		// 5 s query bounds.

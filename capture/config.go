@@ -104,8 +104,10 @@ func (c Config) Validate() error {
 			p.Add(f[0], "must not be empty")
 		}
 	}
-	if c.Heartbeat < 10*time.Millisecond {
-		p.Add("Heartbeat", "must be at least 10ms (got %s)", c.Heartbeat)
+	// Longer, and an idle catalog's watermark reaches status's AT RISK level
+	// between beats (promise.MaxHeartbeat).
+	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > promise.MaxHeartbeat {
+		p.Add("Heartbeat", "must be between 10ms and %s (got %s): on an idle catalog the watermark ages by it", promise.MaxHeartbeat, c.Heartbeat)
 	}
 	if c.HeartbeatMargin < 0 || c.HeartbeatMargin > promise.HeartbeatMargin {
 		// Reset margins (promise.ResetMargin) are sized for this bound.

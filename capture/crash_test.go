@@ -305,7 +305,6 @@ func TestSigtermConfirmsAndExits0(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn, k, cfg := newRig(t, pg)
-	cfg.Heartbeat = time.Hour
 	conn := connect(t, dsn)
 	b := startBinary(t, cfg)
 	b.waitReady(t)

@@ -141,10 +141,11 @@ func TestIdleSlotAdvances(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
 	dsn, _, cfg := newRig(t, pg)
-	cfg.Heartbeat = time.Hour // heartbeats would advance it too: prove keepalives do
 	conn := connect(t, dsn)
 	exec(t, conn, "CREATE TABLE public.other (x int)")
-	r := start(t, cfg)
+	// Heartbeats would advance it too (after the one at start, before the
+	// writes): prove keepalives do.
+	r := startWith(t, cfg, capture.Deps{HeartbeatTicks: make(chan time.Time)}, nil)
 	r.waitReady(t)
 	exec(t, conn, "INSERT INTO public.other SELECT generate_series(1, 1000)")
 	var target string

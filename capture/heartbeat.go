@@ -14,7 +14,7 @@ import (
 const heartbeatPrefix = "tidemark"
 
 // heartbeats writes a heartbeat carrying the server clock every
-// cfg.Heartbeat. Reading it back from the stream proves every commit before
+// cfg.Heartbeat (or Deps.HeartbeatTicks). Reading it back from the stream proves every commit before
 // it in WAL was read, which is what a resolved marker promises. Failures are
 // logged and retried: a missing heartbeat only holds the watermark back.
 func (c *Capture) heartbeats(ctx context.Context) {
@@ -28,8 +28,12 @@ func (c *Capture) heartbeats(ctx context.Context) {
 			conn.Close(context.Background())
 		}
 	}()
-	t := time.NewTicker(c.cfg.Heartbeat)
-	defer t.Stop()
+	ticks := c.heartbeatTicks
+	if ticks == nil {
+		t := time.NewTicker(c.cfg.Heartbeat)
+		defer t.Stop()
+		ticks = t.C
+	}
 	failing := false
 	for {
 		err := func() error {
@@ -60,7 +64,7 @@ func (c *Capture) heartbeats(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 	}
 }

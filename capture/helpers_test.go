@@ -57,15 +57,17 @@ type running struct {
 // start runs a capture until the test ends (or wait is called).
 func start(t *testing.T, cfg capture.Config) *running {
 	t.Helper()
-	return startWith(t, cfg, nil)
+	return startWith(t, cfg, capture.Deps{}, nil)
 }
 
-// startWith is start with prepare, when given, called on the capture
-// before it runs (a test's changes to it, export_test.go).
-func startWith(t *testing.T, cfg capture.Config, prepare func(*capture.Capture)) *running {
+// startWith is start with deps (its logger and registry are the test's)
+// and prepare, when given, called on the capture before it runs (a test's
+// changes to it, export_test.go).
+func startWith(t *testing.T, cfg capture.Config, deps capture.Deps, prepare func(*capture.Capture)) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t), Registerer: reg})
+	deps.Log, deps.Registerer = testenv.Logger(t), reg
+	c, err := capture.New(cfg, deps)
 	if err != nil {
 		t.Fatalf("capture.New: %v", err)
 	}

@@ -26,7 +26,6 @@ func TestLargeTransaction(t *testing.T) {
 	// the slot creation of every other test sharing it.
 	pg := testenv.StartPostgres(t)
 	dsn, k, cfg := newRig(t, pg)
-	cfg.Heartbeat = time.Hour
 	conn := connect(t, dsn)
 	// Loaded before the slot exists, so only the big update is captured.
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) SELECT 'big', 'i' || g, 1 FROM generate_series(1, $1) g", rows)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidemark/tidemark/capture"
 	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // runErr runs capture and returns its (preflight) error.
@@ -134,4 +135,25 @@ func TestWaitsForThePublication(t *testing.T) {
 	t.Logf("no publication: Ready = %v", c.Ready(context.Background()))
 	exec(t, conn, "CREATE PUBLICATION tidemark FOR TABLE catalog.items (tenant_id, item_id, version, state)")
 	testenv.Eventually(t, 30*time.Second, "capture ready once the publication exists", func() error { return c.Ready(context.Background()) })
+}
+
+// A heartbeat interval longer than promise.MaxHeartbeat is refused: on an
+// idle catalog the watermark ages by it, and a healthy pipeline would then
+// flap status's AT RISK and the alert that reads the same level.
+func TestConfigRefusesAHeartbeatAHealthyPipelineWouldWarnOn(t *testing.T) {
+	cfg := capture.DefaultConfig()
+	cfg.PG, cfg.Relay.Brokers = "postgres://x", []string{"127.0.0.1:9092"}
+	for _, c := range []struct {
+		every time.Duration
+		ok    bool
+	}{{promise.MaxHeartbeat, true}, {time.Second, true}, {promise.MaxHeartbeat + time.Millisecond, false}, {10 * time.Second, false}} {
+		cfg.Heartbeat = c.every
+		err := cfg.Validate()
+		if c.ok && err != nil {
+			t.Errorf("heartbeat %s: %v, want accepted", c.every, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "Heartbeat:") || !strings.Contains(err.Error(), promise.MaxHeartbeat.String())) {
+			t.Errorf("heartbeat %s: %v, want Heartbeat refused naming %s", c.every, err, promise.MaxHeartbeat)
+		}
+	}
 }

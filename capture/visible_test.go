@@ -18,7 +18,7 @@ import (
 // it streams.
 func startSlowChecks(t *testing.T, cfg capture.Config, delay time.Duration) *running {
 	t.Helper()
-	r := startWith(t, cfg, func(c *capture.Capture) { capture.SlowVisibilityChecks(c, delay) })
+	r := startWith(t, cfg, capture.Deps{}, func(c *capture.Capture) { capture.SlowVisibilityChecks(c, delay) })
 	r.waitReady(t)
 	return r
 }

@@ -19,6 +19,17 @@ const ClockBound = 100 * time.Millisecond
 // its resolved marker (commit timestamps versus WAL order).
 const HeartbeatMargin = 500 * time.Millisecond
 
+// MaxHeartbeat is the longest heartbeat interval capture accepts, and
+// WatermarkWarn the watermark age past which `tidemark status` says AT RISK
+// and the TidemarkFreshnessAtRisk alert fires. On an idle catalog the
+// watermark ages by the interval plus HeartbeatMargin between beats (3.5 s
+// at most), so a healthy pipeline stays under the warning with room for a
+// late beat; status refuses a warning level a healthy pipeline can reach.
+const (
+	MaxHeartbeat  = 3 * time.Second
+	WatermarkWarn = 5 * time.Second
+)
+
 // ResetMargin is added to every reset time (a TRUNCATE's commit timestamp,
 // capture's gap resets, the applier's gap and failover resets): a commit
 // timestamp is taken before the commit is visible, and a read's observation

@@ -57,7 +57,7 @@ type Config struct {
 // DefaultConfig matches the pipeline's defaults.
 func DefaultConfig() Config {
 	return Config{Topic: promise.Topic, Namespace: promise.Namespace,
-		Slot: promise.Slot, SLO: promise.Bound, Warn: 5 * time.Second, Timeout: 10 * time.Second}
+		Slot: promise.Slot, SLO: promise.Bound, Warn: promise.WatermarkWarn, Timeout: 10 * time.Second}
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -74,8 +74,9 @@ func (c Config) Validate() error {
 		p.Add("Topic", "must not be empty")
 	}
 	p.Positive("SLO", c.SLO)
-	if c.Warn <= 0 || c.Warn > c.SLO {
-		p.Add("Warn", "must be positive and at most the SLO %s (got %s)", c.SLO, c.Warn)
+	// A healthy idle pipeline's watermark ages this far between heartbeats.
+	if idle := promise.MaxHeartbeat + promise.HeartbeatMargin; c.Warn < idle || c.Warn > c.SLO {
+		p.Add("Warn", "must be at least %s (a healthy idle pipeline's watermark ages that far between heartbeats) and at most the SLO %s (got %s)", idle, c.SLO, c.Warn)
 	}
 	p.Positive("Timeout", c.Timeout)
 	return p.Err()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // The verdict is the contract deploy gates read: OK up to --warn, AT RISK up
@@ -38,6 +39,31 @@ func TestValidateNamesEveryFlag(t *testing.T) {
 	for _, flag := range []string{"Brokers:", "Redis:", "Topic:", "Warn:", "Timeout:"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("Validate() = %v, does not name %s", err, flag)
+		}
+	}
+}
+
+// The warning level is one a healthy idle pipeline cannot reach: the
+// longest heartbeat capture accepts plus its margin is refused, a level
+// above it is not, and the default is the promise's (the alert's too:
+// TestAlertLevelsAreStatusLevels in ./deploy/helm).
+func TestValidateRefusesAWarningAHealthyPipelineReaches(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Redis = []string{"127.0.0.1:9092"}, "redis://127.0.0.1:6379/0"
+	if cfg.Warn != promise.WatermarkWarn {
+		t.Errorf("default Warn %s, want promise.WatermarkWarn %s", cfg.Warn, promise.WatermarkWarn)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	idle := promise.MaxHeartbeat + promise.HeartbeatMargin
+	for _, c := range []struct {
+		warn time.Duration
+		ok   bool
+	}{{idle, true}, {idle - time.Millisecond, false}, {2 * time.Second, false}} {
+		cfg.Warn = c.warn
+		if err := cfg.Validate(); (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "Warn:")) {
+			t.Errorf("warn %s: %v, want accepted %v", c.warn, err, c.ok)
 		}
 	}
 }

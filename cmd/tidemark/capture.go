@@ -44,7 +44,7 @@ func (c *captureCmd) Bind(b *cli.Binder) {
 	b.Flag(&cfg.Slot, "slot", "Logical replication slot.")
 	b.Flag(&cfg.Publication, "publication", "Publication to stream.")
 	b.Flag(&cfg.CreateSlot, "create-slot", "Create the slot when missing.").Negatable()
-	b.Flag(&cfg.Heartbeat, "heartbeat", "Heartbeat interval (resolved markers follow it).")
+	b.Flag(&cfg.Heartbeat, "heartbeat", "Heartbeat interval, at most 3s (resolved markers follow it; an idle catalog's watermark ages by it).")
 	b.Flag(&cfg.HeartbeatMargin, "heartbeat-margin", "Resolved marker time = heartbeat time - margin.")
 	b.Flag(&cfg.HeartbeatMode, "heartbeat-mode", "auto, message (pg_logical_emit_message) or row (update --heartbeat-table).")
 	b.Flag(&cfg.HeartbeatTable, "heartbeat-table", "Heartbeat table for row mode.")

@@ -27,7 +27,7 @@ func (c *statusCmd) Bind(b *cli.Binder) {
 	b.Flag(&s.SourcePool, "source-pool", "The serve processes' --source-pool, which names the rollout settings (empty: serve's default).")
 	b.Flag(&s.Slot, "slot", "Replication slot (with --pg).")
 	b.Flag(&s.SLO, "slo", "Freshness SLO: BREACHED when the watermark is older.")
-	b.Flag(&s.Warn, "warn", "AT RISK when the watermark is older than this.")
+	b.Flag(&s.Warn, "warn", "AT RISK when the watermark is older than this (at least 3.5s: an idle pipeline's watermark ages that far between heartbeats).")
 	b.Flag(&s.Timeout, "timeout", "Give up reading after this long (exit 2).").Env("TIDEMARK_STATUS_TIMEOUT")
 	cli.KafkaFlags(b, &s.Kafka)
 	b.Flag(&c.json, "json", "Print the report as JSON.").Env("")

@@ -376,13 +376,13 @@ func TestEndToEnd(t *testing.T) {
 	})
 	e.applier.stop()
 	testenv.Eventually(t, 30*time.Second, "status AT RISK with the applier stopped", func() error {
-		if code, out := exitOf(statusArgs("2s", "6s")...); code != 1 || !bytes.Contains([]byte(out), []byte(status.AtRisk)) {
+		if code, out := exitOf(statusArgs("4s", "8s")...); code != 1 || !bytes.Contains([]byte(out), []byte(status.AtRisk)) {
 			return fmt.Errorf("exit %d:\n%s", code, out)
 		}
 		return nil
 	})
 	testenv.Eventually(t, 30*time.Second, "status BREACHED with the applier stopped", func() error {
-		if code, out := exitOf(statusArgs("2s", "6s")...); code != 1 || !bytes.Contains([]byte(out), []byte(status.Breached)) {
+		if code, out := exitOf(statusArgs("4s", "8s")...); code != 1 || !bytes.Contains([]byte(out), []byte(status.Breached)) {
 			return fmt.Errorf("exit %d:\n%s", code, out)
 		}
 		return nil

@@ -243,9 +243,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) (Result, error) {
 		ccfg := capture.DefaultConfig()
 		ccfg.PG, ccfg.Slot = cfg.PG, capSlots[i]
 		ccfg.Relay.Brokers, ccfg.Relay.Partitions = k.ListenAddrs(), cfg.Partitions
-		ccfg.Heartbeat = time.Hour // measure changes only
 		reg := prometheus.NewRegistry()
-		c, err := capture.New(ccfg, capture.Deps{Log: log, Registerer: reg, OnProduced: observe})
+		// Heartbeats only at start: measure changes only.
+		c, err := capture.New(ccfg, capture.Deps{Log: log, Registerer: reg, OnProduced: observe, HeartbeatTicks: make(chan time.Time)})
 		if err != nil {
 			return res, err
 		}
