@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/reader"
 	"github.com/tidemark/tidemark/rollout"
 )
@@ -375,9 +376,11 @@ func (s *Server) shadowJudge(tenant, id string, src reader.Result, final bool) (
 		return "", ""
 	}
 	// A value the cache would serve must keep the promise: its hard
-	// deadline at most the hard lifetime after its effective observation,
+	// deadline at most the promise's hard lifetime after its effective
+	// observation (not this process's --cache-hard-lifetime: another
+	// process may fill with a longer one),
 	// and that observation not in the future (beyond the allowed skew).
-	if served && (e.Hard.Sub(e.EffObs) > s.hardLifetime+time.Millisecond || e.EffObs.After(now.Add(200*time.Millisecond))) {
+	if served && (e.Hard.Sub(e.EffObs) > promise.HardLifetime+time.Millisecond || e.EffObs.After(now.Add(200*time.Millisecond))) {
 		return rollout.OutcomeOlder, fmt.Sprintf("deadline beyond the promise: effective observation %s, hard %s",
 			e.EffObs.UTC().Format(time.RFC3339Nano), e.Hard.UTC().Format(time.RFC3339Nano))
 	}

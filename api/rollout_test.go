@@ -154,6 +154,53 @@ func TestShadowDetectsPlantedOlderEntry(t *testing.T) {
 	}
 }
 
+// A serve process with a shorter --cache-hard-lifetime than another's
+// judges the other's entries by the promise, not by its own setting: an
+// entry filled with the default 29.8 s is a match, not a deadline beyond
+// the promise (which would count toward halting a ramp).
+func TestShadowJudgesDeadlinesByThePromise(t *testing.T) {
+	e := newEnv(t)
+	filler := e.instance(instOpts{ccfg: longSoft})
+	shadow := e.rolloutInstance(instOpts{
+		ccfg: func(c *cache.Config) {
+			c.HardLifetime, c.SoftMin, c.SoftMax = 10*time.Second, 8*time.Second, 8*time.Second
+		},
+		cfg: func(c *Config) {
+			c.ShadowSample, c.ShadowGrace, c.RolloutPoll, c.L1Size = 1, 300*time.Millisecond, 100*time.Millisecond, 0
+		}})
+	st := e.rolloutStore()
+	key := e.apiKey("acme")
+	e.exec(`INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('acme', 'same', 1, '{}')`)
+	e.do("GET", filler.item("same"), key, "")
+	if r := e.do("GET", filler.item("same"), key, ""); !strings.HasPrefix(r.cacheStatus(), "tidemark; hit") {
+		t.Fatalf("not cached: %q", r.cacheStatus())
+	}
+	e.setMode(st, "acme", rollout.ModeShadow, 0)
+	testenv.Eventually(t, 10*time.Second, "the process routes acme to shadow reads", func() error {
+		if m, _ := shadow.srv.rollout.route("acme", "same"); m != rollout.ModeShadow {
+			return fmt.Errorf("route %s", m)
+		}
+		return nil
+	})
+	if r := e.do("GET", shadow.item("same"), key, ""); r.code != 200 || !strings.Contains(r.cacheStatus(), "detail=rollout-source") {
+		t.Fatalf("shadow read: %d %q, want the source's answer", r.code, r.cacheStatus())
+	}
+	var got rollout.Counts
+	testenv.Eventually(t, 20*time.Second, "the shadow comparison recorded for acme", func() error {
+		sh, err := st.Shadow(context.Background())
+		if err != nil {
+			return err
+		}
+		if got = sh["acme"]; got.Total() < 1 {
+			return fmt.Errorf("counts %v", got)
+		}
+		return nil
+	})
+	if got[rollout.OutcomeMatch] != 1 || got.Total() != 1 {
+		t.Fatalf("shadow counts %v, want one match", got)
+	}
+}
+
 // A ramp whose shadow comparisons mismatch past the threshold halts: the
 // tenant falls back to its safe step and a raise is refused until forced.
 func TestRampHaltsOnShadowMismatches(t *testing.T) {

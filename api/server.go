@@ -55,25 +55,24 @@ type Deps struct {
 
 // Server is the API. Build it with New and serve Handler, or call Run.
 type Server struct {
-	cfg          Config
-	pool         *pgxpool.Pool
-	rdb          redis.UniversalClient
-	cache        Cache
-	rd           *reader.Reader // the read path
-	writes       catalog.WriteSQL
-	readOnly     error  // non-nil: the table cannot be written by this API (catalog.Table.Writable)
-	listSQL      string // catalog.Table.ListSQL
-	auth         *authenticator
-	rollout      *rollouts // tenants' serving modes (rollout.go)
-	tags         tagMemo   // tenants' ETag tags
-	m            *metrics
-	reg          prometheus.Registerer
-	log          *slog.Logger
-	tracer       trace.Tracer
-	tracing      bool // a tracer provider was given (else GETs start no span at all)
-	clock        *clockguard.Guard
-	hardLifetime time.Duration // of values read from the source now
-	schemaOK     atomic.Bool   // the database was seen holding the schema this binary needs (Ready)
+	cfg      Config
+	pool     *pgxpool.Pool
+	rdb      redis.UniversalClient
+	cache    Cache
+	rd       *reader.Reader // the read path
+	writes   catalog.WriteSQL
+	readOnly error  // non-nil: the table cannot be written by this API (catalog.Table.Writable)
+	listSQL  string // catalog.Table.ListSQL
+	auth     *authenticator
+	rollout  *rollouts // tenants' serving modes (rollout.go)
+	tags     tagMemo   // tenants' ETag tags
+	m        *metrics
+	reg      prometheus.Registerer
+	log      *slog.Logger
+	tracer   trace.Tracer
+	tracing  bool // a tracer provider was given (else GETs start no span at all)
+	clock    *clockguard.Guard
+	schemaOK atomic.Bool // the database was seen holding the schema this binary needs (Ready)
 
 	base   context.Context // parent of background work; cancelled by Run's end
 	cancel context.CancelFunc
@@ -118,18 +117,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	clock := deps.Clock
 	s := &Server{
-		cfg:          cfg,
-		pool:         deps.Pool,
-		rdb:          deps.Redis,
-		cache:        deps.Cache,
-		auth:         newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
-		m:            m,
-		reg:          reg,
-		log:          log,
-		tracer:       telemetry.Tracer(deps.Tracer, "api"),
-		tracing:      deps.Tracer != nil,
-		clock:        clock,
-		hardLifetime: deps.Cache.Config().HardLifetime,
+		cfg:     cfg,
+		pool:    deps.Pool,
+		rdb:     deps.Redis,
+		cache:   deps.Cache,
+		auth:    newAuthenticator(deps.Pool, cfg.AuthTTL, cfg.AuthStale, cfg.RequestTimeout, log),
+		m:       m,
+		reg:     reg,
+		log:     log,
+		tracer:  telemetry.Tracer(deps.Tracer, "api"),
+		tracing: deps.Tracer != nil,
+		clock:   clock,
 	}
 	src := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
 	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,

@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark/tidemark/internal/kafkaconn"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // Applier is the group consumer behind `tidemark apply`.
@@ -33,7 +34,9 @@ type Applier struct {
 	cfg   Config
 	cache Cache
 	ns    string // the cache tier's namespace, carried by every commit (group.go)
-	// hardLifetime is the cache tier's: the rewind span after a failover.
+	// hardLifetime is the rewind span after a failover: the longest any
+	// process may give an entry (promise.HardLifetime), not this process's
+	// --cache-hard-lifetime, which a serve process may have set longer.
 	hardLifetime time.Duration
 	log          *slog.Logger
 	met          *metrics
@@ -74,7 +77,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	a := &Applier{
 		cfg:          cfg,
 		ns:           ns,
-		hardLifetime: deps.Cache.Config().HardLifetime,
+		hardLifetime: promise.HardLifetime,
 		cache:        deps.Cache,
 		log:          deps.Log.With("component", "applier"),
 		met:          met,

@@ -60,10 +60,6 @@ type Cache interface {
 	// Namespace is the tier's key prefix: the namespace every commit of
 	// the group carries (group.go).
 	Namespace() string
-	// Config is the tier's configuration: its HardLifetime is the rewind
-	// span after a failover, read from the tier as the reader reads it, so
-	// no second copy can disagree with the lifetime the entries get.
-	Config() cache.Config
 	// ClaimIdentity binds the namespace to this applier's group (group.go).
 	ClaimIdentity(ctx context.Context, id cache.Identity) error
 	ServerIdentity(ctx context.Context) (string, error)

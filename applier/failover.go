@@ -317,7 +317,7 @@ func (a *Applier) syncPartitions(ctx context.Context) {
 }
 
 // rewind moves every owned partition back to the offset at
-// now - (hard lifetime + lag), where lag is how far behind the partition's
+// now - (promise.HardLifetime + lag), where lag is how far behind the partition's
 // applied event time is: that re-applies every invalidation a cached value
 // still alive might depend on. It runs in the poll loop before
 // AllowRebalance, so the assignment cannot change underneath it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // waveTo produces one change per key at version v and a resolved marker
@@ -134,6 +135,57 @@ func TestWatermarkHashLostWhileRunning(t *testing.T) {
 		return nil
 	})
 	r.exactFloors(10*time.Second, final)
+	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
+		t.Fatalf("failover rewinds %v, want 1", got)
+	}
+}
+
+// The rewind after a failover reaches back the longest lifetime any process
+// may give an entry, not this applier's own --cache-hard-lifetime: a serve
+// process beside it with the default gives its entries 29.8 s, so an
+// invalidation older than the applier's setting can still be what a live
+// entry depends on. The wave's records are stamped 10 s old (their commits
+// are not, so the rewind's lag term adds nothing); the floors and the
+// watermark hash are lost as in a failover to a replica without them, and
+// must come back from the rewind.
+func TestRewindSpanIsThePromisesNotThisApplierSetting(t *testing.T) {
+	r := newRig(t, 2)
+	ccfg := cache.DefaultConfig()
+	ccfg.HardLifetime, ccfg.SoftMin, ccfg.SoftMax, ccfg.NegativeTTL = 2*time.Second, time.Second, 2*time.Second, time.Second
+	short, err := cache.New(ccfg, cache.Deps{Redis: r.rdb, Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := r.start(r.config(), short)
+	final := map[string]int64{}
+	var recs []*kgo.Record
+	for i := 0; i < 20; i++ {
+		item := fmt.Sprintf("w-%d", i)
+		final[item] = 1
+		rec := changeRecord(change{"t1", item, 1}, time.Now())
+		rec.Timestamp = time.Now().Add(-10 * time.Second)
+		recs = append(recs, rec)
+	}
+	r.produce(r.prod, recs...)
+	at := time.Now().Truncate(time.Millisecond)
+	r.resolved(at)
+	r.exactFloors(20*time.Second, final)
+	testenv.Eventually(t, 10*time.Second, "watermark at the wave's marker", func() error {
+		if wm := r.watermark(); !wm.Known || wm.W.Before(at) || wm.Identity == "" {
+			return fmt.Errorf("watermark %+v", wm)
+		}
+		return nil
+	})
+
+	ctx := testenv.Context(t, 10*time.Second)
+	keys := []string{"catalog:v1:_tidemark"}
+	for item := range final {
+		keys = append(keys, schema.RedisKey(testNS, "t1", item))
+	}
+	if err := r.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.exactFloors(20*time.Second, final)
 	if got := testenv.Metric(t, run.reg, "tidemark_applier_failover_rewinds_total"); got != 1 {
 		t.Fatalf("failover rewinds %v, want 1", got)
 	}

@@ -7,7 +7,7 @@ import "github.com/tidemark/tidemark/cache"
 // values, so they are one set of flags with one meaning wherever they appear.
 func CacheFlags(b *Binder, cfg *cache.Config) {
 	b.shared(&cfg.Lease, "cache-lease", "Fill lease lifetime, on the Redis server clock.")
-	b.shared(&cfg.HardLifetime, "cache-hard-lifetime", "Hard lifetime of a cached value from its effective observation (also the applier's rewind span after a failover).")
+	b.shared(&cfg.HardLifetime, "cache-hard-lifetime", "Hard lifetime of a cached value from its effective observation (at most 29.8s; the applier rewinds 29.8s after a failover whatever this says).")
 	b.shared(&cfg.SoftMin, "cache-soft-min", "Soft expiry lower bound (jittered up to --cache-soft-max).")
 	b.shared(&cfg.SoftMax, "cache-soft-max", "Soft expiry upper bound.")
 	b.shared(&cfg.NegativeTTL, "cache-negative-ttl", "Lifetime of a not-found entry.")
