@@ -67,7 +67,6 @@ type budget struct {
 	rdb       redis.Scripter
 	script    *redis.Script
 	classes   map[string]*classBudget
-	total     bucketRate
 	totalKey  string
 	procs     *presence
 	wait      time.Duration
@@ -78,6 +77,14 @@ type budget struct {
 	// fgRefused counts the foreground class's refusals for the warmer's
 	// back-off (Reader.ForegroundRefusals), beside the metric.
 	fgRefused atomic.Int64
+
+	// own is this process's configuration; rates what it admits at: the
+	// lowest of each setting among the pool's live serve processes
+	// (agree), so one process configured higher (a typo, one Helm
+	// release's values) cannot spend the shared buckets at its own pace.
+	own     budgetSettings
+	rates   atomic.Pointer[budgetRates]
+	rateSet *prometheus.GaugeVec // by class and "total": reads/s admitted at (nil in unit tests)
 
 	// The local fallback: one bucket per class and one for the total,
 	// spent together under mu.
@@ -97,12 +104,67 @@ type bucketRate struct {
 func (r bucketRate) capacity() int { return max(1, int(r.tolerance/r.interval)) }
 
 type classBudget struct {
-	name    string
-	prefix  string // under the budget's hash tag: every key of the budget is in one Cluster slot
-	rate    bucketRate
-	reserve int64 // microseconds of the total's tolerance this class leaves to the others
+	name   string
+	prefix string // under the budget's hash tag: every key of the budget is in one Cluster slot
 	// inflight is this process's cap on concurrent reads of the class.
 	inflight chan struct{}
+}
+
+// budgetSettings are the settings of the budget every serve process of a
+// pool must share: the class rates (reads/s) and the burst window.
+type budgetSettings struct {
+	Foreground, Background, ReadYourWrites float64
+	Burst                                  time.Duration
+}
+
+func settingsOf(cfg Config) budgetSettings {
+	return budgetSettings{Foreground: cfg.ForegroundRate, Background: cfg.BackgroundRate, ReadYourWrites: cfg.readYourWritesRate(), Burst: cfg.BudgetBurst}
+}
+
+// String is the settings as a process registers them in its pool
+// (presence.go); parseBudgetSettings reads them back.
+func (s budgetSettings) String() string {
+	return fmt.Sprintf("%g %g %g %d", s.Foreground, s.Background, s.ReadYourWrites, s.Burst.Microseconds())
+}
+
+func parseBudgetSettings(v string) (budgetSettings, bool) {
+	var s budgetSettings
+	var burst int64
+	if n, err := fmt.Sscanf(v, "%g %g %g %d", &s.Foreground, &s.Background, &s.ReadYourWrites, &burst); err != nil || n != 4 ||
+		!(s.Foreground > 0 && s.Background > 0 && s.ReadYourWrites > 0 && burst > 0) {
+		return budgetSettings{}, false
+	}
+	s.Burst = time.Duration(burst) * time.Microsecond
+	return s, true
+}
+
+// lowest is each setting's lowest of s and o.
+func (s budgetSettings) lowest(o budgetSettings) budgetSettings {
+	return budgetSettings{Foreground: min(s.Foreground, o.Foreground), Background: min(s.Background, o.Background),
+		ReadYourWrites: min(s.ReadYourWrites, o.ReadYourWrites), Burst: min(s.Burst, o.Burst)}
+}
+
+// budgetRates are the buckets' rates under one budgetSettings.
+type budgetRates struct {
+	settings budgetSettings
+	classes  map[string]bucketRate
+	total    bucketRate
+	// reserve is the part of the total's tolerance (microseconds) each
+	// class leaves to the others: background reads may not take the last
+	// half of the total's burst, so when the request path needs the
+	// source, background work waits first.
+	reserve map[string]int64
+}
+
+func (s budgetSettings) rates() *budgetRates {
+	mk := func(rate float64) bucketRate {
+		interval := int64(math.Max(1, 1e6/rate))
+		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(s.Burst.Microseconds())))}
+	}
+	total := mk(s.Foreground + s.Background)
+	return &budgetRates{settings: s, total: total,
+		classes: map[string]bucketRate{ClassForeground: mk(s.Foreground), ClassBackground: mk(s.Background), ClassReadYourWrites: mk(s.ReadYourWrites)},
+		reserve: map[string]int64{ClassBackground: total.tolerance / 2}}
 }
 
 func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometheus.CounterVec, log *slog.Logger) *budget {
@@ -111,42 +173,77 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	// hold every slot.
 	shared := make(chan struct{}, cfg.MaxInFlight)
 	tag := budgetTag(cfg.SourcePool) // one pool across the namespaces of an upgrade
-	mkRate := func(rate float64) bucketRate {
-		interval := int64(math.Max(1, 1e6/rate))
-		return bucketRate{interval: interval, tolerance: int64(math.Max(float64(interval), float64(cfg.BudgetBurst.Microseconds())))}
+	mk := func(class string, inflight chan struct{}) *classBudget {
+		return &classBudget{name: class, prefix: tag + ":" + class, inflight: inflight}
 	}
-	total := mkRate(cfg.ForegroundRate + cfg.BackgroundRate)
-	mk := func(class string, rate float64, inflight chan struct{}) *classBudget {
-		return &classBudget{name: class, prefix: tag + ":" + class, rate: mkRate(rate), inflight: inflight}
-	}
-	bg := mk(ClassBackground, cfg.BackgroundRate, shared)
-	// Background reads may not take the last half of the total's burst:
-	// when the request path needs the source, background work waits first.
-	bg.reserve = total.tolerance / 2
-	return &budget{
+	b := &budget{
 		rdb:    rdb,
 		script: redis.NewScript(budgetLua),
 		classes: map[string]*classBudget{
-			ClassForeground:     mk(ClassForeground, cfg.ForegroundRate, shared),
-			ClassBackground:     bg,
-			ClassReadYourWrites: mk(ClassReadYourWrites, cfg.readYourWritesRate(), make(chan struct{}, max(1, cfg.MaxInFlight/4))),
+			ClassForeground:     mk(ClassForeground, shared),
+			ClassBackground:     mk(ClassBackground, shared),
+			ClassReadYourWrites: mk(ClassReadYourWrites, make(chan struct{}, max(1, cfg.MaxInFlight/4))),
 		},
-		total:     total,
 		totalKey:  tag + ":total",
 		procs:     procs,
 		wait:      cfg.InFlightWait,
 		log:       log,
 		redisWait: cfg.LookupTimeout,
 		refused:   refused,
+		own:       settingsOf(cfg),
 		localTAT:  map[string]time.Time{},
 	}
+	b.rates.Store(b.own.rates())
+	return b
+}
+
+// agree sets the rates admitted at to the lowest of each setting among
+// this process and the pool's live serve processes (registered, each as
+// its budgetSettings.String, by their presence beats; one that cannot be
+// read is skipped: a process of a build that registers none). A raise
+// takes effect once no live process is configured lower, a cut at once.
+func (b *budget) agree(pool []string) {
+	s, differ := b.own, false
+	for _, v := range pool {
+		o, ok := parseBudgetSettings(v)
+		if !ok {
+			continue
+		}
+		differ = differ || o != b.own
+		s = s.lowest(o)
+	}
+	old := b.rates.Load()
+	if s == old.settings {
+		return
+	}
+	r := s.rates()
+	b.rates.Store(r)
+	b.setGauges(r)
+	if differ {
+		b.log.Warn("serve processes of this source pool are configured with different source budgets; admitting at the lowest of each",
+			"own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")
+	} else {
+		b.log.Info("the source pool's serve processes agree on the source budget again", "admitting", s.String())
+	}
+}
+
+// setGauges exports the rates admitted at.
+func (b *budget) setGauges(r *budgetRates) {
+	if b.rateSet == nil {
+		return
+	}
+	s := r.settings
+	b.rateSet.WithLabelValues(ClassForeground).Set(s.Foreground)
+	b.rateSet.WithLabelValues(ClassBackground).Set(s.Background)
+	b.rateSet.WithLabelValues(ClassReadYourWrites).Set(s.ReadYourWrites)
+	b.rateSet.WithLabelValues("total").Set(s.Foreground + s.Background)
 }
 
 // maxCost is the most reads of class one admission may ask for: what its
 // full buckets (the class, and the total less the class's reserve) hold.
 func (b *budget) maxCost(class string) int {
-	cb := b.classes[class]
-	return max(1, min(cb.rate.capacity(), int((b.total.tolerance-cb.reserve)/b.total.interval)))
+	r := b.rates.Load()
+	return max(1, min(r.classes[class].capacity(), int((r.total.tolerance-r.reserve[class])/r.total.interval)))
 }
 
 // acquire admits one source read of class for tenant or returns a
@@ -223,6 +320,8 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	if tenant == auditTenant {
 		isTenant = 0
 	}
+	r := b.rates.Load()
+	cr := r.classes[cb.name]
 	var res []int64
 	var err error
 	// A slow Redis is not a lost one: while this process's beats land, an
@@ -232,8 +331,8 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	// retry does not use: that errs low.
 	for try := 0; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, b.redisWait)
-		res, err = b.script.Run(rctx, b.rdb, keys, cb.rate.interval, cb.rate.tolerance, tenant, tenantWindow.Microseconds(), cost,
-			b.total.interval, b.total.tolerance, cb.reserve, b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member, isTenant).Int64Slice()
+		res, err = b.script.Run(rctx, b.rdb, keys, cr.interval, cr.tolerance, tenant, tenantWindow.Microseconds(), cost,
+			r.total.interval, r.total.tolerance, r.reserve[cb.name], b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member, isTenant).Int64Slice()
 		cancel()
 		if err == nil || ctx.Err() != nil || try == budgetRetries || !b.procs.reachable(time.Now()) {
 			break
@@ -266,7 +365,7 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	if !ok {
 		return false, retry, nil
 	}
-	ok, retry = b.local(now, cb, n, cost)
+	ok, retry = b.local(now, r, cb, n, cost)
 	return ok, retry, nil
 }
 
@@ -275,19 +374,19 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 // together never exceed the shared rates (nor their bursts). Its state
 // starts empty each time Redis stops answering: what was spent through Redis
 // just before is not known here, so no fresh burst is handed out on top.
-func (b *budget) local(now time.Time, cb *classBudget, n int64, cost int) (bool, time.Duration) {
+func (b *budget) local(now time.Time, r *budgetRates, cb *classBudget, n int64, cost int) (bool, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	share := func(r bucketRate) (iv, tol time.Duration) {
-		iv = time.Duration(r.interval*n) * time.Microsecond
-		return iv, max(iv, time.Duration(r.tolerance)*time.Microsecond)
+	share := func(br bucketRate) (iv, tol time.Duration) {
+		iv = time.Duration(br.interval*n) * time.Microsecond
+		return iv, max(iv, time.Duration(br.tolerance)*time.Microsecond)
 	}
-	civ, ctol := share(cb.rate)
-	tiv, ttol := share(b.total)
+	civ, ctol := share(r.classes[cb.name])
+	tiv, ttol := share(r.total)
 	if !b.localUsed {
 		b.localUsed = true
-		for c, other := range b.classes {
-			oiv, otol := share(other.rate)
+		for c, other := range r.classes {
+			oiv, otol := share(other)
 			b.localTAT[c] = now.Add(otol - oiv)
 		}
 		b.totalTAT = now.Add(ttol - tiv)
@@ -306,7 +405,7 @@ func (b *budget) local(now time.Time, cb *classBudget, n int64, cost int) (bool,
 	if classTat.IsZero() {
 		return false, wait
 	}
-	reserve := time.Duration(cb.reserve) * time.Microsecond
+	reserve := time.Duration(r.reserve[cb.name]) * time.Microsecond
 	totalTat, wait := next(b.totalTAT, tiv, ttol-reserve)
 	if totalTat.IsZero() {
 		return false, wait

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/lab/testenv"
 )
 
 // With the foreground budget at 50/s, 2,000 distinct cold keys at once get
@@ -255,4 +256,61 @@ func TestNewTenantGetsItsShareOfClassSpentByLoneTenant(t *testing.T) {
 	if refused > 0 {
 		t.Fatalf("the newcomer was refused %d of 8 reads within its share of a class another tenant had spent", refused)
 	}
+}
+
+// Two serve processes of one pool configured with different budgets (one
+// Helm release's values, a typo in one pod): both admit at the lowest of
+// each setting, so the one configured at ten times the rate spends the
+// shared buckets at the other's pace, and the source sees the lower
+// budget. When the lower one leaves, the other goes back to its own.
+func TestPoolAdmitsAtItsLowestBudget(t *testing.T) {
+	r := newBudgetRig(t, 2000)
+	const low, high, burstWindow = 50.0, 500.0, 100 * time.Millisecond
+	set := func(rate float64) func(*Config) {
+		return func(c *Config) { c.ForegroundRate, c.BudgetBurst, c.LookupTimeout = rate, burstWindow, time.Second }
+	}
+	hi := r.reader(r.serveClient(), set(high))
+	lo := r.readerOf(r.serveClient(), set(low), nil, false)
+	ctx, stopLo := context.WithCancel(context.Background())
+	loDone := make(chan struct{})
+	go func() { defer close(loDone); _ = lo.Run(ctx) }()
+	t.Cleanup(func() { stopLo(); <-loDone })
+	foreground := func(rd *Reader) float64 { return rd.budget.rates.Load().settings.Foreground }
+	testenv.Eventually(t, 10*time.Second, "the process configured higher admits at the lower rate", func() error {
+		if got := foreground(hi); got != low {
+			return fmt.Errorf("admitting foreground at %v/s", got)
+		}
+		return nil
+	})
+
+	before := total(r.reads())
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	start := time.Now()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < 3*time.Second {
+				hi.Get(context.Background(), Query{Tenant: "acme", Item: fmt.Sprintf("c%d", 1+next.Add(1)%2000)})
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	reads := total(r.reads()) - before
+	limit := int64(burstWindow/(time.Second/time.Duration(low))) + 1 + int64(low*elapsed.Seconds()) + 1
+	t.Logf("source reads %d in %s through the process configured at %v/s (the pool's lowest %v/s allows %d)", reads, elapsed, high, low, limit)
+	if reads > limit || reads == 0 {
+		t.Fatalf("source reads %d over %s, want 1 to %d: the pool's lowest budget, %v/s", reads, elapsed, limit, low)
+	}
+
+	stopLo()
+	<-loDone
+	testenv.Eventually(t, 10*time.Second, "the process goes back to its own rate once the lower one left", func() error {
+		if got := foreground(hi); got != high {
+			return fmt.Errorf("admitting foreground at %v/s", got)
+		}
+		return nil
+	})
 }

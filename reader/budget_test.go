@@ -19,7 +19,7 @@ func TestLocalFallbackBuckets(t *testing.T) {
 	admitted := func(class string, at time.Time, tries int) int {
 		k := 0
 		for range tries {
-			if ok, _ := b.local(at, b.classes[class], n, 1); ok {
+			if ok, _ := b.local(at, b.rates.Load(), b.classes[class], n, 1); ok {
 				k++
 			}
 		}

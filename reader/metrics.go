@@ -17,6 +17,7 @@ type metrics struct {
 	fillsSkipped     *prometheus.CounterVec // reason
 	fillRate         prometheus.Gauge
 	presenceErrors   prometheus.Counter
+	budgetRate       *prometheus.GaugeVec // class, or "total"
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
@@ -38,6 +39,9 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			"reason"),
 		fillRate: in.Gauge(name("fill_rate"),
 			"Fills/s of new keys this process shares among its tenants: the fill rate, or less when sized to the cache (0: admission off)."),
+		budgetRate: in.GaugeVec(name("budget_rate"),
+			"Source reads/s this process admits at, by class and in total: the lowest of each setting among the live serve processes of its source pool (a process configured higher is held to it; the log says when they differ).",
+			"class"),
 		presenceErrors: in.Counter(name("presence_errors_total"),
 			"Failed beats of this process's presence in its source pool (while they fail it does not admit source reads locally when Redis is unreachable)."),
 	}

@@ -36,17 +36,22 @@ type presence struct {
 	script   *redis.Script
 	procsKey string // sorted set: member -> last beat (Redis ms)
 	countKey string // hash: member -> the count its last beat saw
-	key      string // the pool's serve set (status)
-	pool     string
-	ns       string
-	member   string // this process in procsKey: its instance, whatever namespace it fills
-	id       string // this process in the serve set: "<namespace>/<instance>"
-	ttl      time.Duration
-	late     time.Duration
-	every    time.Duration
-	log      *slog.Logger
-	errs     prometheus.Counter // nil in unit tests of the fallback
-	base     time.Time          // local monotonic origin of the Redis clock estimate
+	// settingsKey: hash, member -> its budget's settings (settings, as
+	// budgetSettings.String); every beat hands the live members' to agree.
+	settingsKey string
+	settings    string
+	agree       func(pool []string)
+	key         string // the pool's serve set (status)
+	pool        string
+	ns          string
+	member      string // this process in procsKey: its instance, whatever namespace it fills
+	id          string // this process in the serve set: "<namespace>/<instance>"
+	ttl         time.Duration
+	late        time.Duration
+	every       time.Duration
+	log         *slog.Logger
+	errs        prometheus.Counter // nil in unit tests of the fallback
+	base        time.Time          // local monotonic origin of the Redis clock estimate
 
 	mu    sync.Mutex
 	state presenceState
@@ -81,13 +86,15 @@ type presenceState struct {
 }
 
 // presenceLua registers ARGV[1] in KEYS[1] with the count it sees in
-// KEYS[2], dropping members not seen for ARGV[2] ms. It registers at Redis's
+// KEYS[2] and its budget settings ARGV[4] in KEYS[3], dropping members not
+// seen for ARGV[2] ms. It registers at Redis's
 // time, or at ARGV[3] (Redis ms; 0: none) when it runs later than that: a
 // beat held up on the way never registers the process later than the
 // process itself assumes (it starts admitting locally from there). Returns
 // the count, the time, whether the member was new (a first beat, or its
 // entry was lost with the server), the oldest beat of the others (-1: none)
-// and how far the registration was moved back (ms).
+// and how far the registration was moved back (ms), and the live members'
+// budget settings.
 const presenceLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -101,12 +108,15 @@ local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 for _, m in ipairs(gone) do
   redis.call('ZREM', KEYS[1], m)
   redis.call('HDEL', KEYS[2], m)
+  redis.call('HDEL', KEYS[3], m)
 end
 local added = redis.call('ZADD', KEYS[1], at, ARGV[1])
 local n = redis.call('ZCARD', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], n)
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+redis.call('PEXPIRE', KEYS[3], 2 * ttl)
 -- The oldest beat of the others: ZRANGE's first two members (with
 -- scores), one of which may be this one.
 local oldest = -1
@@ -116,7 +126,7 @@ if first[1] and first[1] ~= ARGV[1] then
 elseif first[3] then
   oldest = tonumber(first[4])
 end
-return {n, now, added, oldest, now - at}`
+return {n, now, added, oldest, now - at, redis.call('HVALS', KEYS[3])}`
 
 // serveLua: register ARGV[1] in the pool's serve set (status) at Redis's
 // time, drop members not seen for ARGV[2] ms.
@@ -161,7 +171,7 @@ func budgetTag(pool string) string { return "{" + pool + ":v1:_budget}" }
 
 func newPresence(pool, namespace, instance string, rdb redis.Scripter, log *slog.Logger) *presence {
 	tag := budgetTag(pool)
-	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), procsKey: tag + ":procs", countKey: tag + ":procs:n",
+	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), procsKey: tag + ":procs", countKey: tag + ":procs:n", settingsKey: tag + ":procs:budget",
 		key: rollout.ServeKey(pool), pool: pool, ns: namespace,
 		ttl: presenceTTL, late: presenceLate, every: presenceEvery, log: log, base: time.Now(),
 		state: presenceState{n: 1}}
@@ -254,16 +264,21 @@ func (p *presence) beat(ctx context.Context) error {
 	p.mu.Lock()
 	p.state.attempted = sent.Add(presenceBeatTimeout)
 	p.mu.Unlock()
-	res, err := p.script.Run(ctx, p.rdb, []string{p.procsKey, p.countKey}, p.member, p.ttl.Milliseconds(), deadline).Int64Slice()
+	raw, err := p.script.Run(ctx, p.rdb, []string{p.procsKey, p.countKey, p.settingsKey}, p.member, p.ttl.Milliseconds(), deadline, p.settings).Slice()
 	answered := p.ms(time.Now())
-	if err == nil && len(res) != 5 {
-		err = fmt.Errorf("presence script answered %v", res)
+	var res []int64
+	var pool []string
+	if err == nil {
+		res, pool, err = parseBeat(raw)
 	}
 	if err != nil {
 		p.mu.Lock()
 		p.state.failing = true
 		p.mu.Unlock()
 		return fmt.Errorf("reader: presence in %s: %w", p.procsKey, err)
+	}
+	if p.agree != nil {
+		p.agree(pool)
 	}
 	n, now, added, oldest, moved := res[0], res[1], res[2], res[3], res[4]
 	p.mu.Lock()
@@ -286,6 +301,33 @@ func (p *presence) beat(ctx context.Context) error {
 	}
 	s.n, s.sent = n, sent.Add(-time.Duration(moved)*time.Millisecond)
 	return nil
+}
+
+// parseBeat reads presenceLua's answer: five integers and the live
+// members' budget settings.
+func parseBeat(raw []any) ([]int64, []string, error) {
+	if len(raw) != 6 {
+		return nil, nil, fmt.Errorf("presence script answered %v", raw)
+	}
+	res := make([]int64, 5)
+	for i := range res {
+		v, ok := raw[i].(int64)
+		if !ok {
+			return nil, nil, fmt.Errorf("presence script answered %v", raw)
+		}
+		res[i] = v
+	}
+	vals, ok := raw[5].([]any)
+	if !ok {
+		return nil, nil, fmt.Errorf("presence script answered %v", raw)
+	}
+	pool := make([]string, 0, len(vals))
+	for _, v := range vals {
+		if s, ok := v.(string); ok {
+			pool = append(pool, s)
+		}
+	}
+	return res, pool, nil
 }
 
 // beatStatus beats the pool's serve set and stamps the namespace: what
@@ -341,7 +383,8 @@ func (p *presence) leave() {
 	defer cancel()
 	var errs []error
 	if z, ok := p.rdb.(redis.Cmdable); ok {
-		errs = append(errs, z.ZRem(ctx, p.key, p.id).Err(), z.ZRem(ctx, p.procsKey, p.member).Err(), z.HDel(ctx, p.countKey, p.member).Err())
+		errs = append(errs, z.ZRem(ctx, p.key, p.id).Err(), z.ZRem(ctx, p.procsKey, p.member).Err(), z.HDel(ctx, p.countKey, p.member).Err(),
+			z.HDel(ctx, p.settingsKey, p.member).Err())
 	}
 	errs = append(errs, rollout.StampNamespace(ctx, p.rdb, p.pool, p.ns))
 	if err := errors.Join(errs...); err != nil {

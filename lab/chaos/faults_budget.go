@@ -2,8 +2,11 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,4 +104,55 @@ func (in *injector) serveRedisCut(ctx context.Context, hold time.Duration) (stri
 		return "", err
 	}
 	return fmt.Sprintf("%s cut off from Redis, %g reads/s of absent ids", s.serves[i].Name(), 3*s.cfg.SourceBudget), nil
+}
+
+// FaultServeBudgetMismatch restarts one serve process with ten times the
+// pool's source rates (a typo in one pod, one Helm release's values), under
+// a burst of reads of ids no one has at 3x the budget, then restarts it as
+// it was: the pool admits at the lowest budget any live process of it is
+// configured with, so the source must still see no more than the budget
+// the rest run with (before, the process configured higher spent the shared
+// buckets at its own pace).
+const FaultServeBudgetMismatch = "serve-budget-mismatch"
+
+// budgetFlags are serve's rate flags FaultServeBudgetMismatch multiplies.
+var budgetFlags = []string{"--source-foreground-rate", "--source-background-rate", "--source-ryw-rate"}
+
+func (in *injector) serveBudgetMismatch(ctx context.Context, hold time.Duration) (string, error) {
+	p := in.sys.serves[in.intn(len(in.sys.serves))]
+	orig := p.Config().Args
+	args, err := multiplyFlags(orig, budgetFlags, 10)
+	if err != nil {
+		return p.Name(), err
+	}
+	in.load.coldAbsent.Store(true)
+	defer in.load.coldAbsent.Store(false)
+	p.Kill()
+	p.SetArgs(args...)
+	err = p.Start()
+	in.load.coldUntil.Store(time.Now().Add(hold).UnixNano())
+	if err == nil {
+		sleep(ctx, hold)
+	}
+	p.Kill()
+	p.SetArgs(orig...)
+	return fmt.Sprintf("%s at 10x the source rates, %g reads/s of absent ids", p.Name(), 3*in.sys.cfg.SourceBudget), errors.Join(err, p.Start())
+}
+
+// multiplyFlags returns args with the value of each of flags ("--name",
+// value as the next argument) multiplied by k; a flag missing is an error.
+func multiplyFlags(args, flags []string, k float64) ([]string, error) {
+	out := slices.Clone(args)
+	for _, f := range flags {
+		i := slices.Index(out, f)
+		if i < 0 || i+1 >= len(out) {
+			return nil, fmt.Errorf("serve's arguments have no %s", f)
+		}
+		v, err := strconv.ParseFloat(out[i+1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("serve's %s %q: %w", f, out[i+1], err)
+		}
+		out[i+1] = strconv.FormatFloat(v*k, 'g', -1, 64)
+	}
+	return out, nil
 }

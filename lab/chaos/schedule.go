@@ -61,6 +61,8 @@ var holdRange = map[string][2]time.Duration{
 	// Past the presence TTL (8 s): the cut-off process's local admission
 	// and its hold after it.
 	FaultServeRedisCut: {10 * time.Second, 14 * time.Second},
+	// Several presence beats with the mismatched process in the pool.
+	FaultServeBudgetMismatch: {6 * time.Second, 10 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
