@@ -215,6 +215,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.rollout.tick(ctx)
 	ctx, refuse := context.WithCancelCause(ctx)
 	defer refuse(nil)
+	// Counted in the source pool, with the pool's budget agreed, before
+	// the first request: until its first beat a process admits at its own
+	// rates, which may be above the rest of the pool's.
+	if err := s.rd.Join(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("joining the source pool failed; the presence beat retries every second", "err", err)
+	}
 	s.bg.Add(3)
 	go func() {
 		defer s.bg.Done()

@@ -56,15 +56,22 @@ const fastServeClock = "90ms"
 // synchronous standby (a stall injected at the same time holds the load's
 // commits, not the fault's).
 func (in *injector) pgConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, in.sys.dsn)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
-		conn.Close(context.Background())
-		return nil, err
-	}
-	return conn, nil
+	var conn *pgx.Conn
+	var err error
+	// Asked again for 10 s: another fault may be restarting Postgres (the
+	// connection then fails or is reset), which says nothing of this one.
+	waitFor(ctx, 10*time.Second, func() bool {
+		if conn, err = pgx.Connect(ctx, in.sys.dsn); err != nil {
+			return false
+		}
+		if _, err = conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+			conn.Close(context.Background())
+			conn = nil
+			return false
+		}
+		return true
+	})
+	return conn, err
 }
 
 // onNewConn runs f on a new connection each try, every 100 ms until it
@@ -170,11 +177,21 @@ func (in *injector) futureHeartbeat(ctx context.Context, hold time.Duration) (st
 // write, and checks that capture skipped them (counted) and kept going (a
 // later heartbeat read back) without any capture process exiting.
 func (in *injector) malformedHeartbeat(ctx context.Context) (string, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 150*time.Second)
 	defer cancel()
 	pids := map[string]int{}
 	for _, p := range in.sys.captures {
 		pids[p.Name()] = p.Pid()
+	}
+	// Sent only once capture streams (a heartbeat read back since the
+	// fault began): while a dropped slot is not yet recreated (a slot-drop
+	// just lifted), a message goes before the new slot's start and is never
+	// decoded, which would say nothing about skipping it.
+	if _, began := in.captureBeats(cctx); !waitFor(cctx, 60*time.Second, func() bool {
+		_, beats := in.captureBeats(cctx)
+		return beats > began
+	}) {
+		return "", errors.New("capture read back no heartbeat within 60s, so the malformed ones were not sent")
 	}
 	skipped0, beats0 := in.captureBeats(cctx)
 	conn, err := in.pgConn(cctx)
