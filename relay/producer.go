@@ -112,8 +112,9 @@ func (c Config) Validate() error {
 		if c.Require.MinInsync < 1 {
 			p.Add("Require.MinInsync", "must be at least 1 (got %d)", c.Require.MinInsync)
 		}
-		if c.Require.Retention < 0 {
-			p.Add("Require.Retention", "must not be negative (got %s)", c.Require.Retention)
+		if c.Require.Retention < MinRetention {
+			p.Add("Require.Retention", "must be at least %s (got %s): a reset marker compacted away sooner, or records deleted sooner, can be missed by an applier lagging less than an entry's hard lifetime",
+				MinRetention, c.Require.Retention)
 		}
 	}
 	return p.Err()

@@ -37,6 +37,14 @@ type TopicRequirements struct {
 	Retention time.Duration
 }
 
+// MinRetention is the shortest TopicRequirements.Retention accepted. An
+// applier that misses a reset marker (compacted away under a later marker
+// of its partition) or an invalidation (deleted unread) harms only entries
+// still alive when it passes them: observed within the hard lifetime (and
+// the reset margin) before. Compaction lag and retention above that, with
+// room, keep every record such an entry depends on.
+const MinRetention = time.Minute
+
 // DefaultTopicRequirements are production's: three replicas, two in sync,
 // and a day of outage beyond the hard lifetime.
 func DefaultTopicRequirements() TopicRequirements {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -85,4 +86,26 @@ func TestCheckTopicConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "fixed topic passes", func() error { return p.CheckTopic(ctx, DefaultTopicRequirements()) })
+}
+
+// The retention the topic check requires cannot be lowered below
+// MinRetention (--topic-min-retention 0 turned the check off), and
+// MinRetention outlasts an entry's hard lifetime and the reset margin: an
+// applier lagging less than that must find every record still.
+func TestRequiredRetentionHasAFloor(t *testing.T) {
+	if MinRetention <= promise.HardLifetime+promise.ResetMargin {
+		t.Fatalf("MinRetention %s is not past the hard lifetime and the reset margin (%s)", MinRetention, promise.HardLifetime+promise.ResetMargin)
+	}
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Require = []string{"127.0.0.1:9092"}, DefaultTopicRequirements()
+	for _, c := range []struct {
+		retention time.Duration
+		ok        bool
+	}{{MinRetention, true}, {24 * time.Hour, true}, {MinRetention - time.Millisecond, false}, {10 * time.Second, false}, {0, false}} {
+		cfg.Require.Retention = c.retention
+		err := cfg.Validate()
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "Require.Retention")) {
+			t.Errorf("retention %s: %v, want accepted %v", c.retention, err, c.ok)
+		}
+	}
 }

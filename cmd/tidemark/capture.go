@@ -58,7 +58,7 @@ func (c *captureCmd) Bind(b *cli.Binder) {
 	b.Flag(&r.TopicRefresh, "topic-refresh", "How old the producer's view of the topic may get: partitions added to the topic are routed to and marked within about this.")
 	b.Flag(&r.Require.ReplicationFactor, "topic-replication-factor", "Replication factor the data topic must have (a smaller cluster is held to its broker count).")
 	b.Flag(&r.Require.MinInsync, "topic-min-insync", "min.insync.replicas the data topic must have.")
-	b.Flag(&r.Require.Retention, "topic-min-retention", "Shortest retention.ms the data topic may have when it deletes old segments.")
+	b.Flag(&r.Require.Retention, "topic-min-retention", "Shortest retention.ms the data topic may have when it deletes old segments (and min.compaction.lag.ms when it compacts); at least 1m.")
 	b.Flag(&c.maxProcs, "max-procs", "GOMAXPROCS for this process (0 = one per core). One WAL stream is sequential work: on a box it shares with Postgres, a second P mostly adds scheduler spinning that takes CPU from the walsender (BENCHMARKS.md, Capture benchmark).").Env("TIDEMARK_CAPTURE_MAX_PROCS")
 	b.Flag(&c.metricsAddr, "metrics-addr", "Serve the status page (/, /status.json), /metrics, /healthz, /readyz here (empty: off).")
 	b.Flag(&c.page.Check.Group, "group", "The applier's consumer group, for the status page's lag table.")
