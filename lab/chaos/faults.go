@@ -83,6 +83,10 @@ func targetsOf(kind string) []string {
 	switch kind {
 	case FaultLongOutage:
 		return []string{"capture", "postgres"}
+	case FaultSyncStandbyStall:
+		// Postgres too: a restart under it ended the stalled transaction
+		// and the fault then tested nothing.
+		return []string{"postgres", "syncrep"}
 	case FaultRedisLossNoApply:
 		return []string{"apply", "redis"}
 	case FaultPromotion:
