@@ -94,6 +94,9 @@ func (d Deps) checked() (Deps, error) {
 	return d, nil
 }
 
+// MaxIdentityInterval bounds Config.IdentityInterval.
+const MaxIdentityInterval = time.Second
+
 // Config of the group applier (tidemark apply).
 type Config struct {
 	Brokers        []string
@@ -168,7 +171,13 @@ func (c Config) Validate() error {
 		p.Add("MaxQueue", "must be at least the batch size %d (got %d)", c.MaxBatch, c.MaxQueue)
 	}
 	p.Positive("CommitInterval", c.CommitInterval)
-	p.Positive("IdentityInterval", c.IdentityInterval)
+	// A Cluster master failing over beside the watermark's loses floors the
+	// watermark then extends entries past until this check finds it (the
+	// watermark's own master is caught at its next write): it must come
+	// well inside the promise, after the Cluster's own failover time.
+	if c.IdentityInterval <= 0 || c.IdentityInterval > MaxIdentityInterval {
+		p.Add("IdentityInterval", "must be above 0 and at most %s (got %s)", MaxIdentityInterval, c.IdentityInterval)
+	}
 	p.Positive("MetricsInterval", c.MetricsInterval)
 	if c.TopicInterval < time.Second || c.TopicInterval > time.Minute {
 		// kgo's metadata max age may not be under its 1 s minimum age.

@@ -161,3 +161,20 @@ func TestConfigValidateNamesEveryFlag(t *testing.T) {
 		t.Fatalf("default config with brokers: %v", err)
 	}
 }
+
+// The identity check's interval is bounded: a Cluster master failing over
+// beside the watermark's is found only by it, and until then the watermark
+// extends entries past the floors that master lost.
+func TestConfigBoundsTheIdentityInterval(t *testing.T) {
+	c := DefaultConfig()
+	c.Brokers = []string{"x:1"}
+	for _, tc := range []struct {
+		every time.Duration
+		ok    bool
+	}{{MaxIdentityInterval, true}, {100 * time.Millisecond, true}, {MaxIdentityInterval + time.Millisecond, false}, {time.Minute, false}, {0, false}} {
+		c.IdentityInterval = tc.every
+		if err := c.Validate(); (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "IdentityInterval:")) {
+			t.Errorf("identity interval %s: %v, want accepted %v", tc.every, err, tc.ok)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func TestCacheTierOverTLSAsACLUser(t *testing.T) {
 			}
 			step("load scripts", c.LoadScripts(ctx))
 			step("eviction policy", c.CheckEvictionPolicy(ctx))
-			_, err = c.ServerIdentity(ctx)
+			srv, err := c.ServerIdentity(ctx)
 			step("server identity", err)
 			// Items over every master's slots on the Cluster.
 			var invs []cache.Invalidation
@@ -91,7 +91,7 @@ func TestCacheTierOverTLSAsACLUser(t *testing.T) {
 			step("invalidate", err)
 			step("purge", c.Purge(ctx, "acme", "i20"))
 			step("partitions", c.SetPartitions(ctx, 3))
-			id, err := c.BindWatermarkIdentity(ctx, "server")
+			id, err := c.BindWatermarkIdentity(ctx, srv)
 			step("bind watermark identity", err)
 			step("watermark", c.SetWatermarkIdentity(ctx, 0, time.Now(), id))
 			step("reset_at", c.SetResetAt(ctx, time.Now()))

@@ -208,7 +208,9 @@ var ErrWatermarkAhead = errors.New("cache: watermark ahead of the cache tier's c
 
 // ErrWatermarkIdentity is returned when a watermark write carrying an
 // identity finds the hash holding another one (or none): the hash was lost
-// and recreated, or another applier bound it anew after a reset. Nothing was
+// and recreated, or another applier bound it anew after a reset; or finds
+// itself on a server the identity does not name (a replica promoted in its
+// place, a snapshot loaded into another). Nothing was
 // written; the writer's applier must set reset_at and rewind
 // (BindWatermarkIdentity), not write over the loss.
 var ErrWatermarkIdentity = errors.New("cache: the watermark hash's identity is not the one this writer bound (lost or reset)")

@@ -59,7 +59,9 @@ func TestWatermarkRaiseOnlyAndMinimum(t *testing.T) {
 // once the hash lost it (deleted, then recreated in part by another call),
 // and writes nothing; a new bind after the loss gets a new generation; a
 // bind of the same server adopts the stored identity, one of another server
-// replaces it.
+// replaces it, and a write with it is refused here: this is not the server
+// it names (the hash a promoted replica brings along holds its old
+// master's identity).
 func TestWatermarkWriteRefusedOnceTheHashIsLost(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		cfg := testConfig()
@@ -67,15 +69,19 @@ func TestWatermarkWriteRefusedOnceTheHashIsLost(t *testing.T) {
 		c, ctx := newClient(t, b, cfg), context.Background()
 		key := schema.WatermarkKey(cfg.Namespace)
 		now := time.Now()
-		id, err := c.BindWatermarkIdentity(ctx, "srv1")
+		srv, err := c.ServerIdentity(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cache.IdentityServer(id) != "srv1" || id == "srv1" {
-			t.Fatalf("bound %q, want srv1#<generation>", id)
+		id, err := c.BindWatermarkIdentity(ctx, srv)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if again, err := c.BindWatermarkIdentity(ctx, "srv1"); err != nil || again != id {
-			t.Fatalf("second bind of srv1 = %q, %v; want the stored %q adopted", again, err, id)
+		if cache.IdentityServer(id) != srv || id == srv {
+			t.Fatalf("bound %q, want %s#<generation>", id, srv)
+		}
+		if again, err := c.BindWatermarkIdentity(ctx, srv); err != nil || again != id {
+			t.Fatalf("second bind of %s = %q, %v; want the stored %q adopted", srv, again, err, id)
 		}
 		if err := c.SetWatermarkIdentity(ctx, 0, now, id); err != nil {
 			t.Fatal(err)
@@ -95,9 +101,9 @@ func TestWatermarkWriteRefusedOnceTheHashIsLost(t *testing.T) {
 		if err := c.SetWatermarkIdentity(ctx, 0, now, id); !errors.Is(err, cache.ErrWatermarkIdentity) {
 			t.Fatalf("write after the hash was recreated without its identity = %v, want ErrWatermarkIdentity", err)
 		}
-		rebound, err := c.BindWatermarkIdentity(ctx, "srv1")
-		if err != nil || rebound == id || cache.IdentityServer(rebound) != "srv1" {
-			t.Fatalf("bind after the loss = %q, %v; want a new generation of srv1 (old %q)", rebound, err, id)
+		rebound, err := c.BindWatermarkIdentity(ctx, srv)
+		if err != nil || rebound == id || cache.IdentityServer(rebound) != srv {
+			t.Fatalf("bind after the loss = %q, %v; want a new generation of %s (old %q)", rebound, err, srv, id)
 		}
 		if err := c.SetWatermarkIdentity(ctx, 0, now, id); !errors.Is(err, cache.ErrWatermarkIdentity) {
 			t.Fatalf("write with the old generation = %v, want ErrWatermarkIdentity", err)
@@ -105,9 +111,13 @@ func TestWatermarkWriteRefusedOnceTheHashIsLost(t *testing.T) {
 		if err := c.SetWatermarkIdentity(ctx, 0, now, rebound); err != nil {
 			t.Fatal(err)
 		}
-		other, err := c.BindWatermarkIdentity(ctx, "srv2")
-		if err != nil || cache.IdentityServer(other) != "srv2" {
+		const elsewhere = "0123456789abcdef0123456789abcdef01234567/89abcdef0123456789abcdef0123456789abcdef"
+		other, err := c.BindWatermarkIdentity(ctx, elsewhere)
+		if err != nil || cache.IdentityServer(other) != elsewhere {
 			t.Fatalf("bind of another server = %q, %v", other, err)
+		}
+		if err := c.SetWatermarkIdentity(ctx, 0, time.Now(), other); !errors.Is(err, cache.ErrWatermarkIdentity) {
+			t.Fatalf("write on a server the identity does not name = %v, want ErrWatermarkIdentity", err)
 		}
 		if wm, err := c.ReadWatermark(ctx); err != nil || wm.Identity != other || wm.PerPartition[0].UnixMilli() != now.UnixMilli() {
 			t.Fatalf("watermark = %+v, %v; want identity %q and p0 kept", wm, err, other)

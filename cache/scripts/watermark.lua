@@ -9,9 +9,23 @@
 -- stored value itself ahead of the clock is replaced, never kept. With
 -- identity (the one WMIDENTITY bound and the writer adopted), the write is
 -- refused with -2 and nothing written unless the hash holds exactly that
--- identity: a lost hash is never silently recreated by a watermark.
-if ARGV[3] and redis.call('HGET', KEYS[1], 'identity') ~= ARGV[3] then
-  return {-2, 0}
+-- identity: a lost hash is never silently recreated by a watermark. Nor
+-- unless this server is one the identity names ("<run_id>/<master_replid>"
+-- among its comma-separated servers): a replica promoted in its server's
+-- place, or a snapshot loaded into another, brings the hash with the
+-- identity but not the floors raised after its copy, and a watermark
+-- written there would extend entries past them until the applier's next
+-- identity check.
+if ARGV[3] then
+  if redis.call('HGET', KEYS[1], 'identity') ~= ARGV[3] then
+    return {-2, 0}
+  end
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local repl = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  local servers = ',' .. (string.match(ARGV[3], '^([^#]*)') or '') .. ','
+  if not run or not repl or not string.find(servers, ',' .. run .. '/' .. repl .. ',', 1, true) then
+    return {-2, 0}
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -41,7 +41,7 @@ func (c *applyCmd) Bind(b *cli.Binder) {
 	b.Flag(&a.Linger, "linger", "How long a partition worker waits to fill a batch (0: apply what has arrived; records arriving meanwhile form the next batch).").Env("TIDEMARK_APPLY_LINGER").Replaces("TIDEMARK_LINGER")
 	b.Flag(&a.CommitInterval, "commit-interval", "How often applied offsets are committed.")
 	b.Flag(&a.MaxQueue, "max-queue", "Records a partition worker may hold before fetching pauses (at least --max-batch).")
-	b.Flag(&a.IdentityInterval, "identity-interval", "How often the cache tier's identity (run_id, replication id, topology) is checked for a restart or failover.")
+	b.Flag(&a.IdentityInterval, "identity-interval", "How often the cache tier's identity (run_id, replication id, topology) is checked for a restart or failover (at most 1s).")
 	b.Flag(&a.MetricsInterval, "metrics-interval", "How often consumer lag and watermark ages are refreshed.")
 	b.Flag(&a.TopicInterval, "topic-interval", "How often the topic's partition count is re-read.")
 	b.Flag(&a.BackoffMin, "backoff-min", "First retry delay after a cache-tier or Kafka error.")
