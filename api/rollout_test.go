@@ -38,6 +38,24 @@ func (e *tenv) rolloutStore() *rollout.Store {
 	return rollout.NewStore(rdb, DefaultConfig().Namespace)
 }
 
+// shadowCounts waits until the store holds at least n shadow comparisons
+// of tenant and returns its counts.
+func shadowCounts(t *testing.T, st *rollout.Store, tenant string, n int64) rollout.Counts {
+	t.Helper()
+	var got rollout.Counts
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%d shadow comparisons recorded for %s", n, tenant), func() error {
+		sh, err := st.Shadow(context.Background())
+		if err != nil {
+			return err
+		}
+		if got = sh[tenant]; got.Total() < n {
+			return fmt.Errorf("counts %v", got)
+		}
+		return nil
+	})
+	return got
+}
+
 func (e *tenv) setMode(st *rollout.Store, tenant string, mode rollout.Mode, ramp float64) {
 	e.t.Helper()
 	if _, err := st.Set(context.Background(), tenant, mode, ramp, false, time.Now()); err != nil {
@@ -135,17 +153,7 @@ func TestShadowDetectsPlantedOlderEntry(t *testing.T) {
 			t.Fatalf("shadow read of old answered version %d, want the source's 2", r.version())
 		}
 	}
-	var got rollout.Counts
-	testenv.Eventually(t, 20*time.Second, "three shadow comparisons recorded for acme", func() error {
-		sh, err := st.Shadow(context.Background())
-		if err != nil {
-			return err
-		}
-		if got = sh["acme"]; got.Total() < 3 {
-			return fmt.Errorf("counts %v", got)
-		}
-		return nil
-	})
+	got := shadowCounts(t, st, "acme", 3)
 	want := rollout.Counts{rollout.OutcomeMatch: 1, rollout.OutcomeOlder: 1, rollout.OutcomeMissing: 1}
 	for _, o := range rollout.Outcomes {
 		if got[o] != want[o] {
@@ -185,17 +193,7 @@ func TestShadowJudgesDeadlinesByThePromise(t *testing.T) {
 	if r := e.do("GET", shadow.item("same"), key, ""); r.code != 200 || !strings.Contains(r.cacheStatus(), "detail=rollout-source") {
 		t.Fatalf("shadow read: %d %q, want the source's answer", r.code, r.cacheStatus())
 	}
-	var got rollout.Counts
-	testenv.Eventually(t, 20*time.Second, "the shadow comparison recorded for acme", func() error {
-		sh, err := st.Shadow(context.Background())
-		if err != nil {
-			return err
-		}
-		if got = sh["acme"]; got.Total() < 1 {
-			return fmt.Errorf("counts %v", got)
-		}
-		return nil
-	})
+	got := shadowCounts(t, st, "acme", 1)
 	if got[rollout.OutcomeMatch] != 1 || got.Total() != 1 {
 		t.Fatalf("shadow counts %v, want one match", got)
 	}

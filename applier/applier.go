@@ -18,7 +18,6 @@ import (
 	"github.com/tidemark/tidemark/internal/kafkaconn"
 	"github.com/tidemark/tidemark/internal/lifecycle"
 	"github.com/tidemark/tidemark/internal/telemetry"
-	"github.com/tidemark/tidemark/promise"
 )
 
 // Applier is the group consumer behind `tidemark apply`.
@@ -34,13 +33,9 @@ type Applier struct {
 	cfg   Config
 	cache Cache
 	ns    string // the cache tier's namespace, carried by every commit (group.go)
-	// hardLifetime is the rewind span after a failover: the longest any
-	// process may give an entry (promise.HardLifetime), not this process's
-	// --cache-hard-lifetime, which a serve process may have set longer.
-	hardLifetime time.Duration
-	log          *slog.Logger
-	met          *metrics
-	proc         processor
+	log   *slog.Logger
+	met   *metrics
+	proc  processor
 
 	counts  counters
 	cancel  context.CancelCauseFunc
@@ -77,7 +72,6 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	a := &Applier{
 		cfg:          cfg,
 		ns:           ns,
-		hardLifetime: promise.HardLifetime,
 		cache:        deps.Cache,
 		log:          deps.Log.With("component", "applier"),
 		met:          met,

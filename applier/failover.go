@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/promise"
 )
 
 // monitorLoop watches the cache tier's identity (a restart or failover loses
@@ -107,7 +108,7 @@ func (a *Applier) preflight(ctx context.Context) error {
 	}
 	at := time.Now()
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash while no applier watched: setting reset_at and rewinding partitions as they are assigned",
-		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", a.hardLifetime.String())
+		"reason", reason, "stored_identity", wm.Identity, "identity", id, "rewind_span", rewindSpan.String())
 	a.met.failoverRewinds.Inc()
 	// reset_at by the cache tier's clock plus the margin, not this host's.
 	err = retry(ctx, bo, a.log, "set reset_at after failover", func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
@@ -238,7 +239,7 @@ func (a *Applier) checkIdentity(ctx context.Context) bool {
 	}
 	at := time.Now()
 	a.log.Warn("cache tier restarted, failed over or lost the watermark hash: setting reset_at and rewinding partitions",
-		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", a.hardLifetime.String()+" + lag")
+		"reason", reason, "old_identity", old, "new_identity", id, "rewind_span", rewindSpan.String()+" + lag")
 	a.met.failoverRewinds.Inc()
 	err = retry(ctx, backoff{a.cfg.BackoffMin, a.cfg.BackoffMax}, a.log, "set reset_at after failover",
 		func(ctx context.Context) error { _, err := a.cache.MarkGapNow(ctx); return err })
@@ -316,8 +317,14 @@ func (a *Applier) syncPartitions(ctx context.Context) {
 	}
 }
 
+// rewindSpan is how far back a rewind reaches (plus the partition's lag):
+// the longest any process may give an entry, not this process's
+// --cache-hard-lifetime, which a serve process beside it may have set
+// longer.
+const rewindSpan = promise.HardLifetime
+
 // rewind moves every owned partition back to the offset at
-// now - (promise.HardLifetime + lag), where lag is how far behind the partition's
+// now - (rewindSpan + lag), where lag is how far behind the partition's
 // applied event time is: that re-applies every invalidation a cached value
 // still alive might depend on. It runs in the poll loop before
 // AllowRebalance, so the assignment cannot change underneath it.
@@ -328,11 +335,11 @@ func (a *Applier) rewind(ctx context.Context, at time.Time) {
 	}
 	// One lookup at the earliest target of our partitions: rewinding a bit
 	// further than needed is only re-applying idempotent records.
-	target := at.Add(-a.hardLifetime)
+	target := at.Add(-rewindSpan)
 	for _, w := range ws {
 		w.qmu.Lock()
 		if !w.appliedTime.IsZero() {
-			if t := w.appliedTime.Add(-a.hardLifetime); t.Before(target) {
+			if t := w.appliedTime.Add(-rewindSpan); t.Before(target) {
 				target = t // lag = at - appliedTime
 			}
 		}

@@ -89,7 +89,7 @@ func (a *Applier) adjustOffsets(ctx context.Context, offs map[string]map[int32]k
 	var listed kadm.ListedOffsets
 	err = retry(ctx, bo, a.log, "list offsets for rewind", func(ctx context.Context) error {
 		var err error
-		listed, err = a.adm.ListOffsetsAfterMilli(ctx, at.Add(-a.hardLifetime).UnixMilli(), a.cfg.Topic)
+		listed, err = a.adm.ListOffsetsAfterMilli(ctx, at.Add(-rewindSpan).UnixMilli(), a.cfg.Topic)
 		if err == nil {
 			err = listed.Error()
 		}
@@ -111,7 +111,7 @@ func (a *Applier) adjustOffsets(ctx context.Context, offs map[string]map[int32]k
 		ps[p] = kgo.NewOffset().At(l.Offset).WithEpoch(-1)
 		set[p] = l.Offset
 	}
-	a.log.Warn("partitions rewound before consuming", "since", at.Add(-a.hardLifetime).UTC().Format(time.RFC3339Nano), "offsets", fmt.Sprint(set))
+	a.log.Warn("partitions rewound before consuming", "since", at.Add(-rewindSpan).UTC().Format(time.RFC3339Nano), "offsets", fmt.Sprint(set))
 	return offs, nil
 }
 

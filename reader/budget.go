@@ -167,7 +167,7 @@ func (s budgetSettings) rates() *budgetRates {
 		reserve: map[string]int64{ClassBackground: total.tolerance / 2}}
 }
 
-func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometheus.CounterVec, log *slog.Logger) *budget {
+func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometheus.CounterVec, rateSet *prometheus.GaugeVec, log *slog.Logger) *budget {
 	// Visitors' misses and refreshes share the process's in-flight slots;
 	// read-your-writes reads have their own quarter, so a flood of them cannot
 	// hold every slot.
@@ -190,10 +190,12 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 		log:       log,
 		redisWait: cfg.LookupTimeout,
 		refused:   refused,
+		rateSet:   rateSet,
 		own:       settingsOf(cfg),
 		localTAT:  map[string]time.Time{},
 	}
 	b.rates.Store(b.own.rates())
+	b.setGauges(b.rates.Load())
 	return b
 }
 

@@ -13,7 +13,7 @@ import (
 func TestLocalFallbackBuckets(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ForegroundRate, cfg.BackgroundRate, cfg.ReadYourWritesRate, cfg.BudgetBurst = 100, 50, 100, 100*time.Millisecond
-	b := newBudget(cfg, nil, newPresence("t", "t", "", nil, slog.New(slog.DiscardHandler)), nil, nil)
+	b := newBudget(cfg, nil, newPresence("t", "t", "", nil, slog.New(slog.DiscardHandler)), nil, nil, nil)
 	const n = 2 // live serve processes: this one's share is half
 	now := time.Now()
 	admitted := func(class string, at time.Time, tries int) int {

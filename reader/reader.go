@@ -202,9 +202,7 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	rd.lookups = newLookups(deps.Cache, rd.clock, cfg.LookupBatch)
 	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, cfg.Instance, deps.Redis, log) // the budget's fallback share counts every process of the pool
 	rd.procs.errs = m.presenceErrors
-	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, log)
-	rd.budget.rateSet = m.budgetRate
-	rd.budget.setGauges(rd.budget.rates.Load())
+	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, m.budgetRate, log)
 	rd.procs.settings, rd.procs.agree = rd.budget.own.String(), rd.budget.agree
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
