@@ -46,6 +46,9 @@ func TestReadinessWaitsForTheIdentityClaim(t *testing.T) {
 	if err := first.srv.rd.Claim(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if err := first.srv.rd.Join(context.Background()); err != nil { // registered on the source, as Serve does
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 30*time.Second, "the claimed process is ready", func() error { return first.srv.Ready(context.Background()) })
 	other := e.instance(instOpts{ccfg: longSoft, unclaimed: true, uncounted: true, cfg: func(c *Config) { c.Table.Name = "shop.offers" }})
 	if err := other.srv.rd.Claim(context.Background()); !errors.Is(err, cache.ErrIdentity) {

@@ -130,7 +130,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		clock:   clock,
 	}
 	src := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
-	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,
+	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, SourceDB: deps.Pool, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,
 		Log: log, Registerer: reg, MetricsStage: "api", Tracer: deps.Tracer}); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
@@ -258,7 +258,9 @@ func (s *Server) close() {
 // holds its namespace's identity (reads come from the cache) or Postgres
 // does (reads go to the source within the budget).
 // A Postgres blip alone does not take every serve process out of its
-// Service at once: the cache still answers.
+// Service at once: the cache still answers. A process is first ready once
+// registered on the source and counted by the readers of the source's
+// other pools (reader.Reader.SourceErr): before, it admits no source read.
 //
 // Before that, the database must hold the schema this binary needs: against
 // an unmigrated (or older) one every read would fail, so the process stays
@@ -282,10 +284,13 @@ func (s *Server) Ready(ctx context.Context) error {
 		if err := s.rd.IdentityErr(); err != nil {
 			return fmt.Errorf("api: %w", err)
 		}
-		return nil
-	}
-	if perr := s.pool.Ping(ctx); perr != nil {
+	} else if perr := s.pool.Ping(ctx); perr != nil {
 		return fmt.Errorf("api: neither the cache nor the source answers: redis: %w; postgres: %w", rerr, perr)
+	}
+	// Registered on the source and counted by its other pools' readers
+	// (once): until then the budget admits no source read.
+	if err := s.rd.SourceErr(); err != nil {
+		return fmt.Errorf("api: %w", err)
 	}
 	return nil
 }

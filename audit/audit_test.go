@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -54,6 +55,22 @@ func newEnvWith(t *testing.T, scfg api.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Served as `tidemark serve` serves it: registered on the source and
+	// in its pool, the budget the auditor spends agreed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, "the serve process is ready", func() error { return srv.Ready(context.Background()) })
 	return &env{t: t, pool: pool, cc: cc, srv: srv, r: r}
 }
 

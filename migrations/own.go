@@ -8,7 +8,7 @@ import (
 )
 
 // OwnTablesSQL creates tidemark's own tables (schema tidemark: API keys,
-// idempotency records, the heartbeat row, the rollout settings' record)
+// idempotency records, the heartbeat row, the rollout settings' record, the source's readers)
 // where they are missing, for a database whose catalog table the operator
 // already has (tidemark adopt).
 // The shape is the one the numbered migrations end at; a migrated database
@@ -42,6 +42,31 @@ CREATE TABLE IF NOT EXISTS tidemark.rollout_settings (
     settings   jsonb       NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS tidemark.source_readers (
+    pool     text        NOT NULL,
+    instance text        NOT NULL,
+    budget   text        NOT NULL,
+    seen_at  timestamptz NOT NULL,
+    PRIMARY KEY (pool, instance)
+);
+` + sourceReadersGrant
+
+// sourceReadersGrant grants tidemark.source_readers to the roles that
+// record the rollout settings (the serve processes' role, by
+// docs/postgres.md's grants), as migration 00006 does: a database
+// migrated or adopted before the table existed needs no grant of its own.
+const sourceReadersGrant = `
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+             WHERE table_schema = 'tidemark' AND table_name = 'rollout_settings' AND privilege_type = 'INSERT'
+               AND grantee <> current_user
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON tidemark.source_readers TO %I', r.grantee);
+    END LOOP;
+END
+$$;
 `
 
 // HeartbeatTable is tidemark's heartbeat row table (capture's row mode).
@@ -58,3 +83,7 @@ func EnsureOwnTables(ctx context.Context, conn *pgx.Conn) error {
 // RolloutTable is the durable record of the rollout settings (package
 // rollout).
 const RolloutTable = "tidemark.rollout_settings"
+
+// SourceReadersTable is where serve processes register on their source
+// (package reader).
+const SourceReadersTable = "tidemark.source_readers"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ var ErrBudget = errors.New("reader: source budget exhausted")
 // or the process's in-flight cap is full. RetryAfter says when to come back.
 type BudgetError struct {
 	Class      string
-	Why        string // "rate" or "inflight"
+	Why        string // "rate", "inflight", or why the source's pools are not known (sourceReaders.hold)
 	RetryAfter time.Duration
 }
 
@@ -85,6 +86,18 @@ type budget struct {
 	own     budgetSettings
 	rates   atomic.Pointer[budgetRates]
 	rateSet *prometheus.GaugeVec // by class and "total": reads/s admitted at (nil in unit tests)
+	// What the rates were settled from (settle), under agreeMu: the pool's
+	// live processes' settings (presence), the source's live readers'
+	// settings and the count of pools on it (sourcereaders.go).
+	agreeMu        sync.Mutex
+	poolSettings   []string
+	sourceSettings []string
+	sourcePools    int
+	poolGauge      prometheus.Gauge // the pools on the source (nil in unit tests)
+	// source holds admissions while this process's view of the source's
+	// pools is not sound (nil: not registered on the source, a reader of
+	// one's own).
+	source *sourceReaders
 
 	// The local fallback: one bucket per class and one for the total,
 	// spent together under mu.
@@ -136,6 +149,15 @@ func parseBudgetSettings(v string) (budgetSettings, bool) {
 	}
 	s.Burst = time.Duration(burst) * time.Microsecond
 	return s, true
+}
+
+// shared is s with each rate divided among pools.
+func (s budgetSettings) shared(pools int) budgetSettings {
+	if pools <= 1 {
+		return s
+	}
+	k := float64(pools)
+	return budgetSettings{Foreground: s.Foreground / k, Background: s.Background / k, ReadYourWrites: s.ReadYourWrites / k, Burst: s.Burst}
 }
 
 // lowest is each setting's lowest of s and o.
@@ -199,14 +221,39 @@ func newBudget(cfg Config, rdb redis.Scripter, procs *presence, refused *prometh
 	return b
 }
 
-// agree sets the rates admitted at to the lowest of each setting among
-// this process and the pool's live serve processes (registered, each as
-// its budgetSettings.String, by their presence beats; one that cannot be
-// read is skipped: a process of a build that registers none). A raise
-// takes effect once no live process is configured lower, a cut at once.
+// agree takes the budget settings of the pool's live serve processes
+// (registered, each as its budgetSettings.String, by their presence
+// beats; one that cannot be read is skipped: a process of a build that
+// registers none) and settles the rates.
 func (b *budget) agree(pool []string) {
+	b.agreeMu.Lock()
+	defer b.agreeMu.Unlock()
+	b.poolSettings = pool
+	b.settle()
+}
+
+// agreeSource takes the budget settings of the source's live readers, of
+// every pool, and how many pools they are (sourcereaders.go), and settles
+// the rates.
+func (b *budget) agreeSource(settings []string, pools int) {
+	b.agreeMu.Lock()
+	defer b.agreeMu.Unlock()
+	b.sourceSettings, b.sourcePools = settings, max(1, pools)
+	if b.poolGauge != nil {
+		b.poolGauge.Set(float64(b.sourcePools))
+	}
+	b.settle()
+}
+
+// settle sets the rates admitted at: the lowest of each setting among this
+// process, the pool's live serve processes and the source's live readers,
+// each rate divided by the pools live on the source (every pool spends
+// buckets of its own). A raise takes effect once no live process is
+// configured lower (and a pool that left has gone stale), a cut at once.
+// Under agreeMu.
+func (b *budget) settle() {
 	s, differ := b.own, false
-	for _, v := range pool {
+	for _, v := range append(slices.Clone(b.poolSettings), b.sourceSettings...) {
 		o, ok := parseBudgetSettings(v)
 		if !ok {
 			continue
@@ -214,6 +261,7 @@ func (b *budget) agree(pool []string) {
 		differ = differ || o != b.own
 		s = s.lowest(o)
 	}
+	s = s.shared(b.sourcePools)
 	old := b.rates.Load()
 	if s == old.settings {
 		return
@@ -221,11 +269,15 @@ func (b *budget) agree(pool []string) {
 	r := s.rates()
 	b.rates.Store(r)
 	b.setGauges(r)
-	if differ {
-		b.log.Warn("serve processes of this source pool are configured with different source budgets; admitting at the lowest of each",
+	switch {
+	case b.sourcePools > 1:
+		b.log.Warn("several source pools read this source; each admits its share of the lowest budget (give every deployment on one source the same --source-pool to share it by demand)",
+			"pools", b.sourcePools, "own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")
+	case differ:
+		b.log.Warn("serve processes of this source are configured with different source budgets; admitting at the lowest of each",
 			"own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")
-	} else {
-		b.log.Info("the source pool's serve processes agree on the source budget again", "admitting", s.String())
+	default:
+		b.log.Info("the source's serve processes agree on the source budget again", "admitting", s.String())
 	}
 }
 
@@ -289,6 +341,11 @@ func (b *budget) acquireWait(ctx context.Context, class, tenant string, cost int
 
 func (b *budget) admit(ctx context.Context, class, tenant string, cost int) (release func(), err error) {
 	cb := b.classes[class]
+	if b.source != nil {
+		if why, retry := b.source.hold(time.Now()); why != "" {
+			return nil, &BudgetError{Class: class, Why: why, RetryAfter: retry}
+		}
+	}
 	// The rate first: a refused read never holds an in-flight slot, so a
 	// tenant flooding past its share cannot crowd the slots either. (A token
 	// whose read then finds no free slot is lost; that only errs low.)

@@ -77,6 +77,13 @@ func (r *budgetRig) reader(rdb redis.UniversalClient, rcfg func(*Config)) *Reade
 // a process restarted while the presence key could not be reached.
 func (r *budgetRig) readerOf(rdb redis.UniversalClient, rcfg func(*Config), ccfg func(*cache.Config), run bool) *Reader {
 	r.t.Helper()
+	return r.readerWith(rdb, rcfg, ccfg, run, nil)
+}
+
+// readerWith is readerOf with its dependencies changed by deps (nil: as
+// they are).
+func (r *budgetRig) readerWith(rdb redis.UniversalClient, rcfg func(*Config), ccfg func(*cache.Config), run bool, deps func(*Deps)) *Reader {
+	r.t.Helper()
 	cachecfg := cache.DefaultConfig()
 	if ccfg != nil {
 		ccfg(&cachecfg)
@@ -91,8 +98,12 @@ func (r *budgetRig) readerOf(rdb redis.UniversalClient, rcfg func(*Config), ccfg
 	if rcfg != nil {
 		rcfg(&cfg)
 	}
-	rd, err := New(cfg, Deps{Source: NewTableSource(r.pool, catalog.DefaultTable(), time.Second), Cache: cc, Redis: rdb,
-		Clock: trustedClock{}, Log: testenv.Logger(r.t)})
+	d := Deps{Source: NewTableSource(r.pool, catalog.DefaultTable(), time.Second), Cache: cc, Redis: rdb,
+		Clock: trustedClock{}, Log: testenv.Logger(r.t)}
+	if deps != nil {
+		deps(&d)
+	}
+	rd, err := New(cfg, d)
 	if err != nil {
 		r.t.Fatal(err)
 	}

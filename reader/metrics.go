@@ -17,6 +17,8 @@ type metrics struct {
 	fillsSkipped     *prometheus.CounterVec // reason
 	fillRate         prometheus.Gauge
 	presenceErrors   prometheus.Counter
+	sourceErrors     prometheus.Counter
+	sourcePools      prometheus.Gauge
 	budgetRate       *prometheus.GaugeVec // class, or "total"
 }
 
@@ -42,6 +44,10 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 		budgetRate: in.GaugeVec(name("budget_rate"),
 			"Source reads/s this process admits at, by class and in total: the lowest of each setting among the live serve processes of its source pool (a process configured higher is held to it; the log says when they differ).",
 			"class"),
+		sourceErrors: in.Counter(name("source_registration_errors_total"),
+			"Failed registrations of this process on its source (tidemark.source_readers); once its registration is stale it admits no source reads."),
+		sourcePools: in.Gauge(name("source_pools"),
+			"Source pools with live readers on this process's source: each admits its share of the lowest budget (1 when one pool reads it)."),
 		presenceErrors: in.Counter(name("presence_errors_total"),
 			"Failed beats of this process's presence in its source pool (while they fail it does not admit source reads locally when Redis is unreachable)."),
 	}

@@ -100,6 +100,13 @@ type Deps struct {
 	Source Source                // required
 	Cache  Cache                 // required: the cache tier
 	Redis  redis.UniversalClient // required: the shared source budget (and the clock guard, when Clock is nil)
+	// SourceDB: the source's primary, where this process registers with its
+	// pool and budget (tidemark.source_readers) so that every pool reading
+	// one source shares its one budget; a process admits no source read
+	// until registered and counted. nil: not registered (a reader of your
+	// own over a source without tidemark's tables, whose budget no other
+	// pool shares).
+	SourceDB SourceDB
 	// Clock: nil builds a guard against Redis that Run measures and keeps
 	// measuring; until its first good measurement every read goes to the
 	// source.
@@ -122,6 +129,7 @@ type Reader struct {
 	src          Source
 	budget       *budget
 	procs        *presence
+	source       *sourceReaders // nil without Deps.SourceDB
 	l1           *l1
 	lookups      *lookups        // the cache lookups of L1 misses, batched when they coincide
 	replicas     *replica.Reader // copies of hot keys (docs/design.md, "Hot-key replicas")
@@ -204,6 +212,12 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	rd.procs.errs = m.presenceErrors
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, m.budgetRate, log)
 	rd.procs.settings, rd.procs.agree = rd.budget.own.String(), rd.budget.agree
+	if deps.SourceDB != nil {
+		rd.source = &sourceReaders{db: deps.SourceDB, pool: cfg.SourcePool, instance: rd.procs.member, settings: rd.budget.own.String(),
+			agree: rd.budget.agreeSource, log: log, errs: m.sourceErrors}
+		rd.budget.source, rd.budget.poolGauge = rd.source, m.sourcePools
+		m.sourcePools.Set(1)
+	}
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
 	}
@@ -239,6 +253,10 @@ func (rd *Reader) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = rd.guard.Run(ctx) }() // returns nil when ctx ends
 	}
+	if rd.source != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); rd.source.run(ctx) }()
+	}
 	rd.procs.run(ctx)
 	stop()
 	wg.Wait()
@@ -251,6 +269,9 @@ func (rd *Reader) Run(ctx context.Context) error {
 func (rd *Reader) SetInstance(instance string) {
 	if rd.cfg.Instance == "" && instance != "" {
 		rd.procs.name(instance)
+		if rd.source != nil {
+			rd.source.instance = rd.procs.member
+		}
 	}
 }
 
@@ -262,9 +283,24 @@ func (rd *Reader) Close() {
 }
 
 // Join counts this process among its pool's readers now, instead of at
-// Run's first beat.
+// Run's first beat, and registers it on the source (Deps.SourceDB).
 func (rd *Reader) Join(ctx context.Context) error {
-	return errors.Join(rd.procs.beat(ctx), rd.procs.beatStatus(ctx))
+	errs := []error{rd.procs.beat(ctx), rd.procs.beatStatus(ctx)}
+	if rd.source != nil {
+		errs = append(errs, rd.source.register(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// SourceErr is nil once this process has been registered on the source and
+// counted by the readers of its other pools (always, without
+// Deps.SourceDB); until then it admits no source read, and a server is not
+// ready. Once nil it stays nil: a later failure holds the budget instead.
+func (rd *Reader) SourceErr() error {
+	if rd.source == nil {
+		return nil
+	}
+	return rd.source.readyErr()
 }
 
 // Share is the number of live readers of the pool this process divides the

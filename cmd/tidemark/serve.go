@@ -78,7 +78,7 @@ func (c *serveCmd) Bind(b *cli.Binder) {
 	b.Flag(&a.MaxValueBytes, "max-value", "Largest value in bytes that is cached; a larger one is answered from the source but not cached (0: no limit).")
 	b.Flag(&a.FillRate, "fill-rate", "Fills/s of new keys per process, shared fairly by the tenants filling; a tenant above its share caches only keys it missed twice within 10-20s, so one tenant's scan cannot evict the others' entries (0: every miss is cached).")
 	b.Flag(&a.FillTurnover, "fill-turnover", "Sizes --fill-rate to the cache: every serve process together may refill the whole cache (maxmemory over the mean entry size) no faster than once per this, so the default protects a small cache too (0: --fill-rate alone).")
-	b.Flag(&a.SourcePool, "source-pool", "Name of the shared source budget and of the rollout settings; give every namespace of one deployment the same one so a namespace upgrade runs on one budget (the default is one pool per source).")
+	b.Flag(&a.SourcePool, "source-pool", "Name of the shared source budget and of the rollout settings; give every namespace of one deployment the same one so a namespace upgrade runs on one budget (the default is one pool per source; pools reading one source split its budget evenly).")
 	b.Flag(&a.RolloutDefault, "rollout-default", "Serving mode of tenants without a rollout setting: cache (100 %), shadow or source.")
 	b.Flag(&a.RolloutPoll, "rollout-poll", "How often the rollout settings are read; a change is in force within it.")
 	b.Flag(&a.ShadowSample, "shadow-sample", "Share (0-1) of a shadowed or ramping tenant's source reads also compared with the cache tier.")

@@ -100,7 +100,7 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
-	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch}
+	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -118,8 +118,9 @@ func (c Config) Applicable() []string {
 		case k == FaultColdStart && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultColdStart) && c.foreign():
 			// These write tidemark's own catalog.items by its column names.
-		case k == FaultServeBudgetMismatch && c.UpgradeFrom != "":
-			// An old build's serve processes register no budget settings.
+		case (k == FaultServeBudgetMismatch || k == FaultServeSecondPool) && c.UpgradeFrom != "":
+			// An old build's serve processes register no budget settings,
+			// in the pool or on the source.
 		case (k == FaultRogueApplier || k == FaultSecondTable) && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 			// An old build has no namespace identity; an upgrade moves the
 			// namespace and its group mid-run.

@@ -101,7 +101,7 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
-	case FaultServeRedisCut, FaultServeBudgetMismatch:
+	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool:
 		return []string{"readers", "serve"} // the cold burst's readers
 	}
 	return []string{targetOf(kind)}
@@ -251,6 +251,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.serveRedisCut(ctx, f.Hold)
 	case FaultServeBudgetMismatch:
 		rec.Target, err = in.serveBudgetMismatch(ctx, f.Hold)
+	case FaultServeSecondPool:
+		rec.Target, err = in.serveSecondPool(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

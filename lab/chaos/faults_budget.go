@@ -156,3 +156,50 @@ func multiplyFlags(args, flags []string, k float64) ([]string, error) {
 	}
 	return out, nil
 }
+
+// FaultServeSecondPool starts a serve process of a second deployment on
+// the same source (its own namespace and --source-pool, one Redis), under
+// reads of ids no one has at 3x the budget on both deployments: a source
+// has one budget whatever pools read it, so each pool admits half of it
+// (reader/sourcereaders.go) and the source must still see no more than the
+// budget. Before, each pool spent a whole budget of its own (x2).
+const FaultServeSecondPool = "serve-second-pool"
+
+// secondPool is the second deployment's namespace and source pool.
+const secondPool = "pool2"
+
+func (in *injector) serveSecondPool(ctx context.Context, hold time.Duration) (string, error) {
+	s := in.sys
+	a, err := addr()
+	if err != nil {
+		return "", err
+	}
+	m, err := addr()
+	if err != nil {
+		return "", err
+	}
+	args := slices.Clone(s.serves[0].Config().Args)
+	for _, kv := range [][2]string{{"--addr", a}, {"--metrics-addr", m}, {"--namespace", secondPool}, {"--source-pool", secondPool}} {
+		args = setArg(args, kv[0], kv[1])
+	}
+	p := s.stage(fmt.Sprintf("serve-%s-%d", secondPool, identityRuns.Add(1)), args...)
+	if err := p.Start(); err != nil {
+		return "", err
+	}
+	defer p.Stop(stageGrace)
+	// Ready once registered on the source and counted by the first pool's
+	// processes (a few seconds).
+	if err := p.Ready(ctx, "http://"+m, secondReadyWithin); err != nil {
+		return p.Name(), fmt.Errorf("%s not ready: %w", p.Name(), err)
+	}
+	in.load.coldAbsent.Store(true)
+	defer in.load.coldAbsent.Store(false)
+	in.load.coldUntil.Store(time.Now().Add(hold).UnixNano())
+	bctx, cancel := context.WithTimeout(ctx, hold)
+	defer cancel()
+	base := "http://" + a
+	in.load.dispatch(bctx, 3*s.cfg.SourceBudget, 512, func(ctx context.Context) {
+		_, _, _, _ = in.load.doAt(context.WithoutCancel(ctx), base, in.load.tenant(), http.MethodGet, fmt.Sprintf("/v1/catalog/items/absent-%d", in.load.intn(1<<30)), nil, "")
+	})
+	return fmt.Sprintf("%s (namespace and source pool %s), %g reads/s of absent ids on each deployment", p.Name(), secondPool, 3*s.cfg.SourceBudget), nil
+}

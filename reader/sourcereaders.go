@@ -1,0 +1,271 @@
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SourceDB is what a Reader registers itself in on the source: a pgx pool
+// (or connection) to the source's primary, where tidemark's migrations
+// created tidemark.source_readers.
+type SourceDB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// The source registration's timing. A process refreshes its row every
+// sourceEvery; the others count a row until sourceLive after it was last
+// refreshed (on the source's clock), and a process stops admitting
+// sourceStaleMargin before they stop counting it, so no pool raises its share
+// while another still admits at the share that left room for it.
+const (
+	sourceEvery       = 5 * time.Second
+	sourceLive        = 4 * sourceEvery
+	sourceStaleMargin = 2 * time.Second
+	// sourceAsk: until every other pool's readers have counted this process,
+	// the rows are read again this often.
+	sourceAsk = time.Second
+	// sourcePrune: rows not refreshed for this long are deleted (a process
+	// that died without leaving).
+	sourcePrune = time.Hour
+)
+
+// sourceRegisterSQL refreshes this process's row ($1 pool, $2 instance, $3
+// its budget settings) and prunes dead ones; it answers whether the
+// registration is fresh (no row, or one the others had stopped counting:
+// sourceLive, $5 s), so this process must be counted again before it
+// admits. Its own statement, committed before the rows are read
+// (sourceReadSQL): of two processes registering at once, at least one sees
+// the other.
+const sourceRegisterSQL = `WITH prev AS (
+    SELECT seen_at FROM tidemark.source_readers WHERE pool = $1 AND instance = $2
+), pruned AS (
+    DELETE FROM tidemark.source_readers
+    WHERE seen_at < clock_timestamp() - $4::float8 * interval '1 second' AND NOT (pool = $1 AND instance = $2)
+)
+INSERT INTO tidemark.source_readers AS r (pool, instance, budget, seen_at) VALUES ($1, $2, $3, clock_timestamp())
+ON CONFLICT (pool, instance) DO UPDATE SET budget = EXCLUDED.budget, seen_at = EXCLUDED.seen_at
+RETURNING coalesce((SELECT seen_at FROM prev) < r.seen_at - $5::float8 * interval '1 second', true)`
+
+// sourceReadSQL reads the live rows ($1: sourceLive, s) and the source's
+// clock.
+const sourceReadSQL = `SELECT pool, budget, seen_at, clock_timestamp() FROM tidemark.source_readers
+WHERE seen_at > clock_timestamp() - $1::float8 * interval '1 second'`
+
+// sourceLeaveSQL deletes this process's row as it stops.
+const sourceLeaveSQL = `DELETE FROM tidemark.source_readers WHERE pool = $1 AND instance = $2 RETURNING 1`
+
+// sourceReaders registers this process in the source's own table of
+// readers, tidemark.source_readers: one row per pool and instance, with its
+// budget settings and when it was last seen on the source's clock. A source
+// has one budget whatever pools read it: every pool's buckets live in its
+// own keys (and maybe its own Redis), so each of the k pools live on a
+// source admits 1/k of the lowest settings any live reader of the source is
+// configured with (budget.settle). Two deployments on one Postgres given
+// different --source-pool values spent a whole budget each.
+//
+// A process admits only while its view is sound (hold): registered, counted
+// by every other pool's live readers (each has refreshed its row since this
+// one became visible, and with it read this pool, so each admits at the
+// share that leaves this pool room), and refreshed within sourceLive less
+// sourceStaleMargin. Without the count, a pool's first process would admit its
+// share while the other pools still admit the whole.
+type sourceReaders struct {
+	db       SourceDB
+	pool     string
+	instance string
+	settings string
+	agree    func(settings []string, pools int)
+	log      *slog.Logger
+	errs     prometheus.Counter // nil in unit tests
+
+	mu    sync.Mutex
+	state sourceState
+
+	lastWarn atomic.Int64
+}
+
+// sourceState is what the last registration and read established.
+type sourceState struct {
+	// sent is when the last successful registration was sent (local
+	// clock): the others count it until sourceLive after it, not before.
+	sent time.Time
+	// visible is the source's clock when this registration was first read
+	// back after it committed (zero: not yet): a row of another pool seen
+	// after it was refreshed by a process whose read saw this one.
+	visible time.Time
+	counted bool
+	// ready: counted once; a process becomes ready only then.
+	ready bool
+	err   error // the last failure (nil after a success)
+}
+
+// hold says why this process may not admit source reads now (empty: it
+// may), and when to ask again.
+func (s *sourceReaders) hold(now time.Time) (string, time.Duration) {
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	switch {
+	case st.sent.IsZero():
+		return "not registered with the source", sourceAsk
+	case !st.counted:
+		return "not yet counted by the other source pools' readers", sourceAsk
+	case now.After(st.sent.Add(sourceLive - sourceStaleMargin)):
+		return "registration with the source is stale", sourceAsk
+	}
+	return "", 0
+}
+
+// readyErr is nil once this process was registered and counted (once: a
+// later failure holds the budget instead of taking the process out of
+// service while the cache answers).
+func (s *sourceReaders) readyErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.ready {
+		return nil
+	}
+	if s.state.err != nil {
+		return fmt.Errorf("reader: registering with the source: %w", s.state.err)
+	}
+	return errors.New("reader: not yet registered with the source and counted by its other pools' readers")
+}
+
+// register refreshes this process's row, then reads the live ones.
+func (s *sourceReaders) register(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, sourceAsk)
+	defer cancel()
+	sent := time.Now()
+	var fresh bool
+	if err := s.db.QueryRow(ctx, sourceRegisterSQL, s.pool, s.instance, s.settings, sourcePrune.Seconds(), sourceLive.Seconds()).Scan(&fresh); err != nil {
+		return s.fail(fmt.Errorf("reader: register in tidemark.source_readers: %w", err))
+	}
+	s.mu.Lock()
+	s.state.sent = sent
+	if fresh {
+		s.state.visible, s.state.counted = time.Time{}, false
+	}
+	s.mu.Unlock()
+	return s.read(ctx)
+}
+
+// read reads the live rows: the pools on the source, the budgets of their
+// readers, and whether every other pool's readers count this one.
+func (s *sourceReaders) read(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, sourceAsk)
+	defer cancel()
+	rows, err := s.db.Query(ctx, sourceReadSQL, sourceLive.Seconds())
+	if err != nil {
+		return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
+	}
+	pools := map[string]bool{s.pool: true}
+	var settings []string
+	var now time.Time
+	var others []time.Time // when each live row of another pool was refreshed
+	for rows.Next() {
+		var pool, budget string
+		var seen time.Time
+		if err := rows.Scan(&pool, &budget, &seen, &now); err != nil {
+			rows.Close()
+			return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
+		}
+		pools[pool] = true
+		settings = append(settings, budget)
+		if pool != s.pool {
+			others = append(others, seen)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
+	}
+	s.mu.Lock()
+	st := &s.state
+	if st.visible.IsZero() {
+		if now.IsZero() { // no live row at all, not even this one's: read again
+			s.mu.Unlock()
+			return s.fail(errors.New("reader: this process's registration is not among the live readers of the source"))
+		}
+		st.visible = now
+	}
+	counted := true
+	for _, seen := range others {
+		counted = counted && seen.After(st.visible)
+	}
+	st.counted = st.counted || counted
+	st.ready = st.ready || st.counted
+	st.err = nil
+	s.mu.Unlock()
+	s.agree(settings, len(pools))
+	return nil
+}
+
+// fail records err (and counts it) and returns it.
+func (s *sourceReaders) fail(err error) error {
+	s.mu.Lock()
+	s.state.err = err
+	s.mu.Unlock()
+	if s.errs != nil {
+		s.errs.Inc()
+	}
+	return err
+}
+
+// run registers every sourceEvery (and reads every sourceAsk while not
+// counted) until ctx ends, then leaves.
+func (s *sourceReaders) run(ctx context.Context) {
+	t := time.NewTicker(sourceAsk)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		st := s.state
+		s.mu.Unlock()
+		var err error
+		switch {
+		case st.sent.IsZero() || st.err != nil || time.Since(st.sent) >= sourceEvery-sourceAsk/2:
+			err = s.register(ctx)
+		case !st.counted:
+			err = s.read(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.warn(err)
+		}
+		select {
+		case <-ctx.Done():
+			s.leave()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// warn logs a failed registration, at most once per 10 s.
+func (s *sourceReaders) warn(err error) {
+	now := time.Now().UnixNano()
+	if last := s.lastWarn.Load(); now-last > int64(10*time.Second) && s.lastWarn.CompareAndSwap(last, now) {
+		s.log.Warn("registering with the source failed; once the registration is stale this process admits no source reads", "err", err)
+	}
+}
+
+// leave stops admitting, then deletes this process's row so the other
+// pools need not wait sourceLive to take its share back.
+func (s *sourceReaders) leave() {
+	s.mu.Lock()
+	s.state.sent, s.state.counted = time.Time{}, false
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var gone int
+	err := s.db.QueryRow(ctx, sourceLeaveSQL, s.pool, s.instance).Scan(&gone)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		s.log.Warn("reader: leaving tidemark.source_readers failed; the other pools count this process until its row is stale", "err", err)
+	}
+}
