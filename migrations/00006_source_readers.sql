@@ -1,13 +1,16 @@
 -- +goose Up
 -- Every serve process registers here, on the source it reads, with its
--- source pool and budget settings (package reader, sourcereaders.go): a
--- source has one budget whatever pools read it, so each live pool admits
--- its share of the lowest settings any live reader is configured with.
+-- source pool, the id of the pool's buckets in its Redis, and its budget
+-- settings (package reader, sourcereaders.go): a source has one budget
+-- whatever pools and Redis deployments read it, so each set of buckets
+-- live on it admits its share of the lowest settings any live reader is
+-- configured with.
 -- The final shape must equal migrations.OwnTablesSQL
 -- (TestOwnTablesMatchMigrations).
 CREATE TABLE tidemark.source_readers (
     pool     text        NOT NULL,
     instance text        NOT NULL,
+    buckets  text        NOT NULL,
     budget   text        NOT NULL,
     seen_at  timestamptz NOT NULL,
     PRIMARY KEY (pool, instance)

@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS tidemark.rollout_settings (
 CREATE TABLE IF NOT EXISTS tidemark.source_readers (
     pool     text        NOT NULL,
     instance text        NOT NULL,
+    buckets  text        NOT NULL,
     budget   text        NOT NULL,
     seen_at  timestamptz NOT NULL,
     PRIMARY KEY (pool, instance)

@@ -88,14 +88,15 @@ type budget struct {
 	rateSet *prometheus.GaugeVec // by class and "total": reads/s admitted at (nil in unit tests)
 	// What the rates were settled from (settle), under agreeMu: the pool's
 	// live processes' settings (presence), the source's live readers'
-	// settings and the count of pools on it (sourcereaders.go).
+	// settings and the count of sets of buckets (pool and Redis) they admit
+	// from (sourcereaders.go).
 	agreeMu        sync.Mutex
 	poolSettings   []string
 	sourceSettings []string
-	sourcePools    int
-	poolGauge      prometheus.Gauge // the pools on the source (nil in unit tests)
+	sourceShares   int
+	sharesGauge    prometheus.Gauge // sourceShares (nil in unit tests)
 	// source holds admissions while this process's view of the source's
-	// pools is not sound (nil: not registered on the source, a reader of
+	// readers is not sound (nil: not registered on the source, a reader of
 	// one's own).
 	source *sourceReaders
 
@@ -151,12 +152,12 @@ func parseBudgetSettings(v string) (budgetSettings, bool) {
 	return s, true
 }
 
-// shared is s with each rate divided among pools.
-func (s budgetSettings) shared(pools int) budgetSettings {
-	if pools <= 1 {
+// shared is s with each rate divided into shares.
+func (s budgetSettings) shared(shares int) budgetSettings {
+	if shares <= 1 {
 		return s
 	}
-	k := float64(pools)
+	k := float64(shares)
 	return budgetSettings{Foreground: s.Foreground / k, Background: s.Background / k, ReadYourWrites: s.ReadYourWrites / k, Burst: s.Burst}
 }
 
@@ -233,22 +234,22 @@ func (b *budget) agree(pool []string) {
 }
 
 // agreeSource takes the budget settings of the source's live readers, of
-// every pool, and how many pools they are (sourcereaders.go), and settles
-// the rates.
-func (b *budget) agreeSource(settings []string, pools int) {
+// every pool, and how many sets of buckets they admit from
+// (sourcereaders.go), and settles the rates.
+func (b *budget) agreeSource(settings []string, shares int) {
 	b.agreeMu.Lock()
 	defer b.agreeMu.Unlock()
-	b.sourceSettings, b.sourcePools = settings, max(1, pools)
-	if b.poolGauge != nil {
-		b.poolGauge.Set(float64(b.sourcePools))
+	b.sourceSettings, b.sourceShares = settings, max(1, shares)
+	if b.sharesGauge != nil {
+		b.sharesGauge.Set(float64(b.sourceShares))
 	}
 	b.settle()
 }
 
 // settle sets the rates admitted at: the lowest of each setting among this
 // process, the pool's live serve processes and the source's live readers,
-// each rate divided by the pools live on the source (every pool spends
-// buckets of its own). A raise takes effect once no live process is
+// each rate divided by the sets of buckets live on the source (a pool's
+// buckets in one Redis: each spends its own). A raise takes effect once no live process is
 // configured lower (and a pool that left has gone stale), a cut at once.
 // Under agreeMu.
 func (b *budget) settle() {
@@ -261,7 +262,7 @@ func (b *budget) settle() {
 		differ = differ || o != b.own
 		s = s.lowest(o)
 	}
-	s = s.shared(b.sourcePools)
+	s = s.shared(b.sourceShares)
 	old := b.rates.Load()
 	if s == old.settings {
 		return
@@ -270,9 +271,9 @@ func (b *budget) settle() {
 	b.rates.Store(r)
 	b.setGauges(r)
 	switch {
-	case b.sourcePools > 1:
-		b.log.Warn("several source pools read this source; each admits its share of the lowest budget (give every deployment on one source the same --source-pool to share it by demand)",
-			"pools", b.sourcePools, "own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")
+	case b.sourceShares > 1:
+		b.log.Warn("serve processes of several source pools, or of one pool on several Redis deployments, read this source; each admits an even share of the lowest budget (give every deployment on one source one --source-pool and one Redis to share it by demand)",
+			"shares", b.sourceShares, "own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")
 	case differ:
 		b.log.Warn("serve processes of this source are configured with different source budgets; admitting at the lowest of each",
 			"own", b.own.String(), "admitting", s.String(), "settings", "foreground background read_your_writes burst_us")

@@ -18,7 +18,7 @@ type metrics struct {
 	fillRate         prometheus.Gauge
 	presenceErrors   prometheus.Counter
 	sourceErrors     prometheus.Counter
-	sourcePools      prometheus.Gauge
+	sourceShares     prometheus.Gauge
 	budgetRate       *prometheus.GaugeVec // class, or "total"
 }
 
@@ -46,8 +46,8 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			"class"),
 		sourceErrors: in.Counter(name("source_registration_errors_total"),
 			"Failed registrations of this process on its source (tidemark.source_readers); once its registration is stale it admits no source reads."),
-		sourcePools: in.Gauge(name("source_pools"),
-			"Source pools with live readers on this process's source: each admits its share of the lowest budget (1 when one pool reads it)."),
+		sourceShares: in.Gauge(name("source_shares"),
+			"Sets of source-budget buckets (a source pool in one Redis) with live serve processes on this process's source: each admits an even share of the lowest budget (1 when one pool in one Redis reads it)."),
 		presenceErrors: in.Counter(name("presence_errors_total"),
 			"Failed beats of this process's presence in its source pool (while they fail it does not admit source reads locally when Redis is unreachable)."),
 	}

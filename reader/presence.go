@@ -41,17 +41,24 @@ type presence struct {
 	settingsKey string
 	settings    string
 	agree       func(pool []string)
-	key         string // the pool's serve set (status)
-	pool        string
-	ns          string
-	member      string // this process in procsKey: its instance, whatever namespace it fills
-	id          string // this process in the serve set: "<namespace>/<instance>"
-	ttl         time.Duration
-	late        time.Duration
-	every       time.Duration
-	log         *slog.Logger
-	errs        prometheus.Counter // nil in unit tests of the fallback
-	base        time.Time          // local monotonic origin of the Redis clock estimate
+	// idKey holds the id of the pool's buckets in this Redis (created by
+	// the first beat that finds none): processes of one pool on two
+	// Redis deployments, or after a Redis lost its data, admit from
+	// different buckets, and the source's registration tells them apart
+	// (sourcereaders.go). Every beat hands it to buckets.
+	idKey   string
+	buckets func(id string)
+	key     string // the pool's serve set (status)
+	pool    string
+	ns      string
+	member  string // this process in procsKey: its instance, whatever namespace it fills
+	id      string // this process in the serve set: "<namespace>/<instance>"
+	ttl     time.Duration
+	late    time.Duration
+	every   time.Duration
+	log     *slog.Logger
+	errs    prometheus.Counter // nil in unit tests of the fallback
+	base    time.Time          // local monotonic origin of the Redis clock estimate
 
 	mu    sync.Mutex
 	state presenceState
@@ -87,14 +94,15 @@ type presenceState struct {
 
 // presenceLua registers ARGV[1] in KEYS[1] with the count it sees in
 // KEYS[2] and its budget settings ARGV[4] in KEYS[3], dropping members not
-// seen for ARGV[2] ms. It registers at Redis's
+// seen for ARGV[2] ms, and reads the buckets' id KEYS[4] (setting ARGV[5]
+// when there is none). It registers at Redis's
 // time, or at ARGV[3] (Redis ms; 0: none) when it runs later than that: a
 // beat held up on the way never registers the process later than the
 // process itself assumes (it starts admitting locally from there). Returns
 // the count, the time, whether the member was new (a first beat, or its
 // entry was lost with the server), the oldest beat of the others (-1: none)
-// and how far the registration was moved back (ms), and the live members'
-// budget settings.
+// and how far the registration was moved back (ms), the live members'
+// budget settings, and the buckets' id.
 const presenceLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -126,7 +134,12 @@ if first[1] and first[1] ~= ARGV[1] then
 elseif first[3] then
   oldest = tonumber(first[4])
 end
-return {n, now, added, oldest, now - at, redis.call('HVALS', KEYS[3])}`
+local id = redis.call('GET', KEYS[4])
+if not id then
+  id = ARGV[5]
+  redis.call('SET', KEYS[4], id)
+end
+return {n, now, added, oldest, now - at, redis.call('HVALS', KEYS[3]), id}`
 
 // serveLua: register ARGV[1] in the pool's serve set (status) at Redis's
 // time, drop members not seen for ARGV[2] ms.
@@ -171,7 +184,7 @@ func budgetTag(pool string) string { return "{" + pool + ":v1:_budget}" }
 
 func newPresence(pool, namespace, instance string, rdb redis.Scripter, log *slog.Logger) *presence {
 	tag := budgetTag(pool)
-	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), procsKey: tag + ":procs", countKey: tag + ":procs:n", settingsKey: tag + ":procs:budget",
+	p := &presence{rdb: rdb, script: redis.NewScript(presenceLua), procsKey: tag + ":procs", countKey: tag + ":procs:n", settingsKey: tag + ":procs:budget", idKey: tag + ":id",
 		key: rollout.ServeKey(pool), pool: pool, ns: namespace,
 		ttl: presenceTTL, late: presenceLate, every: presenceEvery, log: log, base: time.Now(),
 		state: presenceState{n: 1}}
@@ -183,9 +196,7 @@ func newPresence(pool, namespace, instance string, rdb redis.Scripter, log *slog
 // is a newcomer).
 func (p *presence) name(instance string) {
 	if instance == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics instead)
-		instance = hex.EncodeToString(b[:])
+		instance = randomID()
 	}
 	p.member, p.id = instance, rollout.ServeMember(p.ns, instance)
 }
@@ -264,12 +275,13 @@ func (p *presence) beat(ctx context.Context) error {
 	p.mu.Lock()
 	p.state.attempted = sent.Add(presenceBeatTimeout)
 	p.mu.Unlock()
-	raw, err := p.script.Run(ctx, p.rdb, []string{p.procsKey, p.countKey, p.settingsKey}, p.member, p.ttl.Milliseconds(), deadline, p.settings).Slice()
+	raw, err := p.script.Run(ctx, p.rdb, []string{p.procsKey, p.countKey, p.settingsKey, p.idKey}, p.member, p.ttl.Milliseconds(), deadline, p.settings, randomID()).Slice()
 	answered := p.ms(time.Now())
 	var res []int64
 	var pool []string
+	var id string
 	if err == nil {
-		res, pool, err = parseBeat(raw)
+		res, pool, id, err = parseBeat(raw)
 	}
 	if err != nil {
 		p.mu.Lock()
@@ -279,6 +291,9 @@ func (p *presence) beat(ctx context.Context) error {
 	}
 	if p.agree != nil {
 		p.agree(pool)
+	}
+	if p.buckets != nil {
+		p.buckets(id)
 	}
 	n, now, added, oldest, moved := res[0], res[1], res[2], res[3], res[4]
 	p.mu.Lock()
@@ -303,23 +318,28 @@ func (p *presence) beat(ctx context.Context) error {
 	return nil
 }
 
-// parseBeat reads presenceLua's answer: five integers and the live
-// members' budget settings.
-func parseBeat(raw []any) ([]int64, []string, error) {
-	if len(raw) != 6 {
-		return nil, nil, fmt.Errorf("presence script answered %v", raw)
+// parseBeat reads presenceLua's answer: five integers, the live
+// members' budget settings and the buckets' id.
+func parseBeat(raw []any) ([]int64, []string, string, error) {
+	bad := fmt.Errorf("presence script answered %v", raw)
+	if len(raw) != 7 {
+		return nil, nil, "", bad
+	}
+	id, ok := raw[6].(string)
+	if !ok || id == "" {
+		return nil, nil, "", bad
 	}
 	res := make([]int64, 5)
 	for i := range res {
 		v, ok := raw[i].(int64)
 		if !ok {
-			return nil, nil, fmt.Errorf("presence script answered %v", raw)
+			return nil, nil, "", bad
 		}
 		res[i] = v
 	}
 	vals, ok := raw[5].([]any)
 	if !ok {
-		return nil, nil, fmt.Errorf("presence script answered %v", raw)
+		return nil, nil, "", bad
 	}
 	pool := make([]string, 0, len(vals))
 	for _, v := range vals {
@@ -327,7 +347,7 @@ func parseBeat(raw []any) ([]int64, []string, error) {
 			pool = append(pool, s)
 		}
 	}
-	return res, pool, nil
+	return res, pool, id, nil
 }
 
 // beatStatus beats the pool's serve set and stamps the namespace: what
@@ -390,4 +410,11 @@ func (p *presence) leave() {
 	if err := errors.Join(errs...); err != nil {
 		p.log.Warn("reader: leaving the pool's presence failed; the others reserve this process's share until its entry expires", "err", err)
 	}
+}
+
+// randomID is 16 random hex digits.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics instead)
+	return hex.EncodeToString(b[:])
 }

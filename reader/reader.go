@@ -215,8 +215,9 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	if deps.SourceDB != nil {
 		rd.source = &sourceReaders{db: deps.SourceDB, pool: cfg.SourcePool, instance: rd.procs.member, settings: rd.budget.own.String(),
 			agree: rd.budget.agreeSource, log: log, errs: m.sourceErrors}
-		rd.budget.source, rd.budget.poolGauge = rd.source, m.sourcePools
-		m.sourcePools.Set(1)
+		rd.budget.source, rd.budget.sharesGauge = rd.source, m.sourceShares
+		rd.procs.buckets = rd.source.setBuckets
+		m.sourceShares.Set(1)
 	}
 	if rd.replicas, err = replica.NewReader(deps.Cache, cfg.ReplicaManifestTTL, rd.clock.Now, reg); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)

@@ -39,51 +39,54 @@ const (
 )
 
 // sourceRegisterSQL refreshes this process's row ($1 pool, $2 instance, $3
-// its budget settings) and prunes dead ones; it answers whether the
-// registration is fresh (no row, or one the others had stopped counting:
-// sourceLive, $5 s), so this process must be counted again before it
-// admits. Its own statement, committed before the rows are read
+// its budget settings, $6 the buckets' id) and prunes dead ones; it
+// answers whether the registration is fresh (no row, one the others had
+// stopped counting: sourceLive, $5 s, or one of other buckets), so this
+// process must be counted again before it admits. Its own statement, committed before the rows are read
 // (sourceReadSQL): of two processes registering at once, at least one sees
 // the other.
 const sourceRegisterSQL = `WITH prev AS (
-    SELECT seen_at FROM tidemark.source_readers WHERE pool = $1 AND instance = $2
+    SELECT seen_at, buckets FROM tidemark.source_readers WHERE pool = $1 AND instance = $2
 ), pruned AS (
     DELETE FROM tidemark.source_readers
     WHERE seen_at < clock_timestamp() - $4::float8 * interval '1 second' AND NOT (pool = $1 AND instance = $2)
 )
-INSERT INTO tidemark.source_readers AS r (pool, instance, budget, seen_at) VALUES ($1, $2, $3, clock_timestamp())
-ON CONFLICT (pool, instance) DO UPDATE SET budget = EXCLUDED.budget, seen_at = EXCLUDED.seen_at
-RETURNING coalesce((SELECT seen_at FROM prev) < r.seen_at - $5::float8 * interval '1 second', true)`
+INSERT INTO tidemark.source_readers AS r (pool, instance, buckets, budget, seen_at) VALUES ($1, $2, $6, $3, clock_timestamp())
+ON CONFLICT (pool, instance) DO UPDATE SET buckets = EXCLUDED.buckets, budget = EXCLUDED.budget, seen_at = EXCLUDED.seen_at
+RETURNING coalesce((SELECT seen_at < r.seen_at - $5::float8 * interval '1 second' OR buckets <> $6 FROM prev), true)`
 
 // sourceReadSQL reads the live rows ($1: sourceLive, s) and the source's
 // clock.
-const sourceReadSQL = `SELECT pool, budget, seen_at, clock_timestamp() FROM tidemark.source_readers
+const sourceReadSQL = `SELECT pool, buckets, budget, seen_at, clock_timestamp() FROM tidemark.source_readers
 WHERE seen_at > clock_timestamp() - $1::float8 * interval '1 second'`
 
 // sourceLeaveSQL deletes this process's row as it stops.
 const sourceLeaveSQL = `DELETE FROM tidemark.source_readers WHERE pool = $1 AND instance = $2 RETURNING 1`
 
 // sourceReaders registers this process in the source's own table of
-// readers, tidemark.source_readers: one row per pool and instance, with its
-// budget settings and when it was last seen on the source's clock. A source
-// has one budget whatever pools read it: every pool's buckets live in its
-// own keys (and maybe its own Redis), so each of the k pools live on a
-// source admits 1/k of the lowest settings any live reader of the source is
-// configured with (budget.settle). Two deployments on one Postgres given
-// different --source-pool values spent a whole budget each.
+// readers, tidemark.source_readers: one row per pool and instance, with the
+// id of the buckets it admits from (the pool's, in its Redis: presence.go),
+// its budget settings and when it was last seen on the source's clock. A
+// source has one budget whatever pools and Redis deployments read it: each
+// pool's buckets are keys of its own, in the Redis its processes use, so
+// each of the k sets of buckets live on a source admits 1/k of the lowest
+// settings any live reader of the source is configured with
+// (budget.settle). Two deployments on one Postgres given different
+// --source-pool values, or each its own Redis, spent a whole budget each.
 //
 // A process admits only while its view is sound (hold): registered, counted
-// by every other pool's live readers (each has refreshed its row since this
-// one became visible, and with it read this pool, so each admits at the
-// share that leaves this pool room), and refreshed within sourceLive less
-// sourceStaleMargin. Without the count, a pool's first process would admit its
-// share while the other pools still admit the whole.
+// by the live readers of every other set of buckets (each has refreshed its
+// row since this one became visible, and with it read this one's, so each
+// admits at the share that leaves room for it), and refreshed within
+// sourceLive less sourceStaleMargin. Without the count, the first process
+// of new buckets would admit its share while the others still admit the
+// whole.
 type sourceReaders struct {
 	db       SourceDB
 	pool     string
 	instance string
 	settings string
-	agree    func(settings []string, pools int)
+	agree    func(settings []string, sets int)
 	log      *slog.Logger
 	errs     prometheus.Counter // nil in unit tests
 
@@ -106,6 +109,16 @@ type sourceState struct {
 	// ready: counted once; a process becomes ready only then.
 	ready bool
 	err   error // the last failure (nil after a success)
+	// buckets is the id of the buckets this process admits from (the last
+	// presence beat's; empty: none yet), registered the id in the row.
+	buckets, registered string
+}
+
+// setBuckets takes the buckets' id from a presence beat.
+func (s *sourceReaders) setBuckets(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.buckets = id
 }
 
 // hold says why this process may not admit source reads now (empty: it
@@ -115,7 +128,7 @@ func (s *sourceReaders) hold(now time.Time) (string, time.Duration) {
 	st := s.state
 	s.mu.Unlock()
 	switch {
-	case st.sent.IsZero():
+	case st.sent.IsZero() || st.registered != st.buckets:
 		return "not registered with the source", sourceAsk
 	case !st.counted:
 		return "not yet counted by the other source pools' readers", sourceAsk
@@ -144,13 +157,19 @@ func (s *sourceReaders) readyErr() error {
 func (s *sourceReaders) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, sourceAsk)
 	defer cancel()
+	s.mu.Lock()
+	buckets := s.state.buckets
+	s.mu.Unlock()
+	if buckets == "" {
+		return s.fail(errors.New("reader: the pool's buckets are not known yet (no presence beat has answered)"))
+	}
 	sent := time.Now()
 	var fresh bool
-	if err := s.db.QueryRow(ctx, sourceRegisterSQL, s.pool, s.instance, s.settings, sourcePrune.Seconds(), sourceLive.Seconds()).Scan(&fresh); err != nil {
+	if err := s.db.QueryRow(ctx, sourceRegisterSQL, s.pool, s.instance, s.settings, sourcePrune.Seconds(), sourceLive.Seconds(), buckets).Scan(&fresh); err != nil {
 		return s.fail(fmt.Errorf("reader: register in tidemark.source_readers: %w", err))
 	}
 	s.mu.Lock()
-	s.state.sent = sent
+	s.state.sent, s.state.registered = sent, buckets
 	if fresh {
 		s.state.visible, s.state.counted = time.Time{}, false
 	}
@@ -158,8 +177,8 @@ func (s *sourceReaders) register(ctx context.Context) error {
 	return s.read(ctx)
 }
 
-// read reads the live rows: the pools on the source, the budgets of their
-// readers, and whether every other pool's readers count this one.
+// read reads the live rows: the sets of buckets on the source, the budgets
+// of their readers, and whether every other set's readers count this one.
 func (s *sourceReaders) read(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, sourceAsk)
 	defer cancel()
@@ -167,20 +186,24 @@ func (s *sourceReaders) read(ctx context.Context) error {
 	if err != nil {
 		return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
 	}
-	pools := map[string]bool{s.pool: true}
+	s.mu.Lock()
+	own := [2]string{s.pool, s.state.registered}
+	s.mu.Unlock()
+	sets := map[[2]string]bool{own: true}
 	var settings []string
 	var now time.Time
-	var others []time.Time // when each live row of another pool was refreshed
+	var others []time.Time // when each live row of other buckets was refreshed
 	for rows.Next() {
-		var pool, budget string
+		var pool, buckets, budget string
 		var seen time.Time
-		if err := rows.Scan(&pool, &budget, &seen, &now); err != nil {
+		if err := rows.Scan(&pool, &buckets, &budget, &seen, &now); err != nil {
 			rows.Close()
 			return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
 		}
-		pools[pool] = true
+		set := [2]string{pool, buckets}
+		sets[set] = true
 		settings = append(settings, budget)
-		if pool != s.pool {
+		if set != own {
 			others = append(others, seen)
 		}
 	}
@@ -204,7 +227,7 @@ func (s *sourceReaders) read(ctx context.Context) error {
 	st.ready = st.ready || st.counted
 	st.err = nil
 	s.mu.Unlock()
-	s.agree(settings, len(pools))
+	s.agree(settings, len(sets))
 	return nil
 }
 
@@ -230,7 +253,7 @@ func (s *sourceReaders) run(ctx context.Context) {
 		s.mu.Unlock()
 		var err error
 		switch {
-		case st.sent.IsZero() || st.err != nil || time.Since(st.sent) >= sourceEvery-sourceAsk/2:
+		case st.sent.IsZero() || st.err != nil || st.registered != st.buckets || time.Since(st.sent) >= sourceEvery-sourceAsk/2:
 			err = s.register(ctx)
 		case !st.counted:
 			err = s.read(ctx)

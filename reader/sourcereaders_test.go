@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tidemark/tidemark/cache"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
@@ -32,38 +34,14 @@ func TestPoolsOnOneSourceShareItsBudget(t *testing.T) {
 	fg := func(rd *Reader) float64 { return rd.budget.rates.Load().settings.Foreground }
 	a, b := mk("a", true), mk("b", false)
 	stopB := runReader(t, b)
-	pools := func(rd *Reader) int {
-		rd.budget.agreeMu.Lock()
-		defer rd.budget.agreeMu.Unlock()
-		return rd.budget.sourcePools
-	}
-	testenv.Eventually(t, 30*time.Second, "both pools registered, each seeing the other", func() error {
-		if err := errors.Join(a.SourceErr(), b.SourceErr()); err != nil {
-			return err
-		}
-		if pa, pb := pools(a), pools(b); pa != 2 || pb != 2 {
-			return fmt.Errorf("%d and %d pools seen", pa, pb)
-		}
-		return nil
+	// Both counted: whichever registered later was counted by the other,
+	// whose read saw it.
+	testenv.Eventually(t, 30*time.Second, "both pools registered and counted", func() error {
+		return errors.Join(a.SourceErr(), b.SourceErr())
 	})
 
 	before := total(r.reads())
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	start := time.Now()
-	for _, rd := range []*Reader{a, b} {
-		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Since(start) < 3*time.Second {
-					rd.Get(context.Background(), Query{Tenant: "acme", Item: fmt.Sprintf("c%d", 1+next.Add(1)%2000)})
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := coldLoad(t, 3*time.Second, a, b)
 	reads := total(r.reads()) - before
 	perPool := int64(burstWindow/(time.Second/time.Duration(rate/2))) + 1 + int64(rate/2*elapsed.Seconds()) + 1
 	t.Logf("source reads %d in %s through two pools at %v/s each (the source's budget allows %d)", reads, elapsed, rate, 2*perPool)
@@ -106,6 +84,99 @@ func TestPoolsOnOneSourceShareItsBudget(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// One pool's serve processes on two Redis deployments (two Helm releases
+// over one database, each with its own cache tier, both on the default
+// pool) admit from two sets of buckets: each admits half the source's
+// budget. After a Redis loses its data (a restart without persistence),
+// its processes take up new buckets and the source counts them apart.
+func TestOnePoolOnTwoRedisSharesTheSourceBudget(t *testing.T) {
+	r := newBudgetRig(t, 2000)
+	other := testenv.StartRedis(t)
+	const rate, burstWindow = 60.0, 100 * time.Millisecond
+	mk := func(rdb redis.UniversalClient) *Reader {
+		return r.readerWith(rdb,
+			func(c *Config) { c.ForegroundRate, c.BudgetBurst, c.LookupTimeout = rate, burstWindow, time.Second },
+			nil, true, func(d *Deps) { d.SourceDB = r.pool })
+	}
+	otherClient, err := cache.ParseRedisURL(other.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { otherClient.Close() })
+	a, b := mk(r.serveClient()), mk(otherClient)
+	testenv.Eventually(t, 30*time.Second, "both processes registered and counted", func() error {
+		return errors.Join(a.SourceErr(), b.SourceErr())
+	})
+	before := total(r.reads())
+	elapsed := coldLoad(t, 3*time.Second, a, b)
+	reads := total(r.reads()) - before
+	perShare := int64(burstWindow/(time.Second/time.Duration(rate/2))) + 1 + int64(rate/2*elapsed.Seconds()) + 1
+	t.Logf("source reads %d in %s through one pool on two Redis at %v/s (the source's budget allows %d)", reads, elapsed, rate, 2*perShare)
+	if reads > 2*perShare || reads == 0 {
+		t.Fatalf("source reads %d over %s through one pool on two Redis, want 1 to %d: one budget, %v/s, for the source", reads, elapsed, 2*perShare, rate)
+	}
+	if sa, sb := shares(a), shares(b); sa != 2 || sb != 2 {
+		t.Fatalf("one pool on two Redis: %d and %d shares seen, want 2", sa, sb)
+	}
+
+	// The second Redis loses its data: its process registers the new
+	// buckets in place of the old ones.
+	registered := func() string {
+		b.source.mu.Lock()
+		defer b.source.mu.Unlock()
+		return b.source.state.registered
+	}
+	old := registered()
+	if err := otherClient.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the process on the flushed Redis registers its new buckets", func() error {
+		id, err := otherClient.Get(context.Background(), b.procs.idKey).Result()
+		if err != nil {
+			return err
+		}
+		if reg := registered(); id == old || reg != id {
+			return fmt.Errorf("buckets %q before the flush, %q now, registered %q", old, id, reg)
+		}
+		return b.SourceErr()
+	})
+	testenv.Eventually(t, 10*time.Second, "both see two shares again", func() error {
+		if sa, sb := shares(a), shares(b); sa != 2 || sb != 2 {
+			return fmt.Errorf("%d and %d shares seen", sa, sb)
+		}
+		return nil
+	})
+}
+
+// shares is the sets of buckets rd's budget last saw on the source.
+func shares(rd *Reader) int {
+	rd.budget.agreeMu.Lock()
+	defer rd.budget.agreeMu.Unlock()
+	return rd.budget.sourceShares
+}
+
+// coldLoad reads distinct rig items through readers, six workers each,
+// for d, and returns how long it took.
+func coldLoad(t *testing.T, d time.Duration, readers ...*Reader) time.Duration {
+	t.Helper()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	start := time.Now()
+	for _, rd := range readers {
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < d {
+					rd.Get(context.Background(), Query{Tenant: "acme", Item: fmt.Sprintf("c%d", 1+next.Add(1)%2000)})
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return time.Since(start)
 }
 
 // runReader runs rd until the returned stop is called (or the test ends).

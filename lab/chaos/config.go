@@ -100,7 +100,7 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
-	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool}
+	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -112,6 +112,7 @@ func (c Config) Applicable() []string {
 		case k == FaultBrokerRestart && len(c.Kafka) > 0:
 		case (k == FaultReshard || k == FaultKillMaster) && !c.Cluster:
 		case k == FaultServeRedisCut && c.Cluster: // redirections name the servers, past the proxies
+		case k == FaultServeSecondRedis && (c.Cluster || c.UpgradeFrom != ""): // a second standalone server; an old build does not register
 		// A cold start moves capture and the appliers to a new topic: the
 		// namespace upgrade's second applier group reads the first one, and
 		// an old build may lack the cold start's reset.

@@ -101,7 +101,7 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
-	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool:
+	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis:
 		return []string{"readers", "serve"} // the cold burst's readers
 	}
 	return []string{targetOf(kind)}
@@ -253,6 +253,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.serveBudgetMismatch(ctx, f.Hold)
 	case FaultServeSecondPool:
 		rec.Target, err = in.serveSecondPool(ctx, f.Hold)
+	case FaultServeSecondRedis:
+		rec.Target, err = in.serveSecondRedis(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tidemark/tidemark/lab/localserver"
 	"github.com/tidemark/tidemark/lab/proc"
 )
 
@@ -165,10 +167,35 @@ func multiplyFlags(args, flags []string, k float64) ([]string, error) {
 // budget. Before, each pool spent a whole budget of its own (x2).
 const FaultServeSecondPool = "serve-second-pool"
 
-// secondPool is the second deployment's namespace and source pool.
+// FaultServeSecondRedis is FaultServeSecondPool with the second deployment
+// on the same pool and namespace but a Redis of its own (a second release
+// with its own cache tier): its buckets are other keys on another server,
+// and the source counts them apart. Only against one Redis server (the
+// second is one too, and serve's flags are the run's).
+const FaultServeSecondRedis = "serve-second-redis"
+
+// secondPool is FaultServeSecondPool's namespace and source pool.
 const secondPool = "pool2"
 
 func (in *injector) serveSecondPool(ctx context.Context, hold time.Duration) (string, error) {
+	return in.serveSecondDeployment(ctx, hold, fmt.Sprintf("namespace and source pool %s", secondPool),
+		[2]string{"--namespace", secondPool}, [2]string{"--source-pool", secondPool})
+}
+
+func (in *injector) serveSecondRedis(ctx context.Context, hold time.Duration) (string, error) {
+	r, err := localserver.NewRedis(localserver.RedisConfig{Dir: filepath.Join(in.sys.dir, fmt.Sprintf("redis-second-%d", identityRuns.Add(1)))})
+	if err != nil {
+		return "", err
+	}
+	defer r.Remove()
+	return in.serveSecondDeployment(ctx, hold, "its own Redis "+r.Addr, [2]string{"--redis", r.URL()})
+}
+
+// serveSecondDeployment starts a serve process with the first one's flags
+// changed by flags, waits for it to be ready (registered on the source and
+// counted), then reads ids no one has at 3x the budget through it and
+// through the run's load for hold, and stops it.
+func (in *injector) serveSecondDeployment(ctx context.Context, hold time.Duration, what string, flags ...[2]string) (string, error) {
 	s := in.sys
 	a, err := addr()
 	if err != nil {
@@ -179,16 +206,14 @@ func (in *injector) serveSecondPool(ctx context.Context, hold time.Duration) (st
 		return "", err
 	}
 	args := slices.Clone(s.serves[0].Config().Args)
-	for _, kv := range [][2]string{{"--addr", a}, {"--metrics-addr", m}, {"--namespace", secondPool}, {"--source-pool", secondPool}} {
+	for _, kv := range append([][2]string{{"--addr", a}, {"--metrics-addr", m}}, flags...) {
 		args = setArg(args, kv[0], kv[1])
 	}
-	p := s.stage(fmt.Sprintf("serve-%s-%d", secondPool, identityRuns.Add(1)), args...)
+	p := s.stage(fmt.Sprintf("serve-second-%d", identityRuns.Add(1)), args...)
 	if err := p.Start(); err != nil {
 		return "", err
 	}
 	defer p.Stop(stageGrace)
-	// Ready once registered on the source and counted by the first pool's
-	// processes (a few seconds).
 	if err := p.Ready(ctx, "http://"+m, secondReadyWithin); err != nil {
 		return p.Name(), fmt.Errorf("%s not ready: %w", p.Name(), err)
 	}
@@ -201,5 +226,5 @@ func (in *injector) serveSecondPool(ctx context.Context, hold time.Duration) (st
 	in.load.dispatch(bctx, 3*s.cfg.SourceBudget, 512, func(ctx context.Context) {
 		_, _, _, _ = in.load.doAt(context.WithoutCancel(ctx), base, in.load.tenant(), http.MethodGet, fmt.Sprintf("/v1/catalog/items/absent-%d", in.load.intn(1<<30)), nil, "")
 	})
-	return fmt.Sprintf("%s (namespace and source pool %s), %g reads/s of absent ids on each deployment", p.Name(), secondPool, 3*s.cfg.SourceBudget), nil
+	return fmt.Sprintf("%s (%s), %g reads/s of absent ids on each deployment", p.Name(), what, 3*s.cfg.SourceBudget), nil
 }

@@ -64,7 +64,8 @@ var holdRange = map[string][2]time.Duration{
 	// Several presence beats with the mismatched process in the pool.
 	FaultServeBudgetMismatch: {6 * time.Second, 10 * time.Second},
 	// Several source registrations with the second pool reading.
-	FaultServeSecondPool: {8 * time.Second, 12 * time.Second},
+	FaultServeSecondPool:  {8 * time.Second, 12 * time.Second},
+	FaultServeSecondRedis: {8 * time.Second, 12 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
