@@ -58,6 +58,10 @@ type Capture struct {
 	// dataLoss: Kafka lost records it had acknowledged; the next session
 	// sends a reset marker (Run's goroutine only).
 	dataLoss bool
+	// saved is the state the session's gap check saved (the publication
+	// watch saves it again with a new fingerprint); set before the
+	// session's goroutines start.
+	saved relay.State
 
 	// The process's own loops, for Live: the stream (watched only while
 	// streaming) and the slot poller (always).
@@ -229,7 +233,7 @@ func (c *Capture) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.checkGap(ctx, conn, si, ident, history, partitions); err != nil {
+	if si, err = c.checkGap(ctx, conn, si, ident, history, partitions); err != nil {
 		return err
 	}
 	if err := c.acquire(ctx, repl); err != nil {
@@ -264,7 +268,10 @@ func (c *Capture) session(ctx context.Context) error {
 	// last-in first-out), whichever way the session returns.
 	defer func() { cancel(nil); wg.Wait() }()
 	wg.Add(2)
-	go func() { defer wg.Done(); c.heartbeats(sctx) }()
+	go func() {
+		defer wg.Done()
+		c.heartbeats(sctx, &publicationWatch{fp: si.publication, partitions: partitions, stop: cancel})
+	}()
 	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
 
 	st := newStreamer(c, repl, partitions, start)

@@ -24,6 +24,11 @@ const (
 	ReasonTimelineChanged = "timeline_changed"
 	ReasonTopicRecreated  = "topic_recreated"
 	ReasonKafkaDataLoss   = "kafka_data_loss" // the producer saw acknowledged records lost
+	// ReasonPublicationChanged: what the publication streams of the table
+	// changed (the table dropped from it and added again, its columns, its
+	// options): changes made meanwhile may never have been streamed, while
+	// heartbeats went on.
+	ReasonPublicationChanged = "publication_changed"
 	// ReasonColdStart: no earlier run is known (no state, no record on the
 	// topic). Changes committed before the slot existed were never read,
 	// while the cache tier may hold values filled from the source before
@@ -85,7 +90,10 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		// lacked: the slot resumes where capture confirmed, with no gap.
 		add(ReasonTimelineChanged)
 	}
-	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName}
+	if found && st.Publication != "" && st.Publication != si.publication {
+		add(ReasonPublicationChanged)
+	}
+	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName, Publication: si.publication}
 	if len(reasons) > 0 {
 		pending := now
 		pending.PendingReset = strings.Join(reasons, ",")
@@ -127,6 +135,7 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		}
 	}
 	c.dataLoss = false // the reset is in Kafka
+	c.saved = now
 	return si, nil
 }
 

@@ -17,7 +17,7 @@ const heartbeatPrefix = "tidemark"
 // cfg.Heartbeat (or Deps.HeartbeatTicks). Reading it back from the stream proves every commit before
 // it in WAL was read, which is what a resolved marker promises. Failures are
 // logged and retried: a missing heartbeat only holds the watermark back.
-func (c *Capture) heartbeats(ctx context.Context) {
+func (c *Capture) heartbeats(ctx context.Context, pub *publicationWatch) {
 	mode := c.cfg.HeartbeatMode
 	if mode == HeartbeatAuto {
 		mode = HeartbeatMessage
@@ -44,8 +44,17 @@ func (c *Capture) heartbeats(ctx context.Context) {
 					return err
 				}
 			}
+			// The publication first: no beat vouches for a stream the
+			// publication has stopped carrying every change of.
+			if err := c.watchPublication(ctx, conn, pub); err != nil {
+				return err
+			}
 			return c.beat(ctx, conn, mode)
 		}()
+		if errors.Is(err, errPublicationChanged) {
+			pub.stop(err)
+			return
+		}
 		var pe *pgconn.PgError
 		if err != nil && mode == HeartbeatMessage && c.cfg.HeartbeatMode == HeartbeatAuto &&
 			errors.As(err, &pe) && pe.Code == "42501" {
@@ -84,4 +93,56 @@ func (c *Capture) beat(ctx context.Context, conn *pgx.Conn, mode string) error {
 		return fmt.Errorf("capture: heartbeat: %w", err)
 	}
 	return nil
+}
+
+// errPublicationChanged ends a session whose publication changed under it
+// (after the reset marker is in Kafka): the next one checks the
+// publication again before it streams.
+var errPublicationChanged = errors.New("capture: the publication changed while streaming")
+
+// publicationWatch is what a session's heartbeats check the publication
+// against after every beat: its fingerprint as the session's preflight
+// found it valid (publicationSQL).
+type publicationWatch struct {
+	fp         string
+	partitions int
+	stop       context.CancelCauseFunc // ends the session
+}
+
+// watchPublication reads the publication's fingerprint before a beat. Changed
+// (the table dropped from it, or dropped and added again, its columns or
+// options changed), the changes made since may never have been streamed
+// while heartbeats vouched for the values they replaced: a reset marker
+// goes to every partition at once, timed after the change, and the error
+// ends the session, whose successor checks the publication before it
+// streams (and stops if it no longer publishes every change). The reset is
+// recorded as pending first, so a crash before it is in Kafka sends it at
+// the next start.
+func (c *Capture) watchPublication(ctx context.Context, conn *pgx.Conn, pub *publicationWatch) error {
+	fp, err := publicationFingerprint(ctx, conn, c.cfg.Publication, c.cfg.Table)
+	if err != nil || fp == pub.fp {
+		return err
+	}
+	c.log.Error("the publication changed while streaming: changes made since may not have been streamed; sending a reset marker", "publication", c.cfg.Publication, "table", c.cfg.Table)
+	pending := c.saved
+	pending.PendingReset = ReasonPublicationChanged
+	if err := c.relay.SaveState(ctx, c.cfg.Slot, pending); err != nil {
+		return err
+	}
+	if err := c.awaitCommittedVisible(ctx, conn); err != nil {
+		return err
+	}
+	var at time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
+		return fmt.Errorf("capture: read the server clock for the reset marker: %w", err)
+	}
+	if err := c.reset(ctx, at, pub.partitions, []string{ReasonPublicationChanged}); err != nil {
+		return err
+	}
+	now := c.saved
+	now.Publication = fp
+	if err := c.relay.SaveState(ctx, c.cfg.Slot, now); err != nil {
+		return err
+	}
+	return errPublicationChanged
 }

@@ -37,6 +37,9 @@ type slotInfo struct {
 	confirmed schema.LSN
 	active    bool
 	failover  bool // Postgres 17+: synchronised to standbys, kept across a promotion
+	// publication is the publication's fingerprint (publicationSQL) as the
+	// preflight found it valid.
+	publication string
 }
 
 // preflight checks, in order, everything that would make streaming fail or
@@ -81,6 +84,27 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 	}
 	if len(missing) > 0 {
 		return si, preflightError("publication %q publishes %s without column(s) %s: run ALTER PUBLICATION %s SET TABLE %s (%s)", cfg.Publication, cfg.Table, strings.Join(missing, ", "), cfg.Publication, cfg.Table, colList)
+	}
+	// Every kind of change and every row: a publication that leaves out
+	// deletes (publish = 'insert, update') or rows (a row filter) streams
+	// nothing for them while heartbeats go on, and the watermark would
+	// vouch for values they replaced.
+	var ops string
+	var filter *string
+	if err := conn.QueryRow(ctx, `SELECT concat_ws(',', CASE WHEN NOT p.pubinsert THEN 'insert' END, CASE WHEN NOT p.pubupdate THEN 'update' END,
+			CASE WHEN NOT p.pubdelete THEN 'delete' END, CASE WHEN NOT p.pubtruncate THEN 'truncate' END), t.rowfilter
+		FROM pg_publication p JOIN pg_publication_tables t ON t.pubname = p.pubname
+		WHERE p.pubname = $1 AND t.schemaname = $2 AND t.tablename = $3`, cfg.Publication, nsp, tbl).Scan(&ops, &filter); err != nil {
+		return si, fmt.Errorf("capture: preflight: read publication options: %w", err)
+	}
+	if ops != "" {
+		return si, preflightError("publication %q does not publish %s: every change must invalidate; run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')", cfg.Publication, ops, cfg.Publication)
+	}
+	if filter != nil {
+		return si, preflightError("publication %q publishes only the rows of %s where %s: every row's changes must invalidate; run ALTER PUBLICATION %s SET TABLE %s (%s)", cfg.Publication, cfg.Table, *filter, cfg.Publication, cfg.Table, colList)
+	}
+	if si.publication, err = publicationFingerprint(ctx, conn, cfg.Publication, cfg.Table); err != nil {
+		return si, err
 	}
 
 	if err := checkReplicaIdentity(ctx, conn, cfg, nsp, tbl); err != nil {
@@ -187,4 +211,31 @@ func replicationRefused(role string, err error) error {
 		"on Amazon RDS/Aurora GRANT rds_replication TO %s (and rds.logical_replication = 1); on Cloud SQL ALTER USER %s WITH REPLICATION (and cloudsql.logical_decoding = on); "+
 		"on Azure Database for PostgreSQL ALTER ROLE %s WITH REPLICATION (and wal_level = logical); pg_hba.conf must also allow it a replication connection (docs/postgres.md)",
 		role, pe.Message, r, r, r, r)
+}
+
+// publicationSQL fingerprints what the publication ($1) streams of the
+// table ($2.$3), from the system catalogs (no privilege on the table's
+// schema needed): the publication (its oid and options), the table's oid, each
+// catalog row that makes the table a member (pg_publication_rel, or its
+// schema's pg_publication_namespace), and the columns and row filter it is
+// published with. A member dropped and added again has a new row, so a new
+// fingerprint: the changes made between the two were never streamed.
+// Empty when the publication does not exist.
+const publicationSQL = `WITH rel AS (
+    SELECT c.oid, c.relnamespace FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3
+)
+SELECT coalesce((SELECT ROW(p.oid, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot, p.puballtables, rel.oid,
+		(SELECT array_agg(pr.oid ORDER BY pr.oid) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = rel.oid),
+		(SELECT array_agg(pn.oid ORDER BY pn.oid) FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = rel.relnamespace),
+		(SELECT ROW(t.attnames, t.rowfilter) FROM pg_publication_tables t WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3))::text
+	FROM pg_publication p LEFT JOIN rel ON true WHERE p.pubname = $1), '')`
+
+// publicationFingerprint reads publicationSQL.
+func publicationFingerprint(ctx context.Context, conn *pgx.Conn, publication, table string) (string, error) {
+	var fp string
+	nsp, tbl, _ := splitTable(table)
+	if err := conn.QueryRow(ctx, publicationSQL, publication, nsp, tbl).Scan(&fp); err != nil {
+		return "", fmt.Errorf("capture: read publication %q: %w", publication, err)
+	}
+	return fp, nil
 }

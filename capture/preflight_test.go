@@ -74,6 +74,16 @@ func TestPreflightErrors(t *testing.T) {
 		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark SET TABLE catalog.items (tenant_id, item_id, state)")
 		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), "without column(s) version")
 	})
+	t.Run("publication without deletes", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark SET (publish = 'insert, update')")
+		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `publication "tidemark" does not publish delete,truncate`, "publish = 'insert, update, delete, truncate'")
+	})
+	t.Run("publication with a row filter", func(t *testing.T) {
+		dsn := pg.MigratedDatabase(t)
+		exec(t, connect(t, dsn), "ALTER PUBLICATION tidemark SET TABLE catalog.items (tenant_id, item_id, version, state) WHERE (tenant_id <> 'x')")
+		wantPreflight(t, runErr(t, testConfig(t, dsn, k)), `publishes only the rows of catalog.items where`, "ALTER PUBLICATION tidemark SET TABLE catalog.items (")
+	})
 	t.Run("slot with another plugin", func(t *testing.T) {
 		dsn := pg.MigratedDatabase(t)
 		cfg := testConfig(t, dsn, k)

@@ -25,6 +25,10 @@ type State struct {
 	Timeline     int32  `json:"timeline"`
 	Database     string `json:"database"`
 	PendingReset string `json:"pending_reset,omitempty"` // reasons whose reset marker may not be in Kafka yet
+	// Publication is the fingerprint of what the publication streams of
+	// the table, as the run that saved the state streamed it (capture);
+	// another one at start means changes may not have been streamed.
+	Publication string `json:"publication,omitempty"`
 }
 
 // StateTopic is the name of the capture state topic for a data topic.

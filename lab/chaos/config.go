@@ -100,7 +100,7 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
-	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis}
+	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis, FaultPublicationGap}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that

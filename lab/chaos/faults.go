@@ -99,6 +99,8 @@ func targetsOf(kind string) []string {
 		return []string{"apply", "capture", "catalog", "postgres"}
 	case FaultUnbumpedWrite, FaultBadVersionRow:
 		return []string{"catalog"}
+	case FaultPublicationGap:
+		return []string{"catalog", "postgres"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
 	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis:
@@ -255,6 +257,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.serveSecondPool(ctx, f.Hold)
 	case FaultServeSecondRedis:
 		rec.Target, err = in.serveSecondRedis(ctx, f.Hold)
+	case FaultPublicationGap:
+		rec.Target, err = in.publicationGap(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -1,0 +1,105 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/promise"
+)
+
+// FaultPublicationGap: the catalog table dropped from capture's publication
+// and added back (a DBA's ALTER PUBLICATION ... SET TABLE for another
+// table, or a migration tool's) while items of the fault's own, read into
+// the cache first, change one version up in between; then the items are
+// read through both serve processes past the bound. Heartbeats go on
+// meanwhile, and the changes are never streamed: capture must see the
+// publication change (its fingerprint, checked before every beat) and send
+// a reset marker, or the watermark extends the values the changes
+// replaced: KindStale.
+const FaultPublicationGap = "publication-gap"
+
+// publicationReadPast caps how long past its hold the fault keeps reading
+// for a hit past the bound.
+const publicationReadPast = 60 * time.Second
+
+func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (string, error) {
+	s := in.sys
+	t := s.cfg.Table
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	items, err := in.insertOwnItems(cctx, fmt.Sprintf("pubgap-%d", identityRuns.Add(1)))
+	if err != nil {
+		return "", err
+	}
+	sleep(ctx, 2*time.Second) // the inserts' invalidations arrive; then the items are cached
+	cached := in.cacheAll(cctx, items, cacheAllWithin)
+
+	conn, err := in.pgConn(cctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	nsp, tbl, _ := catalog.SplitName(t.Name)
+	var cols []string
+	if err := conn.QueryRow(cctx, `SELECT attnames FROM pg_publication_tables WHERE pubname = $1
+		AND schemaname = $2 AND tablename = $3`, promise.Publication, nsp, tbl).Scan(&cols); err != nil {
+		return "", fmt.Errorf("read the publication's columns: %w", err)
+	}
+	for i, c := range cols {
+		cols[i] = col(c)
+	}
+	if _, err := conn.Exec(cctx, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", promise.Publication, t.Qualified())); err != nil {
+		return "", fmt.Errorf("drop the table from the publication: %w", err)
+	}
+	ver, payload := col(t.VersionColumn), col(t.Payload[0])
+	tag, uerr := conn.Exec(cctx, fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %s + 1) WHERE %s = ANY($1)",
+		t.Qualified(), ver, ver, payload, col(t.TenantColumn), col(t.ItemColumn), ver, col(t.ItemColumn)), itemIDs(items))
+	changed := time.Now()
+	// Put back even when the change failed: the run goes on.
+	if _, err := conn.Exec(context.WithoutCancel(ctx), fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s (%s)", promise.Publication, t.Qualified(), strings.Join(cols, ", "))); err != nil {
+		return "", fmt.Errorf("add the table back to the publication: %w", err)
+	}
+	if uerr != nil {
+		return "", fmt.Errorf("change the fault's items: %w", uerr)
+	}
+
+	// Read past the bound after the change, until each was answered from
+	// the cache past it (or the cap): a value the watermark does not vouch
+	// for is refreshed, not served, and only a hit past the bound judges
+	// the reset. Every read is recorded and judged.
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), hold+publicationReadPast)
+	defer rcancel()
+	bound := in.load.rec.checker.Bound
+	judged := make([]bool, len(items))
+	left := len(items)
+	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil && rctx.Err() == nil {
+		for i, k := range items {
+			a, ok := in.load.getOn(rctx, i%len(s.serves), k.tenant, k.item, 0, false)
+			if ok && !judged[i] && a.Status == http.StatusOK && hit(a.CacheStatus) && a.Sent.After(changed.Add(bound)) {
+				judged[i] = true
+				left--
+			}
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	what := fmt.Sprintf("%s dropped from publication %s and added back, %d items changed in between (%d of %d answered from the cache before), read for %s",
+		t.Name, promise.Publication, tag.RowsAffected(), cached, len(items), time.Since(start).Round(time.Second))
+	if left > 0 {
+		what += fmt.Sprintf("; %d of them %s", left, neverJudged)
+	}
+	return what, nil
+}
+
+// itemIDs is the items' ids.
+func itemIDs(items []itemKey) []string {
+	ids := make([]string, len(items))
+	for i, k := range items {
+		ids[i] = k.item
+	}
+	return ids
+}
