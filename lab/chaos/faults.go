@@ -85,8 +85,10 @@ func targetsOf(kind string) []string {
 		return []string{"capture", "postgres"}
 	case FaultSyncStandbyStall:
 		// Postgres too: a restart under it ended the stalled transaction
-		// and the fault then tested nothing.
-		return []string{"postgres", "syncrep"}
+		// and the fault then tested nothing. The catalog too: the stalled
+		// commit holds its row locks, and a fault's LOCK TABLE
+		// (truncate-fast-clock) timed out behind it.
+		return []string{"catalog", "postgres", "syncrep"}
 	case FaultRedisLossNoApply:
 		return []string{"apply", "redis"}
 	case FaultPromotion:
