@@ -217,8 +217,10 @@ func replicationRefused(role string, err error) error {
 // table ($2.$3), from the system catalogs (no privilege on the table's
 // schema needed): the publication (its oid and options), the table's oid, each
 // catalog row that makes the table a member (pg_publication_rel, or its
-// schema's pg_publication_namespace), and the columns and row filter it is
-// published with. A member dropped and added again has a new row, so a new
+// schema's pg_publication_namespace), the columns and row filter it is
+// published with, and the table's replica identity (an UPDATE's old key is
+// sent only as the replica identity: one that no longer covers the tenant
+// and item leaves a moved row's old key uninvalidated). A member dropped and added again has a new row, so a new
 // fingerprint: the changes made between the two were never streamed.
 // Empty when the publication does not exist.
 const publicationSQL = `WITH rel AS (
@@ -227,7 +229,9 @@ const publicationSQL = `WITH rel AS (
 SELECT coalesce((SELECT ROW(p.oid, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot, p.puballtables, rel.oid,
 		(SELECT array_agg(pr.oid ORDER BY pr.oid) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = rel.oid),
 		(SELECT array_agg(pn.oid ORDER BY pn.oid) FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = rel.relnamespace),
-		(SELECT ROW(t.attnames, t.rowfilter) FROM pg_publication_tables t WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3))::text
+		(SELECT ROW(t.attnames, t.rowfilter) FROM pg_publication_tables t WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3),
+		(SELECT c.relreplident FROM pg_class c WHERE c.oid = rel.oid),
+		(SELECT array_agg(i.indexrelid ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = rel.oid AND i.indisreplident))::text
 	FROM pg_publication p LEFT JOIN rel ON true WHERE p.pubname = $1), '')`
 
 // publicationFingerprint reads publicationSQL.

@@ -17,8 +17,9 @@ import (
 // streams: the change made in between is never streamed, while heartbeats
 // go on. Capture sends a publication_changed reset timed after it and
 // streams on; the same while capture is stopped is found at its next
-// start; and the table dropped for good ends capture with the preflight's
-// error, after the reset.
+// start, and a replica identity changed while it streams too; and the
+// table dropped for good ends capture with the preflight's error, after
+// the reset.
 func TestPublicationChangeResets(t *testing.T) {
 	t.Parallel()
 	pg := testenv.SharedPostgres(t)
@@ -82,13 +83,24 @@ func TestPublicationChangeResets(t *testing.T) {
 	waitResets("a publication_changed reset at the start after a change while stopped", 2, lost)
 	_ = r.wait(t)
 
+	// The replica identity changed while streaming (here to one that still
+	// covers the key): a reset, and capture streams on.
+	r = start(t, cfg)
+	r.waitReady(t)
+	before := now()
+	exec(t, conn, "ALTER TABLE catalog.items REPLICA IDENTITY FULL")
+	waitResets("a publication_changed reset once the replica identity changed", 3, before)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'c', 1)")
+	waitItem(t, k, cfg.Relay.Topic, "t", "c", 1)
+	_ = r.wait(t)
+
 	// Dropped for good while streaming: a reset, then the preflight's error.
 	r = start(t, cfg)
 	r.waitReady(t)
 	exec(t, conn, "ALTER PUBLICATION tidemark DROP TABLE catalog.items")
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'lost3', 1)")
 	lost = now()
-	waitResets("a publication_changed reset once the table left the publication", 3, lost)
+	waitResets("a publication_changed reset once the table left the publication", 4, lost)
 	select {
 	case err := <-r.done:
 		r.done <- err
