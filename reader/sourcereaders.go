@@ -1,10 +1,12 @@
 package reader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -291,4 +293,46 @@ func (s *sourceReaders) leave() {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		s.log.Warn("reader: leaving tidemark.source_readers failed; the other pools count this process until its row is stale", "err", err)
 	}
+}
+
+// SourceShare is one set of buckets live on a source: a pool's buckets in
+// one Redis, and how many serve processes admit from them.
+type SourceShare struct {
+	Pool      string `json:"pool"`
+	Buckets   string `json:"buckets"`
+	Processes int    `json:"processes"`
+}
+
+// LiveSourceShares reads the sets of buckets live on the source, as every
+// serve process reading it counts them: each admits 1/len of the lowest
+// budget its readers are configured with.
+func LiveSourceShares(ctx context.Context, db SourceDB) ([]SourceShare, error) {
+	rows, err := db.Query(ctx, sourceReadSQL, sourceLive.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+	}
+	defer rows.Close()
+	idx := map[[2]string]int{}
+	var out []SourceShare
+	for rows.Next() {
+		var pool, buckets, budget string
+		var seen, now time.Time
+		if err := rows.Scan(&pool, &buckets, &budget, &seen, &now); err != nil {
+			return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+		}
+		k := [2]string{pool, buckets}
+		i, ok := idx[k]
+		if !ok {
+			i, idx[k] = len(out), len(out)
+			out = append(out, SourceShare{Pool: pool, Buckets: buckets})
+		}
+		out[i].Processes++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+	}
+	slices.SortFunc(out, func(a, b SourceShare) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Buckets, b.Buckets))
+	})
+	return out, nil
 }

@@ -76,6 +76,14 @@ func TestPoolsOnOneSourceShareItsBudget(t *testing.T) {
 		return nil
 	})
 
+	live, err := LiveSourceShares(context.Background(), r.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(live); !strings.HasPrefix(got, "[{a ") || !strings.Contains(got, " 1} {b ") || !strings.Contains(got, " 1} {c ") || len(live) != 3 {
+		t.Fatalf("the source's live shares are %s, want pools a, b and c with one process each", got)
+	}
+
 	stopC()
 	stopB()
 	testenv.Eventually(t, 30*time.Second, "the pool left alone takes the whole budget back", func() error {

@@ -320,6 +320,7 @@ th{background:#f4f4f4}.stalled{color:#c62828}.ok-text{color:#2e7d32}.k{text-alig
 <tr><td class="k">DLQ depth</td><td id="dlq">{{.DLQDepth}} records</td><td></td></tr>
 {{with .EvictionPolicy}}<tr><td class="k">maxmemory-policy</td><td id="maxmemory">{{range $addr, $pol := .}}{{$addr}} {{$pol}}<br>{{end}}</td><td></td></tr>{{end}}
 <tr><td class="k">replication slot</td><td id="slot">{{with .Slot}}{{.Name}}: {{if not .Exists}}missing{{else}}{{if .Active}}active{{else}}inactive{{end}}, lag {{$.SlotLag}}, wal_status {{.WALStatus}}{{end}}{{else}}not checked (no Postgres address){{end}}</td><td></td></tr>
+{{with .SourceReaders}}<tr><td class="k">source readers</td><td id="source-readers">{{.}}</td><td></td></tr>{{end}}
 </table>
 <table id="partitions">
 <tr><th>partition</th><th>end offset</th><th>last applied</th><th>lag</th><th>watermark age</th><th class="k">state</th></tr>

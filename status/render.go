@@ -62,6 +62,9 @@ func (r Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, "  slot %-10s %s, lag %s, wal_status %s\n", s.Name, active, bytes(s.LagBytes), s.WALStatus)
 		}
 	}
+	if r.SourceReaders != nil {
+		fmt.Fprintf(w, "  source readers  %s\n", r.SourceReaders)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "partition\tend offset\tlast applied\tlag\twatermark age\tstate\t")

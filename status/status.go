@@ -139,6 +139,10 @@ type Report struct {
 	// source pool have served within a day: more than one while a namespace
 	// upgrade is under way (the old one serving, draining or drained).
 	Namespaces []Namespace `json:"namespaces,omitempty"`
+	// SourceReaders is the serve processes registered on the source (with
+	// --pg): each set of buckets among them admits an even share of one
+	// budget.
+	SourceReaders *SourceReaders `json:"source_readers,omitempty"`
 }
 
 // Check reads everything once. An error means the state could not be read
@@ -170,11 +174,9 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	if cfg.PG != "" {
-		slot, err := readSlot(ctx, cfg)
-		if err != nil {
+		if err := readSource(ctx, cfg, &rep); err != nil {
 			return rep, err
 		}
-		rep.Slot = &slot
 	}
 	if !wm.ResetAt.IsZero() {
 		t := wm.ResetAt.UTC()
@@ -444,24 +446,36 @@ func readKafka(ctx context.Context, cfg Config, rep *Report, wm cache.Watermark,
 	return nil
 }
 
-func readSlot(ctx context.Context, cfg Config) (Slot, error) {
+// readSource reads the slot's health and the source's readers (the serve
+// processes registered on it, sourcereaders.go in package reader).
+func readSource(ctx context.Context, cfg Config, rep *Report) error {
 	cc, err := secretfile.PGConfig(cfg.PG, cfg.PGFile)
 	if err != nil {
-		return Slot{}, fmt.Errorf("status: %w", err)
+		return fmt.Errorf("status: %w", err)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return Slot{}, fmt.Errorf("status: connect to postgres: %w", err)
+		return fmt.Errorf("status: connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	s := Slot{Name: cfg.Slot}
-	err = conn.QueryRow(ctx, `SELECT active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, coalesce(wal_status, '')
-		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&s.Active, &s.LagBytes, &s.WALStatus)
+	slot, err := readSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	rep.Slot = &slot
+	rep.SourceReaders = readSourceReaders(ctx, conn)
+	return nil
+}
+
+func readSlot(ctx context.Context, conn *pgx.Conn, name string) (Slot, error) {
+	s := Slot{Name: name}
+	err := conn.QueryRow(ctx, `SELECT active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&s.Active, &s.LagBytes, &s.WALStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return s, nil
 	case err != nil:
-		return s, fmt.Errorf("status: read slot %s: %w", cfg.Slot, err)
+		return s, fmt.Errorf("status: read slot %s: %w", name, err)
 	}
 	s.Exists = true
 	return s, nil

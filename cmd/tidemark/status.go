@@ -20,7 +20,7 @@ func (c *statusCmd) Bind(b *cli.Binder) {
 	s := &c.status
 	b.Flag(&s.Brokers, "kafka", "Kafka bootstrap brokers, comma-separated.")
 	cli.RedisFlags(b, &c.redis, "Cache tier URL.")
-	b.Flag(&s.PG, "pg", "Postgres DSN (optional): adds slot lag and wal_status.")
+	b.Flag(&s.PG, "pg", "Postgres DSN (optional): adds slot lag and wal_status, and the serve processes registered on the source.")
 	b.Flag(&s.Topic, "topic", "Kafka topic.")
 	b.Flag(&s.Group, "group", "The applier's consumer group.")
 	b.Flag(&s.Namespace, "namespace", "Cache-tier key namespace.")

@@ -25,6 +25,7 @@ import (
 	"github.com/tidemark/tidemark/inspect"
 	labproc "github.com/tidemark/tidemark/lab/proc"
 	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/promise"
 	"github.com/tidemark/tidemark/schema"
 	"github.com/tidemark/tidemark/status"
 )
@@ -368,8 +369,8 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return 0, string(out)
 	}
-	testenv.Eventually(t, 30*time.Second, "status OK", func() error {
-		if code, out := exitOf(statusArgs("5s", "30s")...); code != 0 {
+	testenv.Eventually(t, 30*time.Second, "status OK, the one serve process registered on the source", func() error {
+		if code, out := exitOf(statusArgs("5s", "30s")...); code != 0 || !strings.Contains(out, "source readers  1 serve process (pool "+promise.SourcePool+", buckets ") {
 			return fmt.Errorf("exit %d:\n%s", code, out)
 		}
 		return nil
