@@ -9,12 +9,13 @@ import (
 func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Cluster = true
-	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-2 || slices.Contains(kinds, FaultPromotion) || slices.Contains(kinds, FaultServeRedisCut) {
-		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion and serve-redis-cut)", cfg.Duration, kinds)
+	// serve-redis-cut and serve-second-redis need standalone servers.
+	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-3 || slices.Contains(kinds, FaultPromotion) || slices.Contains(kinds, FaultServeRedisCut) || slices.Contains(kinds, FaultServeSecondRedis) {
+		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion, serve-redis-cut and serve-second-redis)", cfg.Duration, kinds)
 	}
 	cfg.Duration = PromotionMinRun
 	kinds := cfg.Kinds()
-	if len(kinds) != len(AllFaults)-1 {
+	if len(kinds) != len(AllFaults)-2 {
 		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v", cfg.Duration, kinds)
 	}
 	d := 90 * time.Second
@@ -37,6 +38,9 @@ func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 		t.Errorf("an hour at one fault per 20 s has only %d faults", len(long))
 	}
 	cfg.Cluster, cfg.Kafka = false, []string{"k:9092"}
+	if k := cfg.Kinds(); !slices.Contains(k, FaultServeSecondRedis) || !slices.Contains(k, FaultServeRedisCut) {
+		t.Errorf("kinds without the cluster = %v, want serve-redis-cut and serve-second-redis among them", k)
+	}
 	for _, k := range cfg.Kinds() {
 		if k == FaultBrokerRestart || k == FaultReshard || k == FaultKillMaster {
 			t.Errorf("%s applies without the embedded broker and the cluster", k)
