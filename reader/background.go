@@ -35,6 +35,7 @@ type WarmOutcome struct {
 // A budget refusal is an error matching ErrBudget (the key's fill lease is
 // given back); the caller backs off and asks again.
 func (rd *Reader) Warm(ctx context.Context, tenant, item string) (WarmOutcome, error) {
+	ctx = cache.Background(ctx) // the warmer's lookup is not a visitor's demand
 	lr, err := rd.cache.Lookup(ctx, tenant, item, 0)
 	if err != nil {
 		return WarmOutcome{}, fmt.Errorf("reader: warm %s/%s: %w", tenant, item, err)

@@ -214,7 +214,7 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	rd.procs.settings, rd.procs.agree = rd.budget.own.String(), rd.budget.agree
 	if deps.SourceDB != nil {
 		rd.source = &sourceReaders{db: deps.SourceDB, pool: cfg.SourcePool, instance: rd.procs.member, settings: rd.budget.own.String(),
-			agree: rd.budget.agreeSource, log: log, errs: m.sourceErrors}
+			agree: rd.budget.agreeSource, log: log, errs: m.sourceErrors, kick: make(chan struct{}, 1)}
 		rd.budget.source, rd.budget.sharesGauge = rd.source, m.sourceShares
 		rd.procs.buckets = rd.source.setBuckets
 		m.sourceShares.Set(1)

@@ -92,6 +92,11 @@ type sourceReaders struct {
 	log      *slog.Logger
 	errs     prometheus.Counter // nil in unit tests
 
+	// kick asks run to register at once: the buckets' id changed (a Redis
+	// that lost its data), and until the new one is registered and
+	// counted this process admits nothing.
+	kick chan struct{}
+
 	mu    sync.Mutex
 	state sourceState
 
@@ -119,8 +124,15 @@ type sourceState struct {
 // setBuckets takes the buckets' id from a presence beat.
 func (s *sourceReaders) setBuckets(id string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	changed := s.state.buckets != id
 	s.state.buckets = id
+	s.mu.Unlock()
+	if changed {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // hold says why this process may not admit source reads now (empty: it
@@ -244,8 +256,9 @@ func (s *sourceReaders) fail(err error) error {
 	return err
 }
 
-// run registers every sourceEvery (and reads every sourceAsk while not
-// counted) until ctx ends, then leaves.
+// run registers every sourceEvery, and at once when the buckets' id
+// changes (and reads every sourceAsk while not counted), until ctx ends,
+// then leaves.
 func (s *sourceReaders) run(ctx context.Context) {
 	t := time.NewTicker(sourceAsk)
 	defer t.Stop()
@@ -268,6 +281,7 @@ func (s *sourceReaders) run(ctx context.Context) {
 			s.leave()
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }

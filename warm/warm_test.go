@@ -2,6 +2,7 @@ package warm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -458,4 +459,36 @@ func TestWarmerBacksOffAndResumes(t *testing.T) {
 	load.Wait()
 	t.Logf("rising foreground refusals (%v so far): rate %v keys/s after backing off", e.srv.ForegroundRefusals(), refusedRate)
 	testenv.Eventually(t, 20*time.Second, "the warmer resumes once refusals stop rising", climbed(refusedRate+100))
+}
+
+// A warm read's lookups are the process's own, not demand: the hot set does
+// not count them (a key asked for again after each budget refusal would
+// otherwise climb past hotter ones), while a visitor's read counts.
+func TestWarmReadsAreNotDemand(t *testing.T) {
+	e := newEnv(t, 10, api.DefaultConfig())
+	count := func(item string) float64 {
+		for _, en := range e.hot.Top("acme", 100) {
+			if en.Item == item {
+				return en.Count
+			}
+		}
+		return 0
+	}
+	for range 5 {
+		if _, err := e.srv.Warm(e.ctx, "acme", "i1"); err != nil && !errors.Is(err, api.ErrBudget) {
+			t.Fatal(err)
+		}
+	}
+	if c := count("i1"); c != 0 {
+		t.Fatalf("five warm reads of i1 counted %v reads of it in the hot set, want none", c)
+	}
+	testenv.Eventually(t, 10*time.Second, "a visitor's read answered", func() error {
+		if code, err := e.get("i2"); err != nil || code != http.StatusOK {
+			return fmt.Errorf("GET i2: %d %v", code, err)
+		}
+		return nil
+	})
+	if c := count("i2"); c < 1 {
+		t.Fatalf("a visitor's read of i2 counted %v in the hot set, want at least 1", c)
+	}
 }

@@ -12,7 +12,8 @@ import (
 // (the hot-set tracker).
 // Reads answered by the API's in-process L1 do not reach it: a key that hot
 // is still counted at least once per L1 lifetime per process, enough to rank
-// among the hottest.
+// among the hottest. The process's own lookups (cache.Background: the
+// warmer's) are not demand and are not counted.
 type Counted struct {
 	api.Cache
 	T *hotset.Tracker
@@ -20,7 +21,9 @@ type Counted struct {
 
 // Lookup counts the read, then looks it up.
 func (c Counted) Lookup(ctx context.Context, tenant, item string, minVersion int64) (cache.LookupResult, error) {
-	c.T.Observe(tenant, item)
+	if !cache.IsBackground(ctx) {
+		c.T.Observe(tenant, item)
+	}
 	return c.Cache.Lookup(ctx, tenant, item, minVersion)
 }
 
