@@ -101,7 +101,7 @@ func (c *Capture) beat(ctx context.Context, conn *pgx.Conn, mode string) error {
 var errPublicationChanged = errors.New("capture: the publication changed while streaming")
 
 // publicationWatch is what a session's heartbeats check the publication
-// against after every beat: its fingerprint as the session's preflight
+// against before every beat: its fingerprint as the session's preflight
 // found it valid (publicationSQL).
 type publicationWatch struct {
 	fp         string
