@@ -196,33 +196,23 @@ func (s *sourceReaders) register(ctx context.Context) error {
 func (s *sourceReaders) read(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, sourceAsk)
 	defer cancel()
-	rows, err := s.db.Query(ctx, sourceReadSQL, sourceLive.Seconds())
+	rows, now, err := readSourceRows(ctx, s.db)
 	if err != nil {
-		return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
+		return s.fail(err)
 	}
 	s.mu.Lock()
 	own := [2]string{s.pool, s.state.registered}
 	s.mu.Unlock()
 	sets := map[[2]string]bool{own: true}
 	var settings []string
-	var now time.Time
 	var others []time.Time // when each live row of other buckets was refreshed
-	for rows.Next() {
-		var pool, buckets, budget string
-		var seen time.Time
-		if err := rows.Scan(&pool, &buckets, &budget, &seen, &now); err != nil {
-			rows.Close()
-			return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
-		}
-		set := [2]string{pool, buckets}
+	for _, r := range rows {
+		set := [2]string{r.pool, r.buckets}
 		sets[set] = true
-		settings = append(settings, budget)
+		settings = append(settings, r.budget)
 		if set != own {
-			others = append(others, seen)
+			others = append(others, r.seen)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return s.fail(fmt.Errorf("reader: read tidemark.source_readers: %w", err))
 	}
 	s.mu.Lock()
 	st := &s.state
@@ -243,6 +233,35 @@ func (s *sourceReaders) read(ctx context.Context) error {
 	s.mu.Unlock()
 	s.agree(settings, len(sets))
 	return nil
+}
+
+// sourceRow is one live row of tidemark.source_readers.
+type sourceRow struct {
+	pool, buckets, budget string
+	seen                  time.Time // when it was last refreshed, on the source's clock
+}
+
+// readSourceRows reads the live rows (sourceReadSQL) and the source's
+// clock as it read them (zero when there is none).
+func readSourceRows(ctx context.Context, db SourceDB) ([]sourceRow, time.Time, error) {
+	rows, err := db.Query(ctx, sourceReadSQL, sourceLive.Seconds())
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+	}
+	defer rows.Close()
+	var out []sourceRow
+	var now time.Time
+	for rows.Next() {
+		var r sourceRow
+		if err := rows.Scan(&r.pool, &r.buckets, &r.budget, &r.seen, &now); err != nil {
+			return nil, time.Time{}, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+	}
+	return out, now, nil
 }
 
 // fail records err (and counts it) and returns it.
@@ -321,29 +340,20 @@ type SourceShare struct {
 // serve process reading it counts them: each admits 1/len of the lowest
 // budget its readers are configured with.
 func LiveSourceShares(ctx context.Context, db SourceDB) ([]SourceShare, error) {
-	rows, err := db.Query(ctx, sourceReadSQL, sourceLive.Seconds())
+	rows, _, err := readSourceRows(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	idx := map[[2]string]int{}
 	var out []SourceShare
-	for rows.Next() {
-		var pool, buckets, budget string
-		var seen, now time.Time
-		if err := rows.Scan(&pool, &buckets, &budget, &seen, &now); err != nil {
-			return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
-		}
-		k := [2]string{pool, buckets}
+	for _, r := range rows {
+		k := [2]string{r.pool, r.buckets}
 		i, ok := idx[k]
 		if !ok {
 			i, idx[k] = len(out), len(out)
-			out = append(out, SourceShare{Pool: pool, Buckets: buckets})
+			out = append(out, SourceShare{Pool: r.pool, Buckets: r.buckets})
 		}
 		out[i].Processes++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reader: read tidemark.source_readers: %w", err)
 	}
 	slices.SortFunc(out, func(a, b SourceShare) int {
 		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Buckets, b.Buckets))
