@@ -270,7 +270,7 @@ func (c *Capture) session(ctx context.Context) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		c.heartbeats(sctx, &publicationWatch{fp: si.publication, partitions: partitions, stop: cancel})
+		c.heartbeats(sctx, &publicationWatch{fp: si.fp, partitions: partitions, stop: cancel})
 	}()
 	go func() { defer wg.Done(); c.pollSlot(sctx, conn, cancel) }()
 

@@ -29,6 +29,11 @@ const (
 	// options): changes made meanwhile may never have been streamed, while
 	// heartbeats went on.
 	ReasonPublicationChanged = "publication_changed"
+	// ReasonTableChanged: the table's definition changed (a rewrite such
+	// as ALTER COLUMN ... TYPE ... USING, a column added, dropped or
+	// retyped, an enum label of a column's type renamed, a partition
+	// attached or detached): values changed with no row change streamed.
+	ReasonTableChanged = "table_changed"
 	// ReasonColdStart: no earlier run is known (no state, no record on the
 	// topic). Changes committed before the slot existed were never read,
 	// while the cache tier may hold values filled from the source before
@@ -90,10 +95,13 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		// lacked: the slot resumes where capture confirmed, with no gap.
 		add(ReasonTimelineChanged)
 	}
-	if found && st.Publication != "" && st.Publication != si.publication {
+	if found && st.Publication != "" && st.Publication != si.fp.publication {
 		add(ReasonPublicationChanged)
 	}
-	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName, Publication: si.publication}
+	if found && st.Table != "" && st.Table != si.fp.table {
+		add(ReasonTableChanged)
+	}
+	now := relay.State{SystemID: ident.SystemID, Timeline: ident.Timeline, Database: ident.DBName, Publication: si.fp.publication, Table: si.fp.table}
 	if len(reasons) > 0 {
 		pending := now
 		pending.PendingReset = strings.Join(reasons, ",")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,37 +96,47 @@ func (c *Capture) beat(ctx context.Context, conn *pgx.Conn, mode string) error {
 	return nil
 }
 
-// errPublicationChanged ends a session whose publication changed under it
-// (after the reset marker is in Kafka): the next one checks the
+// errPublicationChanged ends a session whose publication or table changed
+// under it (after the reset marker is in Kafka): the next one checks the
 // publication again before it streams.
-var errPublicationChanged = errors.New("capture: the publication changed while streaming")
+var errPublicationChanged = errors.New("capture: the publication or the table's definition changed while streaming")
 
-// publicationWatch is what a session's heartbeats check the publication
-// against before every beat: its fingerprint as the session's preflight
-// found it valid (publicationSQL).
+// publicationWatch is what a session's heartbeats check the source against
+// before every beat: the fingerprints (publicationSQL, tableSQL) as the
+// session's preflight found them valid.
 type publicationWatch struct {
-	fp         string
+	fp         fingerprints
 	partitions int
 	stop       context.CancelCauseFunc // ends the session
 }
 
-// watchPublication reads the publication's fingerprint before a beat. Changed
-// (the table dropped from it, or dropped and added again, its columns or
-// options changed), the changes made since may never have been streamed
-// while heartbeats vouched for the values they replaced: a reset marker
-// goes to every partition at once, timed after the change, and the error
-// ends the session, whose successor checks the publication before it
+// watchPublication reads the fingerprints before a beat. The publication
+// changed (the table dropped from it, or dropped and added again, its
+// columns or options changed), the changes made since may never have been
+// streamed; the table's definition changed (a rewrite, a column, an enum
+// label, a partition), values changed with no change streamed at all.
+// Either way heartbeats would vouch for the values replaced: a reset
+// marker goes to every partition at once, timed after the change, and the
+// error ends the session, whose successor checks the publication before it
 // streams (and stops if it no longer publishes every change). The reset is
 // recorded as pending first, so a crash before it is in Kafka sends it at
 // the next start.
 func (c *Capture) watchPublication(ctx context.Context, conn *pgx.Conn, pub *publicationWatch) error {
-	fp, err := publicationFingerprint(ctx, conn, c.cfg.Publication, c.cfg.Table)
+	fp, err := readFingerprints(ctx, conn, c.cfg.Publication, c.cfg.Table)
 	if err != nil || fp == pub.fp {
 		return err
 	}
-	c.log.Error("the publication changed while streaming: changes made since may not have been streamed; sending a reset marker", "publication", c.cfg.Publication, "table", c.cfg.Table)
+	var reasons []string
+	if fp.publication != pub.fp.publication {
+		reasons = append(reasons, ReasonPublicationChanged)
+		c.log.Error("the publication changed while streaming: changes made since may not have been streamed; sending a reset marker", "publication", c.cfg.Publication, "table", c.cfg.Table)
+	}
+	if fp.table != pub.fp.table {
+		reasons = append(reasons, ReasonTableChanged)
+		c.log.Error("the table's definition changed while streaming (a rewrite, a column, an enum label, a partition): its values may have changed with no change streamed; sending a reset marker", "table", c.cfg.Table)
+	}
 	pending := c.saved
-	pending.PendingReset = ReasonPublicationChanged
+	pending.PendingReset = strings.Join(reasons, ",")
 	if err := c.relay.SaveState(ctx, c.cfg.Slot, pending); err != nil {
 		return err
 	}
@@ -136,11 +147,11 @@ func (c *Capture) watchPublication(ctx context.Context, conn *pgx.Conn, pub *pub
 	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err != nil {
 		return fmt.Errorf("capture: read the server clock for the reset marker: %w", err)
 	}
-	if err := c.reset(ctx, at, pub.partitions, []string{ReasonPublicationChanged}); err != nil {
+	if err := c.reset(ctx, at, pub.partitions, reasons); err != nil {
 		return err
 	}
 	now := c.saved
-	now.Publication = fp
+	now.Publication, now.Table = fp.publication, fp.table
 	if err := c.relay.SaveState(ctx, c.cfg.Slot, now); err != nil {
 		return err
 	}

@@ -37,9 +37,9 @@ type slotInfo struct {
 	confirmed schema.LSN
 	active    bool
 	failover  bool // Postgres 17+: synchronised to standbys, kept across a promotion
-	// publication is the publication's fingerprint (publicationSQL) as the
-	// preflight found it valid.
-	publication string
+	// fp is what the publication streams of the table and the table's
+	// definition, as the preflight found them valid.
+	fp fingerprints
 }
 
 // preflight checks, in order, everything that would make streaming fail or
@@ -103,7 +103,7 @@ func (c *Capture) preflight(ctx context.Context, conn *pgx.Conn) (slotInfo, erro
 	if filter != nil {
 		return si, preflightError("publication %q publishes only the rows of %s where %s: every row's changes must invalidate; run ALTER PUBLICATION %s SET TABLE %s (%s)", cfg.Publication, cfg.Table, *filter, cfg.Publication, cfg.Table, colList)
 	}
-	if si.publication, err = publicationFingerprint(ctx, conn, cfg.Publication, cfg.Table); err != nil {
+	if si.fp, err = readFingerprints(ctx, conn, cfg.Publication, cfg.Table); err != nil {
 		return si, err
 	}
 
@@ -234,12 +234,46 @@ SELECT coalesce((SELECT ROW(p.oid, p.pubinsert, p.pubupdate, p.pubdelete, p.pubt
 		(SELECT array_agg(i.indexrelid ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = rel.oid AND i.indisreplident))::text
 	FROM pg_publication p LEFT JOIN rel ON true WHERE p.pubname = $1), '')`
 
-// publicationFingerprint reads publicationSQL.
-func publicationFingerprint(ctx context.Context, conn *pgx.Conn, publication, table string) (string, error) {
-	var fp string
+// tableSQL fingerprints the table's definition ($1.$2), what makes its
+// values besides its rows: pgoutput streams no change for a rewrite
+// (ALTER COLUMN ... TYPE ... USING changes every row's value in place), a
+// column added with a default, an enum label renamed, or a partition
+// attached or detached with its rows, while heartbeats go on. Each
+// relation of the table's partition tree with its file (a rewrite gives a
+// new one; so do TRUNCATE, VACUUM FULL and CLUSTER, which then reset the
+// cache too: when unsure, drop), its columns with their types, and the
+// labels of the enum types among them. Empty when the table does not
+// exist.
+const tableSQL = `WITH tree AS (
+    SELECT c.oid AS relid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2
+    UNION
+    SELECT t.relid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_partition_tree(c.oid) t WHERE n.nspname = $1 AND c.relname = $2
+), cols AS (
+    SELECT a.* FROM tree JOIN pg_attribute a ON a.attrelid = tree.relid WHERE a.attnum > 0
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM tree) THEN ROW(
+    (SELECT array_agg(ROW(c.oid, c.relfilenode, c.relkind, c.relpersistence)::text ORDER BY c.oid) FROM tree JOIN pg_class c ON c.oid = tree.relid),
+    (SELECT array_agg(ROW(a.attrelid, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation, a.attisdropped, a.attgenerated)::text
+        ORDER BY a.attrelid, a.attnum) FROM cols a),
+    (SELECT array_agg(ROW(e.enumtypid, e.enumsortorder, e.enumlabel)::text ORDER BY e.enumtypid, e.enumsortorder)
+        FROM pg_enum e WHERE e.enumtypid IN (SELECT atttypid FROM cols WHERE NOT attisdropped)))::text ELSE '' END`
+
+// fingerprints are what capture checks the source against before every
+// heartbeat and records in the state topic.
+type fingerprints struct {
+	publication string // publicationSQL
+	table       string // tableSQL
+}
+
+// readFingerprints reads publicationSQL and tableSQL, in one round trip.
+func readFingerprints(ctx context.Context, conn *pgx.Conn, publication, table string) (fingerprints, error) {
+	var fp fingerprints
 	nsp, tbl, _ := splitTable(table)
-	if err := conn.QueryRow(ctx, publicationSQL, publication, nsp, tbl).Scan(&fp); err != nil {
-		return "", fmt.Errorf("capture: read publication %q: %w", publication, err)
+	b := &pgx.Batch{}
+	b.Queue(publicationSQL, publication, nsp, tbl).QueryRow(func(r pgx.Row) error { return r.Scan(&fp.publication) })
+	b.Queue(tableSQL, nsp, tbl).QueryRow(func(r pgx.Row) error { return r.Scan(&fp.table) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fp, fmt.Errorf("capture: read publication %q and the definition of %s: %w", publication, table, err)
 	}
 	return fp, nil
 }

@@ -29,6 +29,10 @@ type State struct {
 	// the table, as the run that saved the state streamed it (capture);
 	// another one at start means changes may not have been streamed.
 	Publication string `json:"publication,omitempty"`
+	// Table is the fingerprint of the table's definition (its rewrites,
+	// columns, their enum labels, its partitions) as that run found it;
+	// another one at start means values may have changed unstreamed.
+	Table string `json:"table,omitempty"`
 }
 
 // StateTopic is the name of the capture state topic for a data topic.

@@ -101,7 +101,7 @@ func targetsOf(kind string) []string {
 		return []string{"apply", "capture", "catalog", "postgres"}
 	case FaultUnbumpedWrite, FaultBadVersionRow:
 		return []string{"catalog"}
-	case FaultPublicationGap:
+	case FaultPublicationGap, FaultTableRewrite:
 		return []string{"catalog", "postgres"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
@@ -261,6 +261,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.serveSecondRedis(ctx, f.Hold)
 	case FaultPublicationGap:
 		rec.Target, err = in.publicationGap(ctx, f.Hold)
+	case FaultTableRewrite:
+		rec.Target, err = in.tableRewrite(ctx, f.Hold)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -117,7 +117,7 @@ func (in *injector) rogueApplier(ctx context.Context, hold time.Duration) (strin
 		return "", err
 	}
 	sleep(ctx, 2*time.Second) // the inserts' invalidations arrive; then the items are cached
-	in.cacheAll(cctx, items, cacheAllWithin)
+	in.cacheAll(cctx, items)
 
 	// The rogue: the deployment's applier as it runs now (its topic and
 	// group, after a cold start too), on another namespace and its own

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -22,10 +21,6 @@ import (
 // replaced: KindStale.
 const FaultPublicationGap = "publication-gap"
 
-// publicationReadPast caps how long past its hold the fault keeps reading
-// for a hit past the bound.
-const publicationReadPast = 60 * time.Second
-
 func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (string, error) {
 	s := in.sys
 	t := s.cfg.Table
@@ -36,7 +31,7 @@ func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (str
 		return "", err
 	}
 	sleep(ctx, 2*time.Second) // the inserts' invalidations arrive; then the items are cached
-	cached := in.cacheAll(cctx, items, cacheAllWithin)
+	cached := in.cacheAll(cctx, items)
 
 	conn, err := in.pgConn(cctx)
 	if err != nil {
@@ -67,26 +62,14 @@ func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (str
 		return "", fmt.Errorf("change the fault's items: %w", uerr)
 	}
 
-	// Read past the bound after the change, until each was answered from
-	// the cache past it (or the cap): a value the watermark does not vouch
-	// for is refreshed, not served, and only a hit past the bound judges
-	// the reset. Every read is recorded and judged.
+	// Every read is recorded and judged; only a hit past the bound after
+	// the change judges the reset.
 	start := time.Now()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), hold+publicationReadPast)
-	defer rcancel()
-	bound := in.load.rec.checker.Bound
-	judged := make([]bool, len(items))
-	left := len(items)
-	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil && rctx.Err() == nil {
-		for i, k := range items {
-			a, ok := in.load.getOn(rctx, i%len(s.serves), k.tenant, k.item, 0, false)
-			if ok && !judged[i] && a.Status == http.StatusOK && hit(a.CacheStatus) && a.Sent.After(changed.Add(bound)) {
-				judged[i] = true
-				left--
-			}
-		}
-		sleep(ctx, 500*time.Millisecond)
+	at := make([]time.Time, len(items))
+	for i := range at {
+		at[i] = changed
 	}
+	left := in.readPastBound(ctx, items, at, hold)
 	what := fmt.Sprintf("%s dropped from publication %s and added back, %d items changed in between (%d of %d answered from the cache before), read for %s",
 		t.Name, promise.Publication, tag.RowsAffected(), cached, len(items), time.Since(start).Round(time.Second))
 	if left > 0 {

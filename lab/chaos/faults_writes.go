@@ -99,7 +99,7 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 	}
 	// The inserts' invalidations arrive; then the items are cached.
 	sleep(ctx, 2*time.Second)
-	cached := in.cacheAll(cctx, items, cacheAllWithin)
+	cached := in.cacheAll(cctx, items)
 	var done []Unbumped
 	var kinds []string
 	for i, k := range items {
@@ -145,45 +145,58 @@ func (in *injector) unbumpedWrite(ctx context.Context, hold time.Duration) (stri
 		done = append(done, u)
 		kinds = append(kinds, map[bool]string{true: "replica-role", false: "later-trigger"}[replica])
 	}
-	// Read them past the bound, on every serve process, for hold and then
-	// until each was answered from the cache past its bound, the run ends
-	// or the reads reach hold + unbumpedReadPast: on a busy box the
-	// pipeline may lag, and a value the watermark does not vouch for is
-	// refreshed, not served; an old value is only judged once a hit past
-	// the bound was asked for. The cap keeps an item that never turns into
-	// a hit from holding the fault to the run's end; every read made is
-	// recorded, and judged, all the same.
-	start := time.Now()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), hold+unbumpedReadPast)
-	defer rcancel()
-	bound := in.load.rec.checker.Bound
-	judged := make([]bool, len(done))
-	left := len(done)
-	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil && rctx.Err() == nil {
-		for i, u := range done {
-			a, ok := in.load.getOn(rctx, i%len(s.serves), u.Tenant, u.Item, 0, false)
-			if ok && !judged[i] && a.Status == http.StatusOK && hit(a.CacheStatus) && a.Sent.After(u.VisibleBy.Add(bound)) {
-				judged[i] = true
-				left--
-			}
-		}
-		sleep(ctx, 500*time.Millisecond)
+	read := make([]itemKey, 0, len(done))
+	changed := make([]time.Time, 0, len(done))
+	for _, u := range done {
+		read = append(read, itemKey{u.Tenant, u.Item})
+		changed = append(changed, u.VisibleBy)
 	}
+	start := time.Now()
+	left := in.readPastBound(ctx, read, changed, hold)
 	what := fmt.Sprintf("%d payloads rewritten without a new version on %s (%s; %d of %d items answered from the cache before), read for %s",
 		len(done), t.Name, summarise(kinds), cached, len(items), time.Since(start).Round(time.Second))
 	switch {
 	case left > 0 && ctx.Err() == nil:
 		what += fmt.Sprintf("; %d of them %s when the reads stopped at their cap (hold %s + %s)",
-			left, neverJudged, hold.Round(time.Second), unbumpedReadPast)
+			left, neverJudged, hold.Round(time.Second), readPast)
 	case left > 0:
 		what += fmt.Sprintf("; %d of them %s before the run ended", left, neverJudged)
 	}
 	return what, nil
 }
 
-// unbumpedReadPast is how long the unbumped-write fault keeps reading its
+// readPast is how long a fault that changes values keeps reading its
 // items past its hold for a hit past the bound.
-const unbumpedReadPast = 60 * time.Second
+const readPast = 60 * time.Second
+
+// readPastBound reads items, each changed at changed[i], on every serve
+// process, for hold and then until each was answered from the cache past
+// the bound after its change, the run ends or the reads reach hold +
+// readPast: on a busy box the pipeline may lag, and a value the watermark
+// does not vouch for is refreshed, not served; an old value is only judged
+// once a hit past the bound was asked for. The cap keeps an item that
+// never turns into a hit from holding the fault to the run's end; every
+// read made is recorded, and judged, all the same. It returns how many
+// items were never answered from the cache past the bound.
+func (in *injector) readPastBound(ctx context.Context, items []itemKey, changed []time.Time, hold time.Duration) int {
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), hold+readPast)
+	defer rcancel()
+	bound := in.load.rec.checker.Bound
+	judged := make([]bool, len(items))
+	left := len(items)
+	for (time.Since(start) < hold || left > 0) && ctx.Err() == nil && rctx.Err() == nil {
+		for i, k := range items {
+			a, ok := in.load.getOn(rctx, i%len(in.sys.serves), k.tenant, k.item, 0, false)
+			if ok && !judged[i] && a.Status == http.StatusOK && hit(a.CacheStatus) && a.Sent.After(changed[i].Add(bound)) {
+				judged[i] = true
+				left--
+			}
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	return left
+}
 
 // neverJudged is what the unbumped-write fault says of items it could not
 // read from the cache past the bound (the run judged nothing of them).
@@ -193,13 +206,13 @@ const neverJudged = "never answered from the cache past the bound"
 const cacheAllWithin = 45 * time.Second
 
 // cacheAll reads each item until a serve process answers it from the cache
-// (or within ends) and returns how many were: on a busy box a first read
+// (or cacheAllWithin passes) and returns how many were: on a busy box a first read
 // may be refused (503) while the source is slow, and a fault whose items
 // were never cached proves nothing.
-func (in *injector) cacheAll(ctx context.Context, items []itemKey, within time.Duration) int {
+func (in *injector) cacheAll(ctx context.Context, items []itemKey) int {
 	cached := make([]bool, len(items))
 	n := 0
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(cacheAllWithin)
 	for n < len(items) && time.Now().Before(deadline) && ctx.Err() == nil {
 		for i, k := range items {
 			if cached[i] {

@@ -68,6 +68,7 @@ var holdRange = map[string][2]time.Duration{
 	FaultServeSecondRedis: {8 * time.Second, 12 * time.Second},
 	// How long the changed items are read after the change: past the bound.
 	FaultPublicationGap: {32 * time.Second, 35 * time.Second},
+	FaultTableRewrite:   {32 * time.Second, 35 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
