@@ -238,12 +238,13 @@ SELECT coalesce((SELECT ROW(p.oid, p.pubinsert, p.pubupdate, p.pubdelete, p.pubt
 // values besides its rows: pgoutput streams no change for a rewrite
 // (ALTER COLUMN ... TYPE ... USING changes every row's value in place), a
 // column added with a default, an enum label renamed, or a partition
-// attached or detached with its rows, while heartbeats go on. Each
+// attached or detached with its rows, or a row-level security policy
+// that changes what serve's role reads, while heartbeats go on. Each
 // relation of the table's partition tree with its file (a rewrite gives a
 // new one; so do TRUNCATE, VACUUM FULL and CLUSTER, which then reset the
-// cache too: when unsure, drop), its columns with their types, and the
-// labels of the enum types among them. Empty when the table does not
-// exist.
+// cache too: when unsure, drop) and its row security, its policies, its
+// columns with their types, and the labels of the enum types among them.
+// Empty when the table does not exist.
 const tableSQL = `WITH tree AS (
     SELECT c.oid AS relid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2
     UNION
@@ -252,7 +253,10 @@ const tableSQL = `WITH tree AS (
     SELECT a.* FROM tree JOIN pg_attribute a ON a.attrelid = tree.relid WHERE a.attnum > 0
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM tree) THEN ROW(
-    (SELECT array_agg(ROW(c.oid, c.relfilenode, c.relkind, c.relpersistence)::text ORDER BY c.oid) FROM tree JOIN pg_class c ON c.oid = tree.relid),
+    (SELECT array_agg(ROW(c.oid, c.relfilenode, c.relkind, c.relpersistence, c.relrowsecurity, c.relforcerowsecurity)::text ORDER BY c.oid)
+        FROM tree JOIN pg_class c ON c.oid = tree.relid),
+    (SELECT array_agg(ROW(p.oid, p.polname, p.polcmd, p.polpermissive, p.polroles, pg_get_expr(p.polqual, p.polrelid))::text ORDER BY p.oid)
+        FROM tree JOIN pg_policy p ON p.polrelid = tree.relid),
     (SELECT array_agg(ROW(a.attrelid, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attcollation, a.attisdropped, a.attgenerated)::text
         ORDER BY a.attrelid, a.attnum) FROM cols a),
     (SELECT array_agg(ROW(e.enumtypid, e.enumsortorder, e.enumlabel)::text ORDER BY e.enumtypid, e.enumsortorder)

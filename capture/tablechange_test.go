@@ -15,8 +15,9 @@ import (
 // stream nothing: a rewrite (ALTER COLUMN ... TYPE ... USING) changes
 // every row's value in place while heartbeats go on. Capture sends a
 // table_changed reset timed after it and streams on; the same while
-// capture is stopped is found at its next start; and a renamed label of a
-// column's enum type, which changes values without a rewrite, is one too.
+// capture is stopped is found at its next start; and a column added, a
+// renamed label of a column's enum type and row-level security turned on,
+// which change what is read without a rewrite, are one too.
 // A definition left alone sends none.
 func TestTableChangeResets(t *testing.T) {
 	t.Parallel()
@@ -94,5 +95,13 @@ func TestTableChangeResets(t *testing.T) {
 	before = now()
 	exec(t, conn, "ALTER TYPE catalog.tablechange_colour RENAME VALUE 'red' TO 'crimson'")
 	waitResets("a table_changed reset once a label of a column's enum was renamed", 4, before)
+
+	// Row-level security: what serve's role reads changes, no row does.
+	before = now()
+	exec(t, conn, "CREATE POLICY tablechange_visible ON catalog.items USING (tenant_id <> 'hidden')")
+	exec(t, conn, "ALTER TABLE catalog.items ENABLE ROW LEVEL SECURITY")
+	waitResets("a table_changed reset once row-level security was enabled", 5, before)
+	exec(t, conn, "ALTER TABLE catalog.items DISABLE ROW LEVEL SECURITY")
+	exec(t, conn, "DROP POLICY tablechange_visible ON catalog.items")
 	_ = r.wait(t)
 }
