@@ -10,7 +10,7 @@ import (
 )
 
 // writesRun is a short run of one of the kinds that write around the
-// version (faults_writes.go), on catalog.items or an adopted table: 70 s
+// version (faults_writes.go, faults_tablerewrite.go), on catalog.items or an adopted table: 70 s
 // under a light load (lightLoad), the fault once (at the end of the
 // warm-up), its items read past the bound until each was answered from the
 // cache there.
@@ -66,6 +66,15 @@ func TestChaosCatchesTrustedVersion(t *testing.T) {
 func TestChaosUnbumpedWriteAdopted(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	passed(t, writesRun(t, testenv.Binary(t), FaultUnbumpedWrite, true), 300)
+}
+
+// TestChaosTableRewrite: a DBA's rewrite of the table in place
+// (ALTER COLUMN ... TYPE ... USING) changes payloads with no row change
+// streamed; capture's table_changed reset brings every reader the new
+// ones within the bound. On Postgres 15 (the other writes runs are on 18).
+func TestChaosTableRewrite(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
+	passed(t, writesRun(t, testenv.Binary(t), FaultTableRewrite, false), 300)
 }
 
 // TestChaosBadVersionRow: a NULL version and an empty tenant do not stop
