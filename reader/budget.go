@@ -95,6 +95,7 @@ type budget struct {
 	sourceSettings []string
 	sourceShares   int
 	sharesGauge    prometheus.Gauge // sourceShares (nil in unit tests)
+	unreadable     map[string]bool  // settings that did not parse, warned of once each
 	// source holds admissions while this process's view of the source's
 	// readers is not sound (nil: not registered on the source, a reader of
 	// one's own).
@@ -257,6 +258,16 @@ func (b *budget) settle() {
 	for _, v := range append(slices.Clone(b.poolSettings), b.sourceSettings...) {
 		o, ok := parseBudgetSettings(v)
 		if !ok {
+			// Not one of ours: its reader's share is still counted (the
+			// shares), but its rates cannot be; said once, not at each beat.
+			if !b.unreadable[v] {
+				if b.unreadable == nil {
+					b.unreadable = map[string]bool{}
+				}
+				b.unreadable[v] = true
+				b.log.Warn("a live serve process of this pool or source registered budget settings this process cannot read (another release?); admitting at the lowest of the others, its share still counted",
+					"settings", v, "want", "foreground background read_your_writes burst_us")
+			}
 			continue
 		}
 		differ = differ || o != b.own

@@ -1,7 +1,9 @@
 package reader
 
 import (
+	"bytes"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,4 +48,27 @@ func TestLocalFallbackBuckets(t *testing.T) {
 		t.Errorf("background got %d reads against foreground's %d while both were busy: it should back off first", byClass[ClassBackground], byClass[ClassForeground])
 	}
 	t.Logf("fallback over 10 s: %d reads (%v)", total, byClass)
+}
+
+// A live reader's settings this release cannot read (another release's
+// format, a hand-written row) are said once, not skipped silently, and not
+// taken as rates; its share of the source is still counted.
+func TestUnreadableSourceSettingsAreSaidOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ForegroundRate, cfg.BackgroundRate, cfg.ReadYourWritesRate, cfg.BudgetBurst = 100, 50, 100, 100*time.Millisecond
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	b := newBudget(cfg, nil, newPresence("t", "t", "", nil, log), nil, nil, log)
+	for range 3 {
+		b.agreeSource([]string{"fast please", b.own.String()}, 2)
+	}
+	if n := strings.Count(buf.String(), "cannot read"); n != 1 {
+		t.Fatalf("%d warnings of the unreadable settings, want 1:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), `settings="fast please"`) {
+		t.Fatalf("the warning does not name the settings:\n%s", buf.String())
+	}
+	if got := b.rates.Load().settings.Foreground; got != 50 {
+		t.Fatalf("admitting foreground at %v/s, want 50 (this process's 100 shared by 2)", got)
+	}
 }
