@@ -154,6 +154,14 @@ func (a *adopter) run(ctx context.Context) error {
 	if err := a.checkColumns(types); err != nil {
 		return err
 	}
+	// A display expression that reads more than the row would be served
+	// stale whatever capture does: refused before anything is changed.
+	if err := t.CheckDisplay(ctx, a.conn); err != nil {
+		if errors.Is(err, catalog.ErrDisplayReadsElsewhere) {
+			return fmt.Errorf("%w: %w", ErrNotAdoptable, err)
+		}
+		return fmt.Errorf("adopt: %w", err)
+	}
 	if err := a.key(ctx, oid, ident); err != nil {
 		return err
 	}

@@ -200,3 +200,23 @@ func rev(t *testing.T, conn *pgx.Conn, sku string) int64 {
 	}
 	return v
 }
+
+// A display expression that reads another table is refused before
+// anything is changed: its changes would never invalidate.
+func TestAdoptRefusesDisplayReadingAnotherTable(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	pg.Exec(t, db, shopSchema)
+	pg.Exec(t, db, `CREATE TABLE shop.stock (sku text PRIMARY KEY, units int)`)
+	cfg := adopt.DefaultConfig()
+	cfg.PG, cfg.Table = pg.DSN(db), shopTable()
+	cfg.Table.PayloadSQL = "jsonb_build_object('title', title, 'units', (SELECT s.units FROM shop.stock s WHERE s.sku = products.sku))"
+	_, err := adopt.Run(testenv.Context(t, time.Minute), cfg, testenv.Logger(t))
+	if !errors.Is(err, adopt.ErrNotAdoptable) || !errors.Is(err, catalog.ErrDisplayReadsElsewhere) || !strings.Contains(err.Error(), "shop.stock") {
+		t.Fatalf("adopt = %v, want ErrNotAdoptable: the display reads shop.stock", err)
+	}
+	var published bool
+	if err := pg.Connect(t, db).QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE tablename = 'products')`).Scan(&published); err != nil || published {
+		t.Fatalf("the table was published (%v, %v): adopt changed something before refusing", published, err)
+	}
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/internal/telemetry"
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/migrations"
@@ -57,4 +60,30 @@ func TestNotReadyUntilMigrated(t *testing.T) {
 		return nil
 	})
 	t.Logf("after migrate: /readyz 200")
+}
+
+// A display expression that reads another table would be served stale
+// whatever capture does (only the catalog table's changes are captured):
+// serve stays out of its Service saying what the expression reads; one
+// that reads only the item's row is ready.
+func TestNotReadyWhileDisplayReadsAnotherTable(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := e.pool.Exec(ctx, `CREATE SCHEMA shop; CREATE TABLE shop.prices (item_id text, price numeric)`); err != nil {
+		t.Fatal(err)
+	}
+	bad := e.instance(instOpts{cfg: func(c *Config) {
+		c.Table.PayloadSQL = "jsonb_build_object('d', display, 'price', (SELECT p.price FROM shop.prices p WHERE p.item_id = items.item_id))"
+	}})
+	if err := bad.srv.Ready(ctx); !errors.Is(err, catalog.ErrDisplayReadsElsewhere) || !strings.Contains(err.Error(), "shop.prices") {
+		t.Fatalf("Ready = %v, want ErrDisplayReadsElsewhere naming shop.prices", err)
+	}
+	// Another mapping: another namespace (one namespace is one mapping's).
+	good := e.instance(instOpts{
+		cfg:  func(c *Config) { c.Table.PayloadSQL = "jsonb_build_object('d', display, 'v', version)" },
+		ccfg: func(c *cache.Config) { c.Namespace = "good" },
+	})
+	testenv.Eventually(t, 30*time.Second, "the process whose display reads only the row ready", func() error {
+		return good.srv.Ready(ctx)
+	})
 }

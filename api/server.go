@@ -265,11 +265,17 @@ func (s *Server) close() {
 // Before that, the database must hold the schema this binary needs: against
 // an unmigrated (or older) one every read would fail, so the process stays
 // out of its Service with the reason (migrations.Check) until migrate has
-// run. Once seen current it is not read again: a schema is not migrated
-// down under a running release.
+// run; and a display expression must read only the item's row
+// (catalog.Table.CheckDisplay). Once seen sound it is not read again: a
+// schema is not migrated down under a running release.
 func (s *Server) Ready(ctx context.Context) error {
 	if !s.schemaOK.Load() {
 		if err := migrations.Check(ctx, s.pool); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+		// A display expression that reads another table would be served
+		// stale whatever capture does: out of the Service, with the reason.
+		if err := s.cfg.Table.CheckDisplay(ctx, s.pool); err != nil {
 			return fmt.Errorf("api: %w", err)
 		}
 		s.schemaOK.Store(true)
