@@ -34,6 +34,11 @@ const (
 	// retyped, an enum label of a column's type renamed, a partition
 	// attached or detached): values changed with no row change streamed.
 	ReasonTableChanged = "table_changed"
+	// ReasonStateMissing: the topic holds history but the state topic no
+	// record of this slot (deleted, or expired under a retention an
+	// operator gave it): what changed while capture was stopped (the
+	// server, the publication, the table's definition) cannot be compared.
+	ReasonStateMissing = "state_missing"
 	// ReasonColdStart: no earlier run is known (no state, no record on the
 	// topic). Changes committed before the slot existed were never read,
 	// while the cache tier may hold values filled from the source before
@@ -76,6 +81,11 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 		// made it beforehand: the reset time is read after the slot exists,
 		// so it is never before the slot's start.
 		add(ReasonColdStart)
+	}
+	if !found && history && si.exists {
+		// The slot carried on (no slot_missing), but nothing says what it
+		// was carrying from: when unsure, drop.
+		add(ReasonStateMissing)
 	}
 	if found && !history {
 		// The state topic records an earlier run but the topic holds no

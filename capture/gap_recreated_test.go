@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark/tidemark/capture"
 	"github.com/tidemark/tidemark/lab/testenv"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // The topic recreated (its history gone) while the state topic records an
@@ -57,5 +58,77 @@ func TestGapWhenTopicRecreated(t *testing.T) {
 	}
 	if err := r.wait(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The state topic's record of the slot gone while the topic has history
+// and the slot carried on: what changed while capture was stopped (here
+// the table rewritten in place) cannot be compared, so the start resets
+// (state_missing). Deleted, or expired under a retention an operator gave
+// the state topic (its records deleted up to its end): the same, and
+// without waiting on a read of nothing.
+func TestGapWhenStateMissing(t *testing.T) {
+	t.Parallel()
+	dsn, k, cfg := newRig(t, testenv.SharedPostgres(t))
+	conn := connect(t, dsn)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	state := cfg.Relay.Topic + ".capture"
+
+	r := start(t, cfg)
+	r.waitReady(t)
+	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version, display) VALUES ('t', 'a', 1, '{}')")
+	waitItem(t, k, cfg.Relay.Topic, "t", "a", 1)
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	for i, lose := range []struct {
+		how string
+		do  func(ctx context.Context) error
+	}{
+		{"deleted", func(ctx context.Context) error {
+			_, err := adm.DeleteTopics(ctx, state)
+			return err
+		}},
+		{"expired", func(ctx context.Context) error {
+			ends, err := adm.ListEndOffsets(ctx, state)
+			if err != nil {
+				return err
+			}
+			resp, err := adm.DeleteRecords(ctx, kadm.Offsets(ends.Offsets()))
+			if err != nil {
+				return err
+			}
+			return resp.Error()
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := lose.do(ctx); err != nil {
+			cancel()
+			t.Fatalf("%s: %v", lose.how, err)
+		}
+		cancel()
+		exec(t, conn, `ALTER TABLE catalog.items ALTER COLUMN display TYPE jsonb USING coalesce(display, '{}') || '{"rewritten": true}'`)
+		before := time.Now()
+		r = start(t, cfg)
+		r.waitReady(t)
+		item := "after-" + lose.how
+		exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', $1, 1)", item)
+		rs := resetsWith(waitItem(t, k, cfg.Relay.Topic, "t", item, 1), func(r *schema.Reset) bool {
+			return strings.Contains(r.Reason, capture.ReasonStateMissing)
+		})
+		for p := range int32(testPartitions) {
+			if len(rs[p]) != i+1 || rs[p][i].ResetTime.Before(before.Add(-time.Second)) {
+				t.Fatalf("state %s: partition %d: resets %+v, want %d for %s, the last after %s", lose.how, p, rs[p], i+1, capture.ReasonStateMissing, before)
+			}
+		}
+		if err := r.wait(t); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

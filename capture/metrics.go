@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, a := range []string{actionPurge, actionReset} {
 		m.undecodable.WithLabelValues(a)
 	}
-	for _, r := range []string{ReasonSlotMissing, ReasonSlotLost, ReasonSystemIDChanged, ReasonTimelineChanged, ReasonUndecodableRow, ReasonPublicationChanged, ReasonTableChanged} {
+	for _, r := range []string{ReasonSlotMissing, ReasonSlotLost, ReasonSystemIDChanged, ReasonTimelineChanged, ReasonUndecodableRow, ReasonPublicationChanged, ReasonTableChanged, ReasonStateMissing} {
 		m.resets.WithLabelValues(r)
 	}
 	return m, nil

@@ -55,6 +55,15 @@ func (p *Producer) LoadState(ctx context.Context, key string) (st State, found b
 	if end.Err != nil {
 		return st, false, fmt.Errorf("relay: read %s: %w", topic, end.Err)
 	}
+	// Records deleted or expired (a retention an operator gave the topic)
+	// leave nothing to read up to the end: no state, not a wait for one.
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
+	}
+	if first, ok := starts.Lookup(topic, 0); ok && first.Err == nil && first.Offset >= end.Offset {
+		return st, false, nil
+	}
 	opts, err := kafkaconn.Opts(p.cfg.Brokers, p.cfg.Kafka, p.log)
 	if err != nil {
 		return st, false, fmt.Errorf("relay: read %s: %w", topic, err)
@@ -68,7 +77,7 @@ func (p *Producer) LoadState(ctx context.Context, key string) (st State, found b
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return st, false, err
+			return st, false, fmt.Errorf("relay: read %s up to offset %d: %w", topic, end.Offset, err)
 		}
 		for _, fe := range fs.Errors() {
 			return st, false, fmt.Errorf("relay: read %s: %w", topic, fe.Err)
