@@ -103,6 +103,8 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"}
 	case FaultPublicationGap, FaultTableRewrite:
 		return []string{"catalog", "postgres"}
+	case FaultCaptureStateLost:
+		return []string{"capture", "catalog", "postgres"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
 	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis:
@@ -262,7 +264,9 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 	case FaultPublicationGap:
 		rec.Target, err = in.publicationGap(ctx, f.Hold)
 	case FaultTableRewrite:
-		rec.Target, err = in.tableRewrite(ctx, f.Hold)
+		rec.Target, err = in.tableRewrite(ctx, f.Hold, false)
+	case FaultCaptureStateLost:
+		rec.Target, err = in.tableRewrite(ctx, f.Hold, true)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -69,6 +69,8 @@ var holdRange = map[string][2]time.Duration{
 	// How long the changed items are read after the change: past the bound.
 	FaultPublicationGap: {32 * time.Second, 35 * time.Second},
 	FaultTableRewrite:   {32 * time.Second, 35 * time.Second},
+	// The same, the captures down while the state topic is deleted.
+	FaultCaptureStateLost: {32 * time.Second, 35 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and

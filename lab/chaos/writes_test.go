@@ -77,6 +77,14 @@ func TestChaosTableRewrite(t *testing.T) {
 	passed(t, writesRun(t, testenv.Binary(t), FaultTableRewrite, false), 300)
 }
 
+// TestChaosCaptureStateLost: the same rewrite while the captures are down
+// and their state topic deleted: the captures come back with no record of
+// what they checked before, and reset (state_missing).
+func TestChaosCaptureStateLost(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
+	passed(t, writesRun(t, testenv.Binary(t), FaultCaptureStateLost, false), 300)
+}
+
 // TestChaosBadVersionRow: a NULL version and an empty tenant do not stop
 // capture: the watermark passes the canary written after them within the
 // bound.
