@@ -86,6 +86,18 @@ func (in *injector) insertOwnItems(ctx context.Context, prefix string) ([]itemKe
 	return items, nil
 }
 
+// cachedOwnItems inserts items of a fault's own (insertOwnItems), lets
+// their invalidations arrive and reads them until each was answered from
+// the cache (cacheAll), which it returns with how many were.
+func (in *injector) cachedOwnItems(ctx, cctx context.Context, prefix string) ([]itemKey, int, error) {
+	items, err := in.insertOwnItems(cctx, fmt.Sprintf("%s-%d", prefix, identityRuns.Add(1)))
+	if err != nil {
+		return nil, 0, err
+	}
+	sleep(ctx, 2*time.Second)
+	return items, in.cacheAll(cctx, items), nil
+}
+
 // readOwn reads items once each through the catalog's serve processes
 // (recorded for the checker) and returns the answers.
 func (in *injector) readOwn(ctx context.Context, items []itemKey) []Answer {

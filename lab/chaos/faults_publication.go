@@ -26,12 +26,10 @@ func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (str
 	t := s.cfg.Table
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	items, err := in.insertOwnItems(cctx, fmt.Sprintf("pubgap-%d", identityRuns.Add(1)))
+	items, cached, err := in.cachedOwnItems(ctx, cctx, "pubgap")
 	if err != nil {
 		return "", err
 	}
-	sleep(ctx, 2*time.Second) // the inserts' invalidations arrive; then the items are cached
-	cached := in.cacheAll(cctx, items)
 
 	conn, err := in.pgConn(cctx)
 	if err != nil {

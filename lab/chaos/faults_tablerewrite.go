@@ -40,12 +40,10 @@ func (in *injector) tableRewrite(ctx context.Context, hold time.Duration, stateL
 	t := s.cfg.Table
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	items, err := in.insertOwnItems(cctx, fmt.Sprintf("rewrite-%d", identityRuns.Add(1)))
+	items, cached, err := in.cachedOwnItems(ctx, cctx, "rewrite")
 	if err != nil {
 		return "", err
 	}
-	sleep(ctx, 2*time.Second) // the inserts' invalidations arrive; then the items are cached
-	cached := in.cacheAll(cctx, items)
 
 	conn, err := in.pgConn(cctx)
 	if err != nil {
