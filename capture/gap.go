@@ -98,6 +98,12 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	}
 	if found && st.SystemID != ident.SystemID {
 		add(ReasonSystemIDChanged)
+		// A restore or a new server looks like this; so does a second
+		// deployment whose capture feeds the same topic with the same
+		// slot name, whose markers would then vouch for this one's cache.
+		c.log.Warn("the state topic's record of this slot names another Postgres server: resetting the cache; if a capture of another deployment feeds this topic, give each deployment its own --topic and --slot",
+			"slot", c.cfg.Slot, "state_topic", relay.StateTopic(c.cfg.Relay.Topic), "recorded_system_identifier", st.SystemID, "recorded_database", st.Database,
+			"system_identifier", ident.SystemID, "database", ident.DBName)
 	} else if found && st.Timeline != ident.Timeline && !(si.exists && si.failover) {
 		// A failover slot (Postgres 17+) present on the promoted server was
 		// synchronised from the old primary, which with
