@@ -96,6 +96,16 @@ func TestGapWhenStateMissing(t *testing.T) {
 			return err
 		}},
 		{"expired", func(ctx context.Context) error {
+			// As an operator's retention would: Kafka deletes records of
+			// a topic that deletes, not of one that only compacts.
+			del := "delete"
+			cr, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &del}}, state)
+			if err == nil {
+				_, err = cr.On(state, nil)
+			}
+			if err != nil {
+				return err
+			}
 			ends, err := adm.ListEndOffsets(ctx, state)
 			if err != nil {
 				return err
