@@ -85,7 +85,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		cache: a.cache, met: met, counts: &a.counts, log: a.log, maxBatch: cfg.MaxBatch,
 		bo: backoff{cfg.BackoffMin, cfg.BackoffMax}, dlq: a.produceDLQ, watermarks: true, stall: a.noteStall,
 		identity: a.verifiedIdentity, identityLost: a.kickIdentity, ahead: new(atomic.Bool), raised: new(atomic.Int64),
-		grew: a.refreshTopic,
+		grew: a.refreshTopic, sources: &sourceGuard{},
 	}
 	if deps.Tracer != nil {
 		a.proc.tracer = telemetry.Tracer(deps.Tracer, "applier")

@@ -99,3 +99,44 @@ func TestUndecodableMarkerMovesResetAt(t *testing.T) {
 			got.UTC().Format(time.RFC3339Nano), want.UTC().Format(time.RFC3339Nano))
 	}
 }
+
+// Resolved markers of two sources on one partition (two deployments'
+// captures on one topic) vouch for each other's caches: while both send,
+// neither moves the watermark and each refusal is counted; once one has
+// been silent for sourceWindow (its deployment given its own topic, or a
+// restore to a new server), the other's move it again.
+func TestResolvedOfTwoSourcesHoldTheWatermark(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 1)
+	run := r.start(r.config(), nil)
+	const a, b = "7301/catalog/catalog.items", "7302/catalog/catalog.items"
+	first := time.Now().Add(-30 * time.Second).Truncate(time.Millisecond)
+	r.markers(&schema.Resolved{ResolvedTime: first, LSN: 1, Source: a})
+	testenv.Eventually(t, 20*time.Second, "W at the first source's marker", func() error {
+		if wm := r.watermark(); !wm.Known || !wm.W.Equal(first) {
+			return fmt.Errorf("watermark %+v", wm)
+		}
+		return nil
+	})
+	r.markers(&schema.Resolved{ResolvedTime: first.Add(time.Second), LSN: 2, Source: b})
+	r.markers(&schema.Resolved{ResolvedTime: first.Add(2 * time.Second), LSN: 3, Source: a})
+	testenv.Eventually(t, 20*time.Second, "both sources' markers refused", func() error {
+		if n := testenv.Metric(t, run.reg, "tidemark_applier_source_conflicts_total"); n != 2 {
+			return fmt.Errorf("tidemark_applier_source_conflicts_total = %v, want 2", n)
+		}
+		return nil
+	})
+	if wm := r.watermark(); !wm.W.Equal(first) {
+		t.Fatalf("watermark %s moved past %s while two sources sent markers", wm.W, first)
+	}
+	// The second source silent: the first's markers vouch again once it
+	// has been for sourceWindow.
+	testenv.Eventually(t, sourceWindow+30*time.Second, "W moved by the first source's marker alone", func() error {
+		at := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+		r.markers(&schema.Resolved{ResolvedTime: at, LSN: 4, Source: a}) // one a poll: the source's heartbeat
+		if wm := r.watermark(); !wm.W.After(first.Add(2 * time.Second)) {
+			return fmt.Errorf("watermark %s", wm.W)
+		}
+		return nil
+	})
+}

@@ -35,6 +35,7 @@ type metrics struct {
 	stalls           prometheus.Counter
 	gaps             *prometheus.CounterVec
 	aheadRefused     prometheus.Counter
+	sourceConflicts  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,6 +71,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"reason"),
 		aheadRefused: in.Counter("tidemark_applier_watermarks_refused_total",
 			"Resolved markers whose time the cache tier refused as ahead of its clock by more than the clock bound."),
+		sourceConflicts: in.Counter("tidemark_applier_source_conflicts_total",
+			"Resolved markers refused because another source's reached the same partition within three heartbeats (two deployments' captures on one topic)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

@@ -67,6 +67,9 @@ type processor struct {
 	// grew is told when a marker raised the partition count: the group
 	// reads the topic again now, not at its metadata max age (nil: replay).
 	grew func()
+	// sources holds partitions whose resolved markers come from two
+	// sources (nil: replay, which writes no watermark).
+	sources *sourceGuard
 }
 
 // progressFunc reports that rec and every record before it are applied;
@@ -301,6 +304,12 @@ func (p *processor) applyOther(ctx context.Context, partition int32, ev schema.E
 		if !p.watermarks {
 			return t, nil
 		}
+		if p.sources != nil {
+			if other := p.sources.conflict(partition, e.Source, time.Now()); other != "" {
+				p.refusedSource(partition, e.Source, other)
+				return time.Time{}, nil // no watermark was written
+			}
+		}
 		what = "set watermark"
 		fn = func(ctx context.Context) error {
 			id := ""
@@ -375,6 +384,17 @@ func (p *processor) refusedAhead(partition int32, err error) {
 	if p.ahead == nil || p.ahead.CompareAndSwap(false, true) {
 		p.log.Error("resolved time refused: ahead of the cache tier's clock (a Postgres clock stepped ahead, or a heartbeat message capture did not write); the watermark holds",
 			"partition", partition, "err", err)
+	}
+}
+
+// refusedSource counts a resolved marker refused because another source's
+// reached the partition within sourceWindow, and says so at most once a
+// minute.
+func (p *processor) refusedSource(partition int32, source, other string) {
+	p.met.sourceConflicts.Inc()
+	if p.sources.warnDue(time.Now()) {
+		p.log.Error("resolved markers of two sources on one partition: two deployments' captures feed this topic, each vouching for the other's cache; the watermark holds until one stops (give each deployment its own --topic and --slot)",
+			"partition", partition, "source", source, "other_source", other)
 	}
 }
 

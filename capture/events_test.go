@@ -2,6 +2,7 @@ package capture_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,10 @@ func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 		case *schema.Resolved:
 			if ev.ResolvedTime.After(time.Now().Add(-cfg.HeartbeatMargin)) {
 				t.Fatalf("resolved time %s is not at least the margin before now", ev.ResolvedTime)
+			}
+			// The stream it vouches for: the server, the database, the table.
+			if want := "/" + conn.Config().Database + "/" + cfg.Table; !strings.HasSuffix(ev.Source, want) || len(ev.Source) == len(want) {
+				t.Fatalf("resolved source %q, want <system identifier>%s", ev.Source, want)
 			}
 		}
 	}

@@ -163,6 +163,14 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 	return si, nil
 }
 
+// source names the stream this capture's markers vouch for, from the
+// state its gap check saved: the server (system identifier), the database
+// and the table (schema.Resolved.Source). Two captures of one source (an
+// active/passive pair, a promoted standby) name the same one.
+func (c *Capture) source() string {
+	return c.saved.SystemID + "/" + c.saved.Database + "/" + c.cfg.Table
+}
+
 func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {
 	// Said before, not after: a long transaction anywhere on the server
 	// holds this call until it ends.

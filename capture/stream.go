@@ -51,11 +51,13 @@ type streamer struct {
 	unsure bool
 
 	upserts, deletes, truncates prometheus.Counter
+
+	source string // the resolved markers' Source (Capture.source)
 }
 
 func newStreamer(c *Capture, conn *pgconn.PgConn, partitions int, start schema.LSN) *streamer {
 	return &streamer{
-		c: c, conn: conn, dec: newDecoder(c.cfg), tr: relay.NewTracker(start), partitions: partitions,
+		c: c, conn: conn, dec: newDecoder(c.cfg), tr: relay.NewTracker(start), partitions: partitions, source: c.source(),
 		upserts:   c.m.events.WithLabelValues(string(schema.OpUpsert)),
 		deletes:   c.m.events.WithLabelValues(string(schema.OpDelete)),
 		truncates: c.m.events.WithLabelValues(string(schema.OpTruncate)),
@@ -369,7 +371,7 @@ func (s *streamer) fanout() int {
 // produced before it (the producer keeps per-partition order).
 func (s *streamer) resolved(x *relay.Txn, beat time.Time, lsn schema.LSN) {
 	n := s.fanout()
-	v := schema.Encode(&schema.Resolved{ResolvedTime: beat.Add(-s.c.cfg.HeartbeatMargin), LSN: lsn, Partitions: int32(n)})
+	v := schema.Encode(&schema.Resolved{ResolvedTime: beat.Add(-s.c.cfg.HeartbeatMargin), LSN: lsn, Partitions: int32(n), Source: s.source})
 	for p := range n {
 		s.c.relay.Produce(s.tr, x, schema.MarkerKey(int32(p)), int32(p), v, time.Time{})
 	}

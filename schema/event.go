@@ -78,6 +78,11 @@ type Resolved struct {
 	// watermark, so a partition the topic grew is part of W before any
 	// marker after the growth can vouch for it.
 	Partitions int32
+	// Source names the stream the marker vouches for: the Postgres server
+	// (system identifier), database and table capture reads ("": not
+	// said, from a capture before it was sent). Appliers hold a partition
+	// whose markers come from two sources (two deployments on one topic).
+	Source string
 }
 
 // Reset reports a gap: changes may have been lost before ResetTime, so no
@@ -117,12 +122,16 @@ func (r *Resolved) AppendJSON(dst []byte) []byte {
 	dst = AppendTime(dst, r.ResolvedTime)
 	dst = append(dst, `","lsn":"`...)
 	dst = r.LSN.AppendText(dst)
+	dst = append(dst, '"')
 	if r.Partitions > 0 {
-		dst = append(dst, `","partitions":`...)
+		dst = append(dst, `,"partitions":`...)
 		dst = strconv.AppendInt(dst, int64(r.Partitions), 10)
-		return append(dst, '}')
 	}
-	return append(dst, `"}`...)
+	if r.Source != "" {
+		dst = append(dst, `,"source":`...)
+		dst = appendString(dst, r.Source)
+	}
+	return append(dst, '}')
 }
 
 func (r *Reset) AppendJSON(dst []byte) []byte {
@@ -171,6 +180,7 @@ type wire struct {
 	ResetTime    *string `json:"reset_time"`
 	Reason       *string `json:"reason"`
 	Partitions   *int32  `json:"partitions"`
+	Source       *string `json:"source"`
 }
 
 // Decode parses an event value. Unknown fields are ignored (minor versions may
@@ -255,6 +265,9 @@ func decodeJSON(b []byte) (Event, error) {
 				return nil, fmt.Errorf("%w: resolved partitions %d is not a partition count", ErrMalformed, *w.Partitions)
 			}
 			r.Partitions = *w.Partitions
+		}
+		if w.Source != nil {
+			r.Source = *w.Source
 		}
 		ev = r
 	case TypeReset:

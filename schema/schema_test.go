@@ -28,7 +28,9 @@ var goldenEvents = map[string]Event{
 		LSN: 0, CommitTime: mustTime("2026-11-30T03:16:19.000001Z"), Xid: 0},
 	"resolved.json":            &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790},
 	"resolved_partitions.json": &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790, Partitions: 6},
-	"reset.json":               &Reset{ResetTime: mustTime("2026-11-30T03:17:00Z"), Reason: "slot_created"},
+	"resolved_source.json": &Resolved{ResolvedTime: mustTime("2026-11-30T03:16:18.623456Z"), LSN: 0x16B3790, Partitions: 6,
+		Source: "7301234567890123456/catalog/catalog.items"},
+	"reset.json": &Reset{ResetTime: mustTime("2026-11-30T03:17:00Z"), Reason: "slot_created"},
 }
 
 func TestGoldenEvents(t *testing.T) {
