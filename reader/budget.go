@@ -33,6 +33,10 @@ const tenantWindow = time.Second
 // is asked again while this process still reaches Redis (presence.reachable).
 const budgetRetries = 2
 
+// budgetRewound is budget.lua's answer when the server lost or rewound the
+// pool's presence (rewind.go).
+const budgetRewound = 2
+
 //go:embed budget.lua
 var budgetLua string
 
@@ -403,13 +407,20 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	for try := 0; ; try++ {
 		rctx, cancel := context.WithTimeout(ctx, b.redisWait)
 		res, err = b.script.Run(rctx, b.rdb, keys, cr.interval, cr.tolerance, tenant, tenantWindow.Microseconds(), cost,
-			r.total.interval, r.total.tolerance, r.reserve[cb.name], b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member, isTenant).Int64Slice()
+			r.total.interval, r.total.tolerance, r.reserve[cb.name], b.procs.late.Milliseconds(), b.procs.ttl.Milliseconds(), b.procs.member, isTenant,
+			b.procs.lastRegistered()).Int64Slice()
+		if err == nil && len(res) == 2 && res[0] == budgetRewound {
+			// Written back, then asked again; still rewound after the
+			// retries, it holds (the fallback's window is closed to a
+			// process whose beats land).
+			err = b.procs.repair(rctx)
+		}
 		cancel()
 		if err == nil || ctx.Err() != nil || try == budgetRetries || !b.procs.reachable(time.Now()) {
 			break
 		}
 	}
-	if err == nil && len(res) == 2 {
+	if err == nil && len(res) == 2 && res[0] != budgetRewound {
 		b.mu.Lock()
 		b.localUsed = false
 		b.mu.Unlock()

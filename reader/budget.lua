@@ -29,6 +29,10 @@
 -- ARGV[11] the calling reader (on Redis, whatever its beat says)
 -- ARGV[12] 1 when ARGV[3] is a tenant (the auditor's batched reads belong
 --          to none: they do not share the total, KEYS[8-9] are not used)
+-- ARGV[13] the calling reader's last registration in KEYS[6] (Redis ms; 0:
+--          none yet): its entry gone or older says the server lost or
+--          rewound the pool's presence; answers {2, 0} and spends nothing
+--          (the reader writes it back and asks again, rewind.go)
 -- A tenant's share is the class rate divided by the tenants active in the
 -- window: alone it may use the whole class; with others waiting it gets its
 -- share and no more (read-your-writes has its own ceiling inside the total,
@@ -59,6 +63,13 @@ local total_tol = tonumber(ARGV[7])
 local reserve = tonumber(ARGV[8])
 local late_ms = tonumber(ARGV[9])
 local ttl_ms = tonumber(ARGV[10])
+local registered = tonumber(ARGV[13])
+if registered > 0 then
+  local own = tonumber(redis.call('ZSCORE', KEYS[6], ARGV[11]))
+  if not own or own < registered then
+    return {2, 0}
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 

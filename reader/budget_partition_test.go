@@ -358,6 +358,81 @@ func TestBudgetHoldsWithOneProcessCutOffFromRedis(t *testing.T) {
 	}
 }
 
+// As above, and then, while the cut-off process admits its share locally,
+// the server loses or rewinds the pool's presence: restored from a
+// snapshot taken before the cut-off process's last beats (or a failover to
+// a lagging replica), where its entry looks older than the presence TTL, or
+// restarted empty. Either way the budget script no longer reserves its
+// share. The process on Redis finds its own entry older than it registered
+// it, writes back the presence it last read, and the source still serves
+// no more than the rate. Each case fails with the check taken out of
+// budget.lua and presenceLua.
+func TestBudgetHoldsWhenRedisLosesPresenceWithOneProcessCutOff(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rewind func(ctx context.Context, direct *redis.Client, onRedis, cutOff *Reader) error
+	}{
+		{"old snapshot", func(ctx context.Context, direct *redis.Client, onRedis, cutOff *Reader) error {
+			redisNow, err := direct.Time(ctx).Result()
+			if err != nil {
+				return err
+			}
+			ms := redisNow.UnixMilli()
+			return direct.ZAdd(ctx, onRedis.procs.procsKey,
+				redis.Z{Member: onRedis.procs.member, Score: float64(ms - 7000)},
+				redis.Z{Member: cutOff.procs.member, Score: float64(ms - presenceTTL.Milliseconds() - 1000)}).Err()
+		}},
+		{"restarted empty", func(ctx context.Context, direct *redis.Client, _, _ *Reader) error {
+			return direct.FlushAll(ctx).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newBudgetRig(t, 20000)
+			const rate = 40.0
+			cfg := func(c *Config) { c.ForegroundRate, c.BackgroundRate = rate, rate }
+			proxy, err := localserver.NewProxy(r.redis.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			direct := r.client(r.redis.Addr)
+			onRedis := r.reader(direct, cfg)
+			cutOff := r.reader(r.client(proxy.Addr), cfg)
+			waitCounted(t, 2, onRedis, cutOff)
+
+			counts := r.countReads()
+			stop := flood([]*Reader{onRedis, cutOff}, 4, "acme", 20000)
+			time.Sleep(3 * time.Second)
+			cut := time.Now()
+			proxy.Cut()
+			// The cut-off process admits locally from presenceLate after
+			// its last beat; then the server loses the presence.
+			time.Sleep(presenceLate + 500*time.Millisecond)
+			if err := tc.rewind(testenv.Context(t, 10*time.Second), direct, onRedis, cutOff); err != nil {
+				t.Fatal(err)
+			}
+			rewound := time.Now()
+			time.Sleep(presenceTTL)
+			found := stop()
+			s := counts()
+
+			n, after := window(s, rewound, rewound.Add(presenceTTL))
+			worst, what := worstSecond(s, rewound, rate)
+			t.Logf("after the loss (%.1f s after the cut): %d reads, %.1f/s against %.0f/s; worst second: %s (%.0f over); answered (on Redis, cut off): %v",
+				rewound.Sub(cut).Seconds(), n, after, rate, what, worst, found)
+			if found[0] == 0 {
+				t.Fatalf("the process on Redis read nothing (%v)", found)
+			}
+			if limit := 4.0 + 8; worst > limit {
+				t.Fatalf("after the server lost the pool's presence the source served %s, %.0f over %.0f/s, more than a burst and the reads in flight (%.0f): the process on Redis stopped reserving the cut-off one's share", what, worst, rate, limit)
+			}
+			if m := counterValue(t, onRedis.procs.rewinds); m < 1 {
+				t.Fatalf("presence_rewinds_total = %v after the loss", m)
+			}
+		})
+	}
+}
+
 // Two serve processes are counted; a third joins (its first beat) just
 // before Redis dies. The two kept counting two: the newcomer must hold, or
 // the three shares (1/2 + 1/2 + 1/3) add up above the rate.

@@ -17,6 +17,7 @@ type metrics struct {
 	fillsSkipped     *prometheus.CounterVec // reason
 	fillRate         prometheus.Gauge
 	presenceErrors   prometheus.Counter
+	presenceRewinds  prometheus.Counter
 	sourceErrors     prometheus.Counter
 	sourceShares     prometheus.Gauge
 	budgetRate       *prometheus.GaugeVec // class, or "total"
@@ -50,6 +51,8 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			"Sets of source-budget buckets (a source pool in one Redis) with live serve processes on this process's source: each admits an even share of the lowest budget (1 when one pool in one Redis reads it)."),
 		presenceErrors: in.Counter(name("presence_errors_total"),
 			"Failed beats of this process's presence in its source pool (while they fail it does not admit source reads locally when Redis is unreachable)."),
+		presenceRewinds: in.Counter(name("presence_rewinds_total"),
+			"Times this process found its source pool's presence lost or rewound in Redis (restarted empty, restored from a snapshot, failed over to a lagging replica) and wrote back the members it last saw."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

@@ -58,12 +58,13 @@ type presence struct {
 	every   time.Duration
 	log     *slog.Logger
 	errs    prometheus.Counter // nil in unit tests of the fallback
+	rewinds prometheus.Counter // repairs of a lost or rewound presence (rewind.go); nil in unit tests
 	base    time.Time          // local monotonic origin of the Redis clock estimate
 
 	mu    sync.Mutex
 	state presenceState
 
-	lastWarn atomic.Int64
+	lastWarn, lastRewindWarn atomic.Int64
 }
 
 // presenceState is what the last successful beat established.
@@ -86,6 +87,12 @@ type presenceState struct {
 	// later than the local one it stands for.
 	offset, offsetAt int64 // offsetAt: base ms of the estimate; offsetAt 0: none yet
 	joined           int64 // Redis ms of this process's (re)registration
+	// registered is the Redis ms the last successful beat registered this
+	// process at, and view the presence that beat read (this process
+	// included): the entry found older says the server lost or rewound
+	// the presence, and view is written back (rewind.go).
+	registered int64
+	view       []presenceMember
 	// counted: every other live reader has beat since this one registered,
 	// so each one's count includes it and no share this one takes is
 	// already another's.
@@ -102,8 +109,18 @@ type presenceState struct {
 // the count, the time, whether the member was new (a first beat, or its
 // entry was lost with the server), the oldest beat of the others (-1: none)
 // and how far the registration was moved back (ms), the live members'
-// budget settings, and the buckets' id.
+// budget settings, the buckets' id, and the members (name, beat, count,
+// settings of each). ARGV[6] is this member's last registration (Redis ms,
+// 0: none): its entry gone or older answers {'rewound'} and changes
+// nothing (rewind.go).
 const presenceLua = `
+local registered = tonumber(ARGV[6])
+if registered > 0 then
+  local own = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+  if not own or own < registered then
+    return {'rewound'}
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = now
@@ -139,7 +156,16 @@ if not id then
   id = ARGV[5]
   redis.call('SET', KEYS[4], id)
 end
-return {n, now, added, oldest, now - at, redis.call('HVALS', KEYS[3]), id}`
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local view = {}
+for i = 1, #members, 2 do
+  local m = members[i]
+  view[#view + 1] = m
+  view[#view + 1] = members[i + 1]
+  view[#view + 1] = redis.call('HGET', KEYS[2], m) or ''
+  view[#view + 1] = redis.call('HGET', KEYS[3], m) or ''
+end
+return {n, now, added, oldest, now - at, redis.call('HVALS', KEYS[3]), id, view}`
 
 // serveLua: register ARGV[1] in the pool's serve set (status) at Redis's
 // time, drop members not seen for ARGV[2] ms.
@@ -275,13 +301,20 @@ func (p *presence) beat(ctx context.Context) error {
 	p.mu.Lock()
 	p.state.attempted = sent.Add(presenceBeatTimeout)
 	p.mu.Unlock()
-	raw, err := p.script.Run(ctx, p.rdb, []string{p.procsKey, p.countKey, p.settingsKey, p.idKey}, p.member, p.ttl.Milliseconds(), deadline, p.settings, randomID()).Slice()
+	keys := []string{p.procsKey, p.countKey, p.settingsKey, p.idKey}
+	raw, err := p.script.Run(ctx, p.rdb, keys, p.member, p.ttl.Milliseconds(), deadline, p.settings, randomID(), last.registered).Slice()
+	if err == nil && isRewound(raw) {
+		if err = p.repair(ctx); errors.Is(err, errPresenceRewound) {
+			raw, err = p.script.Run(ctx, p.rdb, keys, p.member, p.ttl.Milliseconds(), deadline, p.settings, randomID(), last.registered).Slice()
+		}
+	}
 	answered := p.ms(time.Now())
 	var res []int64
 	var pool []string
 	var id string
+	var view []presenceMember
 	if err == nil {
-		res, pool, id, err = parseBeat(raw)
+		res, pool, id, view, err = parseBeat(raw)
 	}
 	if err != nil {
 		p.mu.Lock()
@@ -315,31 +348,50 @@ func (p *presence) beat(ctx context.Context) error {
 		s.counted = true
 	}
 	s.n, s.sent = n, sent.Add(-time.Duration(moved)*time.Millisecond)
+	s.registered, s.view = now-moved, view
 	return nil
 }
 
+// lastRegistered is the Redis ms of this process's last registration (0:
+// none yet).
+func (p *presence) lastRegistered() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.registered
+}
+
+// isRewound says whether a script answered that the server lost or rewound
+// the pool's presence.
+func isRewound(raw []any) bool {
+	return len(raw) == 1 && raw[0] == "rewound"
+}
+
 // parseBeat reads presenceLua's answer: five integers, the live
-// members' budget settings and the buckets' id.
-func parseBeat(raw []any) ([]int64, []string, string, error) {
+// members' budget settings, the buckets' id and the members.
+func parseBeat(raw []any) ([]int64, []string, string, []presenceMember, error) {
 	bad := fmt.Errorf("presence script answered %v", raw)
-	if len(raw) != 7 {
-		return nil, nil, "", bad
+	if len(raw) != 8 {
+		return nil, nil, "", nil, bad
 	}
 	id, ok := raw[6].(string)
 	if !ok || id == "" {
-		return nil, nil, "", bad
+		return nil, nil, "", nil, bad
 	}
 	res := make([]int64, 5)
 	for i := range res {
 		v, ok := raw[i].(int64)
 		if !ok {
-			return nil, nil, "", bad
+			return nil, nil, "", nil, bad
 		}
 		res[i] = v
 	}
+	view, err := parseView(raw[7])
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
 	vals, ok := raw[5].([]any)
 	if !ok {
-		return nil, nil, "", bad
+		return nil, nil, "", nil, bad
 	}
 	pool := make([]string, 0, len(vals))
 	for _, v := range vals {
@@ -347,7 +399,7 @@ func parseBeat(raw []any) ([]int64, []string, string, error) {
 			pool = append(pool, s)
 		}
 	}
-	return res, pool, id, nil
+	return res, pool, id, view, nil
 }
 
 // beatStatus beats the pool's serve set and stamps the namespace: what

@@ -209,7 +209,7 @@ func New(cfg Config, deps Deps) (*Reader, error) {
 	}
 	rd.lookups = newLookups(deps.Cache, rd.clock, cfg.LookupBatch)
 	rd.procs = newPresence(cfg.SourcePool, deps.Cache.Config().Namespace, cfg.Instance, deps.Redis, log) // the budget's fallback share counts every process of the pool
-	rd.procs.errs = m.presenceErrors
+	rd.procs.errs, rd.procs.rewinds = m.presenceErrors, m.presenceRewinds
 	rd.budget = newBudget(cfg, deps.Redis, rd.procs, m.budgetRejections, m.budgetRate, log)
 	rd.procs.settings, rd.procs.agree = rd.budget.own.String(), rd.budget.agree
 	if deps.SourceDB != nil {

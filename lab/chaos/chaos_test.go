@@ -95,19 +95,11 @@ func run(t *testing.T, cfg Config) *Report {
 }
 
 // TestChaosShortRun is the seeded chaos run of `make test`: 90 s with every
-// fault kind that applies but the two that rewrite the table (their own
-// runs judge them, TestChaosTableRewrite and TestChaosCaptureStateLost:
-// here the schedule put them past the run's end, where they judged
-// nothing, and moved the kinds before them into an overlap that fails the
-// budget, RELIABILITY.md "Found by the chaos run, not fixed"); any
-// violation fails it.
+// fault kind that applies; any violation fails it.
 func TestChaosShortRun(t *testing.T) {
 	t.Parallel() // see TestChaosRollingUpgrade
 	cfg := testConfig(t, testenv.Binary(t))
 	cfg.Duration, cfg.Seed = 90*time.Second, 12
-	cfg.Faults = slices.DeleteFunc(cfg.Applicable(), func(k string) bool {
-		return k == FaultTableRewrite || k == FaultCaptureStateLost || k == FaultPromotion
-	})
 	rep := run(t, cfg)
 	for _, k := range cfg.Kinds() {
 		if !slices.ContainsFunc(rep.Faults, func(f FaultRecord) bool { return f.Kind == k }) {

@@ -100,7 +100,8 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultLongOutage, FaultRedisLossNoApply,
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
-	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis, FaultPublicationGap, FaultTableRewrite, FaultCaptureStateLost}
+	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis, FaultPublicationGap, FaultTableRewrite, FaultCaptureStateLost,
+	FaultServeCutRedisRewind}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -111,7 +112,7 @@ func (c Config) Applicable() []string {
 		switch {
 		case k == FaultBrokerRestart && len(c.Kafka) > 0:
 		case (k == FaultReshard || k == FaultKillMaster) && !c.Cluster:
-		case k == FaultServeRedisCut && c.Cluster: // redirections name the servers, past the proxies
+		case (k == FaultServeRedisCut || k == FaultServeCutRedisRewind) && c.Cluster: // redirections name the servers, past the proxies
 		case k == FaultServeSecondRedis && (c.Cluster || c.UpgradeFrom != ""): // a second standalone server; an old build does not register
 		// A cold start moves capture and the appliers to a new topic: the
 		// namespace upgrade's second applier group reads the first one, and
@@ -119,10 +120,12 @@ func (c Config) Applicable() []string {
 		case k == FaultColdStart && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultColdStart) && c.foreign():
 			// These write tidemark's own catalog.items by its column names.
-		case (k == FaultServeBudgetMismatch || k == FaultServeSecondPool || k == FaultTableRewrite || k == FaultCaptureStateLost) && c.UpgradeFrom != "":
+		case (k == FaultServeBudgetMismatch || k == FaultServeSecondPool || k == FaultTableRewrite || k == FaultCaptureStateLost ||
+			k == FaultServeCutRedisRewind) && c.UpgradeFrom != "":
 			// An old build's serve processes register no budget settings,
-			// in the pool or on the source; its capture does not watch the
-			// table's definition, nor reset on a lost state.
+			// in the pool or on the source, nor write back a rewound
+			// presence; its capture does not watch the table's definition,
+			// nor reset on a lost state.
 		case (k == FaultRogueApplier || k == FaultSecondTable) && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 			// An old build has no namespace identity; an upgrade moves the
 			// namespace and its group mid-run.
@@ -152,6 +155,13 @@ func (c Config) Kinds() []string {
 		}
 	}
 	return out
+}
+
+// serveProxies says whether a scheduled kind cuts a serve process off from
+// Redis, which needs each to reach it through a proxy of its own.
+func (c Config) serveProxies() bool {
+	k := c.Kinds()
+	return slices.Contains(k, FaultServeRedisCut) || slices.Contains(k, FaultServeCutRedisRewind)
 }
 
 // Validate reports every problem at once, one config.FieldError per field.
@@ -193,7 +203,7 @@ func (c Config) Validate() error {
 	case c.LabBinary != "":
 	case len(c.Kafka) == 0:
 		p.Add("LabBinary", "the tidemark-lab binary to run the embedded broker is not set")
-	case slices.Contains(c.Kinds(), FaultServeRedisCut):
+	case c.serveProxies():
 		p.Add("LabBinary", "the tidemark-lab binary to run the proxies of %s is not set", FaultServeRedisCut)
 	}
 	if c.UpgradeFrom != "" && c.UpgradeNamespace != "" {

@@ -109,6 +109,8 @@ func targetsOf(kind string) []string {
 		return nil // each takes its target itself (apply, redis), only while its process runs
 	case FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis:
 		return []string{"readers", "serve"} // the cold burst's readers
+	case FaultServeCutRedisRewind:
+		return []string{"readers", "serve", "redis"}
 	}
 	return []string{targetOf(kind)}
 }
@@ -255,6 +257,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.secondTable(ctx, f.Hold)
 	case FaultServeRedisCut:
 		rec.Target, err = in.serveRedisCut(ctx, f.Hold)
+	case FaultServeCutRedisRewind:
+		rec.Target, err = in.serveCutRedisRewind(ctx, f.Hold)
 	case FaultServeBudgetMismatch:
 		rec.Target, err = in.serveBudgetMismatch(ctx, f.Hold)
 	case FaultServeSecondPool:

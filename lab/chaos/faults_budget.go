@@ -26,6 +26,17 @@ import (
 // themselves, past any proxy.
 const FaultServeRedisCut = "serve-redis-cut"
 
+// FaultServeCutRedisRewind is FaultServeRedisCut with Redis brought back,
+// while the process is cut off and admitting its share locally, from a
+// snapshot taken before the cut (a restore, or a failover to a replica that
+// had not caught up): the snapshot's presence shows the cut-off process past
+// the presence TTL, so the processes on Redis stopped reserving its share
+// and the source saw both (the seeded short run found it: 640 foreground
+// reads in 1.39 s against 637 allowed). They now find their own entries
+// rewound and write back the presence they last read (reader/rewind.go).
+// Only against one Redis server, as FaultServeRedisCut.
+const FaultServeCutRedisRewind = "serve-cut-redis-rewind"
+
 // proxyStage is a tidemark-lab proxy process in front of the Redis server
 // for one serve process. It runs apart from the harness: in the harness's
 // own process (race detector on in the tests, the load and the checker
@@ -139,6 +150,37 @@ func (in *injector) serveBudgetMismatch(ctx context.Context, hold time.Duration)
 	p.Kill()
 	p.SetArgs(orig...)
 	return fmt.Sprintf("%s at 10x the source rates, %g reads/s of absent ids", p.Name(), 3*in.sys.cfg.SourceBudget), errors.Join(err, p.Start())
+}
+
+// serveCutRedisRewind saves a snapshot of Redis, cuts a random serve
+// process's proxy 6 s later with the cold burst on, restarts Redis from the
+// snapshot 2 s into the cut (its entry there is past the presence TTL, 8 s,
+// by the time the cut-off process admits locally, from presenceLate, 3 s,
+// after its last beat attempt), and restores the proxy hold after the cut.
+func (in *injector) serveCutRedisRewind(ctx context.Context, hold time.Duration) (string, error) {
+	s := in.sys
+	if len(s.proxies) != len(s.serves) {
+		return "", fmt.Errorf("serve processes reach Redis through %d proxies, not one each", len(s.proxies))
+	}
+	i := in.intn(len(s.serves))
+	in.load.coldAbsent.Store(true)
+	defer in.load.coldAbsent.Store(false)
+	var cut time.Time
+	var cutErr error
+	redisName, err := in.redisRestart(ctx, true, 6*time.Second, func() {
+		if cutErr = s.proxies[i].set(ctx, "cut"); cutErr != nil {
+			return
+		}
+		cut = time.Now()
+		in.load.coldUntil.Store(cut.Add(hold).UnixNano())
+		sleep(ctx, 2*time.Second)
+	})
+	if !cut.IsZero() {
+		sleep(ctx, time.Until(cut.Add(hold)))
+		// Restored even when ctx ended: the run's last checks read through it.
+		cutErr = errors.Join(cutErr, s.proxies[i].set(ctx, "restore"))
+	}
+	return fmt.Sprintf("%s cut off from Redis, then %s, %g reads/s of absent ids", s.serves[i].Name(), redisName, 3*s.cfg.SourceBudget), errors.Join(err, cutErr)
 }
 
 // multiplyFlags returns args with the value of each of flags ("--name",

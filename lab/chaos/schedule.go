@@ -61,6 +61,8 @@ var holdRange = map[string][2]time.Duration{
 	// Past the presence TTL (8 s): the cut-off process's local admission
 	// and its hold after it.
 	FaultServeRedisCut: {10 * time.Second, 14 * time.Second},
+	// The same cut, Redis restored from a snapshot 4 s into it.
+	FaultServeCutRedisRewind: {10 * time.Second, 14 * time.Second},
 	// Several presence beats with the mismatched process in the pool.
 	FaultServeBudgetMismatch: {6 * time.Second, 10 * time.Second},
 	// Several source registrations with the second pool reading.

@@ -9,13 +9,15 @@ import (
 func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Cluster = true
-	// serve-redis-cut and serve-second-redis need standalone servers.
-	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-3 || slices.Contains(kinds, FaultPromotion) || slices.Contains(kinds, FaultServeRedisCut) || slices.Contains(kinds, FaultServeSecondRedis) {
-		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion, serve-redis-cut and serve-second-redis)", cfg.Duration, kinds)
+	// serve-redis-cut, serve-cut-redis-rewind and serve-second-redis need
+	// standalone servers.
+	if kinds := cfg.Kinds(); len(kinds) != len(AllFaults)-4 || slices.Contains(kinds, FaultPromotion) || slices.Contains(kinds, FaultServeRedisCut) ||
+		slices.Contains(kinds, FaultServeCutRedisRewind) || slices.Contains(kinds, FaultServeSecondRedis) {
+		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v (all but the promotion, serve-redis-cut, serve-cut-redis-rewind and serve-second-redis)", cfg.Duration, kinds)
 	}
 	cfg.Duration = PromotionMinRun
 	kinds := cfg.Kinds()
-	if len(kinds) != len(AllFaults)-2 {
+	if len(kinds) != len(AllFaults)-3 {
 		t.Fatalf("kinds of a %s run with --cluster and the embedded broker = %v", cfg.Duration, kinds)
 	}
 	d := 90 * time.Second
@@ -38,8 +40,8 @@ func TestScheduleHasEveryKindInsideTheRun(t *testing.T) {
 		t.Errorf("an hour at one fault per 20 s has only %d faults", len(long))
 	}
 	cfg.Cluster, cfg.Kafka = false, []string{"k:9092"}
-	if k := cfg.Kinds(); !slices.Contains(k, FaultServeSecondRedis) || !slices.Contains(k, FaultServeRedisCut) {
-		t.Errorf("kinds without the cluster = %v, want serve-redis-cut and serve-second-redis among them", k)
+	if k := cfg.Kinds(); !slices.Contains(k, FaultServeSecondRedis) || !slices.Contains(k, FaultServeRedisCut) || !slices.Contains(k, FaultServeCutRedisRewind) {
+		t.Errorf("kinds without the cluster = %v, want serve-redis-cut, serve-cut-redis-rewind and serve-second-redis among them", k)
 	}
 	for _, k := range cfg.Kinds() {
 		if k == FaultBrokerRestart || k == FaultReshard || k == FaultKillMaster {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -340,7 +339,7 @@ func (s *system) startStages(ctx context.Context) error {
 	lim := s.cfg.Limits()
 	rate := func(class string) string { return strconv.FormatFloat(lim.Classes[class], 'f', -1, 64) }
 	serveRedis := []string{s.redisURL, s.redisURL}
-	if slices.Contains(s.cfg.Kinds(), FaultServeRedisCut) {
+	if s.cfg.serveProxies() {
 		var err error
 		if serveRedis, err = s.serveProxies(ctx, 2); err != nil {
 			return err
