@@ -140,6 +140,11 @@ func (e *tenv) instance(o instOpts) *instance {
 		go func() { _ = srv.rd.Run(pctx); close(pdone) }()
 		e.t.Cleanup(func() { pcancel(); <-pdone })
 	}
+	// The source's name told to the cache client, as Serve does.
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan struct{})
+	go func() { srv.runSource(sctx); close(sdone) }()
+	e.t.Cleanup(func() { scancel(); <-sdone })
 	hs := httptest.NewServer(srv.Handler())
 	e.t.Cleanup(func() {
 		hs.Close()

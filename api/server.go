@@ -73,6 +73,9 @@ type Server struct {
 	tracing  bool // a tracer provider was given (else GETs start no span at all)
 	clock    *clockguard.Guard
 	schemaOK atomic.Bool // the database was seen holding the schema this binary needs (Ready)
+	// sourceKnown: the cache client was told this process's source
+	// (runSource), so the watermark can vouch again.
+	sourceKnown atomic.Bool
 
 	base   context.Context // parent of background work; cancelled by Run's end
 	cancel context.CancelFunc
@@ -129,6 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		tracing: deps.Tracer != nil,
 		clock:   clock,
 	}
+	deps.Cache.ExpectSource()
 	src := reader.NewTableSource(deps.Pool, cfg.Table, cfg.SourceTimeout)
 	if s.rd, err = reader.New(cfg.readerConfig(), reader.Deps{Source: src, SourceDB: deps.Pool, Cache: deps.Cache, Redis: deps.Redis, Clock: clock,
 		Log: log, Registerer: reg, MetricsStage: "api", Tracer: deps.Tracer}); err != nil {
@@ -221,7 +225,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := s.rd.Join(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("joining the source pool failed; the presence beat retries every second", "err", err)
 	}
-	s.bg.Add(3)
+	s.bg.Add(4)
+	go func() { defer s.bg.Done(); s.runSource(s.base) }()
 	go func() {
 		defer s.bg.Done()
 		if err := s.rd.Run(s.base); err != nil {
@@ -298,5 +303,52 @@ func (s *Server) Ready(ctx context.Context) error {
 	if err := s.rd.SourceErr(); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	if !s.sourceKnown.Load() {
+		return errSourceUnknown
+	}
 	return nil
+}
+
+// sourceEvery is how often runSource reads the source's name again once
+// it knows it.
+const sourceEvery = 10 * time.Second
+
+// errSourceUnknown: Ready before runSource learnt the source.
+var errSourceUnknown = errors.New("api: the source's name is not known yet (the watermark vouches for nothing until it is)")
+
+// runSource learns this process's source (catalog.Table.Source) and tells
+// the cache client, which trusts a watermark only of that source
+// (cache/source.go): every second until the source answers, then every
+// sourceEvery (a database restored to a new server is a new source, and
+// its capture's markers name it).
+func (s *Server) runSource(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	known := ""
+	for warned := false; ; {
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.SourceTimeout)
+		src, err := s.cfg.Table.Source(qctx, s.pool)
+		cancel()
+		switch {
+		case err == nil && src != known:
+			s.cache.SetSource(src)
+			s.log.Info("the watermark vouches only for resolved markers of this source", "source", src, "before", known)
+			if known == "" {
+				t.Reset(sourceEvery)
+			}
+			known = src
+			s.sourceKnown.Store(true)
+		case err == nil:
+		case ctx.Err() != nil:
+			return
+		case !warned:
+			warned = true
+			s.log.Warn("cannot read the source's name; the watermark vouches only for the one read last (none before the first)", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -118,6 +118,11 @@ func TestResolvedOfTwoSourcesHoldTheWatermark(t *testing.T) {
 		}
 		return nil
 	})
+	// The marker's source is recorded beside the partition's watermark,
+	// for a serve process to compare with its own (cache/source.go).
+	if wm := r.watermark(); wm.Sources[0] != a {
+		t.Fatalf("the watermark's source = %q, want %q", wm.Sources[0], a)
+	}
 	r.markers(&schema.Resolved{ResolvedTime: first.Add(time.Second), LSN: 2, Source: b})
 	r.markers(&schema.Resolved{ResolvedTime: first.Add(2 * time.Second), LSN: 3, Source: a})
 	testenv.Eventually(t, 20*time.Second, "both sources' markers refused", func() error {

@@ -47,9 +47,10 @@ import (
 type Cache interface {
 	InvalidateBatch(ctx context.Context, batch []cache.Invalidation) ([]cache.InvalidateOutcome, error)
 	Purge(ctx context.Context, tenant, item string) error
-	// SetWatermarkIdentity refuses (cache.ErrWatermarkIdentity) unless the
-	// hash holds identity, which BindWatermarkIdentity bound (failover.go).
-	SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error
+	// SetWatermarkFrom refuses (cache.ErrWatermarkIdentity) unless the
+	// hash holds identity, which BindWatermarkIdentity bound (failover.go),
+	// and records the marker's source beside the partition's watermark.
+	SetWatermarkFrom(ctx context.Context, partition int32, ts time.Time, identity, source string) error
 	BindWatermarkIdentity(ctx context.Context, server string) (string, error)
 	SetPartitions(ctx context.Context, n int) error
 	// MarkGap raises reset_at to at + promise.ResetMargin; MarkGapNow does so

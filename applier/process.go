@@ -329,7 +329,7 @@ func (p *processor) applyOther(ctx context.Context, partition int32, ev schema.E
 					p.grew()
 				}
 			}
-			err := p.cache.SetWatermarkIdentity(ctx, partition, e.ResolvedTime, id)
+			err := p.cache.SetWatermarkFrom(ctx, partition, e.ResolvedTime, id, e.Source)
 			if errors.Is(err, cache.ErrWatermarkAhead) {
 				// Refused, and counted in the hash: a resolved time from the
 				// future vouches for nothing. The partition moves on; its

@@ -42,7 +42,7 @@ func (f *fakeCache) Purge(_ context.Context, _, item string) error {
 	return nil
 }
 func (f *fakeCache) CheckEvictionPolicy(context.Context) error { return nil }
-func (f *fakeCache) SetWatermarkIdentity(_ context.Context, p int32, ts time.Time, _ string) error {
+func (f *fakeCache) SetWatermarkFrom(_ context.Context, p int32, ts time.Time, _, _ string) error {
 	f.log(fmt.Sprintf("wm p%d %d", p, ts.Unix()))
 	return nil
 }

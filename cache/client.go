@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,13 @@ type Client struct {
 	wmKey   string
 	wm      atomic.Pointer[Watermark] // latest poll by Run
 	leaseMs int64
+
+	// This process's source, when it knows it (source.go).
+	expectSource  atomic.Bool
+	source        atomic.Pointer[string]
+	foreignMu     sync.Mutex
+	foreignSeen   string // the foreign source last logged ("": none)
+	foreignWarned time.Time
 }
 
 // Deps are the Client's dependencies; Log and Registerer may be nil

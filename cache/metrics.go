@@ -16,6 +16,7 @@ type metrics struct {
 	watermarkAge  prometheus.Gauge
 	wAge          prometheus.Gauge // telemetry.WatermarkAgeName, the name the alerts read
 	wmRepairs     prometheus.Counter
+	wmForeign     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,6 +36,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		wAge: in.Gauge(telemetry.WatermarkAgeName, telemetry.WatermarkAgeHelp),
 		wmRepairs: in.Counter("tidemark_cache_watermark_repairs_total",
 			"Partition watermarks deleted because they were ahead of the cache tier's clock by more than the clock bound."),
+		wmForeign: in.Gauge("tidemark_cache_watermark_foreign_partitions",
+			"Partitions whose watermark, as last polled, was set by resolved markers of another source than this process's (two deployments on one topic): W is unknown while any is (serve only)."),
 	}
 	if err := in.Err(); err != nil {
 		return nil, err

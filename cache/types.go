@@ -123,9 +123,15 @@ type Watermark struct {
 	GrownFrom    int
 	GrownAt      time.Time
 	PerPartition map[int32]time.Time // p<N> fields
-	Identity     string              // the identity the appliers bound (FieldIdentity, BindWatermarkIdentity); empty if none
-	Found        bool                // the hash exists
-	ReadAt       time.Time           // when it was read (local clock)
+	// Sources holds the s<N> fields: the source of the marker that set
+	// p<N> (schema.WatermarkSourceField), where it named one.
+	Sources map[int32]string
+	// Foreign is set when a partition's watermark was set by a marker of
+	// another source than this process's (Client.SetSource): W is unknown.
+	Foreign  *ForeignWatermark
+	Identity string    // the identity the appliers bound (FieldIdentity, BindWatermarkIdentity); empty if none
+	Found    bool      // the hash exists
+	ReadAt   time.Time // when it was read (local clock)
 	// ServerNow is the cache tier's clock when the hash was read (zero when
 	// parsed without it). Ahead lists the partitions whose p<N> was ahead
 	// of it by more than promise.ClockBound: they count as missing.

@@ -38,6 +38,7 @@ func (c *Client) Run(ctx context.Context) error {
 				c.log.Info("watermark poll recovered")
 			}
 			failing = false
+			wm = c.judgeSource(wm)
 			c.wm.Store(&wm)
 			c.repairAhead(ctx, wm)
 		}
@@ -156,6 +157,13 @@ func parseWatermark(h map[string]string, serverNow time.Time) (Watermark, error)
 				return Watermark{}, fmt.Errorf("field %s = %q is not unix ms", f, v)
 			}
 			wm.ResetAt = time.UnixMilli(ms)
+		case strings.HasPrefix(f, "s"):
+			if p, err := strconv.ParseInt(f[1:], 10, 32); err == nil && p >= 0 {
+				if wm.Sources == nil {
+					wm.Sources = map[int32]string{}
+				}
+				wm.Sources[int32(p)] = v
+			}
 		case strings.HasPrefix(f, "p"):
 			p, err := strconv.ParseInt(f[1:], 10, 32)
 			if err != nil || p < 0 {
@@ -221,13 +229,18 @@ var ErrWatermarkIdentity = errors.New("cache: the watermark hash's identity is n
 // ahead of the cache tier's clock by more than promise.ClockBound is
 // refused (ErrWatermarkAhead); a stored value that is ahead is replaced.
 func (c *Client) SetWatermarkIdentity(ctx context.Context, partition int32, ts time.Time, identity string) error {
+	return c.SetWatermarkFrom(ctx, partition, ts, identity, "")
+}
+
+// SetWatermarkFrom is SetWatermarkIdentity of a marker of source
+// (schema.Resolved.Source; "": none named): the partition's
+// WatermarkSourceField records it, and a marker of another source than
+// the one recorded replaces the watermark, lower or not.
+func (c *Client) SetWatermarkFrom(ctx context.Context, partition int32, ts time.Time, identity, source string) error {
 	if partition < 0 {
 		return fmt.Errorf("cache: set watermark: negative partition %d", partition)
 	}
-	args := []any{schema.WatermarkField(partition), ts.UnixMilli()}
-	if identity != "" {
-		args = append(args, identity)
-	}
+	args := []any{schema.WatermarkField(partition), ts.UnixMilli(), identity, source}
 	r, err := c.s.watermark.Run(ctx, c.rdb, []string{c.wmKey}, args...).Int64Slice()
 	if err == nil && len(r) != 2 {
 		err = fmt.Errorf("WATERMARK replied %d values, want 2", len(r))

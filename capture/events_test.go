@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark/tidemark/capture"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -82,9 +83,14 @@ func TestDeleteTruncateAndRowHeartbeat(t *testing.T) {
 			if ev.ResolvedTime.After(time.Now().Add(-cfg.HeartbeatMargin)) {
 				t.Fatalf("resolved time %s is not at least the margin before now", ev.ResolvedTime)
 			}
-			// The stream it vouches for: the server, the database, the table.
+			// The stream it vouches for: the server, the database, the
+			// table; what a serve process reading this database expects
+			// of the watermark's markers (cache/source.go).
 			if want := "/" + conn.Config().Database + "/" + cfg.Table; !strings.HasSuffix(ev.Source, want) || len(ev.Source) == len(want) {
 				t.Fatalf("resolved source %q, want <system identifier>%s", ev.Source, want)
+			}
+			if serves, err := (catalog.Table{Name: cfg.Table}).Source(testenv.Context(t, 10*time.Second), conn); err != nil || serves != ev.Source {
+				t.Fatalf("resolved source %q, but a serve process of this table expects %q (%v)", ev.Source, serves, err)
 			}
 		}
 	}

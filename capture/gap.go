@@ -168,7 +168,7 @@ func (c *Capture) checkGap(ctx context.Context, conn *pgx.Conn, si slotInfo, ide
 // and the table (schema.Resolved.Source). Two captures of one source (an
 // active/passive pair, a promoted standby) name the same one.
 func (c *Capture) source() string {
-	return c.saved.SystemID + "/" + c.saved.Database + "/" + c.cfg.Table
+	return schema.SourceName(c.saved.SystemID, c.saved.Database, c.cfg.Table)
 }
 
 func (c *Capture) createSlot(ctx context.Context, conn *pgx.Conn) error {

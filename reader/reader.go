@@ -83,6 +83,11 @@ type Cache interface {
 	ReadReplica(ctx context.Context, tenant, item string, m cache.Manifest, i int) (cache.Entry, error)
 	Memory(ctx context.Context) (cache.Memory, error)
 	ClaimIdentity(ctx context.Context, id cache.Identity) error
+	// ExpectSource and SetSource: the watermark vouches only for resolved
+	// markers of this process's source, unknown until it is told
+	// (cache/source.go); the API server tells it (api.Server.runSource).
+	ExpectSource()
+	SetSource(source string)
 }
 
 // Clock is the process's guarded clock (*clockguard.Guard): Now is the

@@ -80,9 +80,17 @@ type Resolved struct {
 	Partitions int32
 	// Source names the stream the marker vouches for: the Postgres server
 	// (system identifier), database and table capture reads ("": not
-	// said, from a capture before it was sent). Appliers hold a partition
-	// whose markers come from two sources (two deployments on one topic).
+	// said, from a capture before it was sent; SourceName). Appliers hold
+	// a partition whose markers come from two sources (two deployments on
+	// one topic), and record each partition watermark's source beside it
+	// (WatermarkSourceField), which a serve process compares with its own.
 	Source string
+}
+
+// SourceName is a resolved marker's Source: the server's system
+// identifier, the database and the table ("schema.table") capture reads.
+func SourceName(systemID, database, table string) string {
+	return systemID + "/" + database + "/" + table
 }
 
 // Reset reports a gap: changes may have been lost before ResetTime, so no

@@ -182,6 +182,13 @@ func WatermarkField(partition int32) string {
 	return "p" + strconv.FormatInt(int64(partition), 10)
 }
 
+// WatermarkSourceField is the watermark hash field holding the source of
+// the resolved marker that last set partition p's watermark: "s<N>"
+// (Resolved.Source; absent when its marker named none).
+func WatermarkSourceField(partition int32) string {
+	return "s" + strconv.FormatInt(int64(partition), 10)
+}
+
 // Item hash fields: a public contract, read by operators with redis-cli.
 const (
 	FieldVersion  = "v"     // payload version

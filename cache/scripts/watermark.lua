@@ -1,4 +1,4 @@
--- WATERMARK(hash; field, value_ms[, identity]) -> {result, now_ms}
+-- WATERMARK(hash; field, value_ms[, identity[, source]]) -> {result, now_ms}
 -- Raises a partition watermark p<N> (docs/design.md, "Freshness watermark").
 -- result: 1 raised, 0 kept (already at least as high), -2 refused: the
 -- identity differs (below), -1 refused: the value
@@ -15,8 +15,12 @@
 -- place, or a snapshot loaded into another, brings the hash with the
 -- identity but not the floors raised after its copy, and a watermark
 -- written there would extend entries past them until the applier's next
--- identity check.
-if ARGV[3] then
+-- identity check. With source (the marker's: server, database, table;
+-- '' none), the partition's s<N> field records it: a marker of another
+-- source than the one s<N> names replaces the watermark, lower or not (it
+-- vouches for its own stream only), and a serve process trusts a
+-- watermark only of its own source (cache.Client.SetSource).
+if ARGV[3] and ARGV[3] ~= '' then
   if redis.call('HGET', KEYS[1], 'identity') ~= ARGV[3] then
     return {-2, 0}
   end
@@ -38,6 +42,14 @@ if v > now + clock_bound_ms then
   redis.call('HSET', KEYS[1], 'future_refused_at', string.format('%d', now),
     'future_refused_field', ARGV[1], 'future_refused_value', ARGV[2])
   return {-1, now}
+end
+local src = ARGV[4]
+if src and src ~= '' then
+  local sf = 's' .. string.sub(ARGV[1], 2)
+  if redis.call('HGET', KEYS[1], sf) ~= src then
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], sf, src)
+    return {1, now}
+  end
 end
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
 local raised = 0

@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/lab/testenv"
 	"github.com/tidemark/tidemark/schema"
 )
@@ -77,4 +81,35 @@ func TestServeExportsTheWatermarkAge(t *testing.T) {
 	})
 	v, _, _ := age()
 	t.Logf("serve's /metrics: tidemark_watermark_age_seconds{%s} %v after W stalled", labels, v)
+
+	// A partition's watermark set by another source's marker (two
+	// deployments on one topic): W vouches for nothing, the age is +Inf;
+	// this source's own marker makes it current again.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	own, err := catalog.DefaultTable().Source(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		source string
+		known  bool
+	}{{"7777/other/catalog.items", false}, {own, true}} {
+		testenv.Eventually(t, 60*time.Second, fmt.Sprintf("serve's watermark with p0 from %s", c.source), func() error {
+			if err := rdb.HSet(ctx, key, schema.WatermarkField(0), time.Now().UnixMilli(), schema.WatermarkSourceField(0), c.source).Err(); err != nil {
+				return err
+			}
+			v, _, err := age()
+			if err != nil {
+				return err
+			}
+			if known := !math.IsInf(v, 1); known != c.known || (known && v > 2) {
+				return fmt.Errorf("tidemark_watermark_age_seconds = %v, want it known: %v", v, c.known)
+			}
+			return nil
+		})
+	}
 }

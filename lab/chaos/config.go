@@ -101,7 +101,7 @@ var AllFaults = []string{FaultKillCapture, FaultKillApply, FaultKillServe, Fault
 	FaultFutureHeartbeat, FaultMalformedHeartbeat, FaultTruncateFastClock, FaultExpiredFloors, FaultSharedHTTPCache,
 	FaultSyncStandbyStall, FaultPromotion, FaultColdStart, FaultUnbumpedWrite, FaultBadVersionRow,
 	FaultRogueApplier, FaultSecondTable, FaultServeRedisCut, FaultServeBudgetMismatch, FaultServeSecondPool, FaultServeSecondRedis, FaultPublicationGap, FaultTableRewrite, FaultCaptureStateLost,
-	FaultServeCutRedisRewind}
+	FaultServeCutRedisRewind, FaultSharedTopic}
 
 // Applicable is the kinds this configuration can inject: broker faults need
 // the embedded broker, cluster faults a Redis Cluster, and the faults that
@@ -121,11 +121,11 @@ func (c Config) Applicable() []string {
 		case (k == FaultTruncateFastClock || k == FaultExpiredFloors || k == FaultColdStart) && c.foreign():
 			// These write tidemark's own catalog.items by its column names.
 		case (k == FaultServeBudgetMismatch || k == FaultServeSecondPool || k == FaultTableRewrite || k == FaultCaptureStateLost ||
-			k == FaultServeCutRedisRewind) && c.UpgradeFrom != "":
+			k == FaultServeCutRedisRewind || k == FaultSharedTopic) && c.UpgradeFrom != "":
 			// An old build's serve processes register no budget settings,
 			// in the pool or on the source, nor write back a rewound
-			// presence; its capture does not watch the table's definition,
-			// nor reset on a lost state.
+			// presence, nor judge the watermark's source; its capture does
+			// not watch the table's definition, nor reset on a lost state.
 		case (k == FaultRogueApplier || k == FaultSecondTable) && (c.UpgradeNamespace != "" || c.UpgradeFrom != ""):
 			// An old build has no namespace identity; an upgrade moves the
 			// namespace and its group mid-run.

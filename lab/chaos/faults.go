@@ -103,7 +103,7 @@ func targetsOf(kind string) []string {
 		return []string{"catalog"}
 	case FaultPublicationGap, FaultTableRewrite:
 		return []string{"catalog", "postgres"}
-	case FaultCaptureStateLost:
+	case FaultCaptureStateLost, FaultSharedTopic:
 		return []string{"capture", "catalog", "postgres"}
 	case FaultRogueApplier, FaultSecondTable:
 		return nil // each takes its target itself (apply, redis), only while its process runs
@@ -259,6 +259,8 @@ func (in *injector) inject(ctx context.Context, f plannedFault) FaultRecord {
 		rec.Target, err = in.serveRedisCut(ctx, f.Hold)
 	case FaultServeCutRedisRewind:
 		rec.Target, err = in.serveCutRedisRewind(ctx, f.Hold)
+	case FaultSharedTopic:
+		rec.Target, err = in.sharedTopic(ctx, f.Hold)
 	case FaultServeBudgetMismatch:
 		rec.Target, err = in.serveBudgetMismatch(ctx, f.Hold)
 	case FaultServeSecondPool:

@@ -58,6 +58,18 @@ func TestChaosSecondTableReader(t *testing.T) {
 	passed(t, rep, 300)
 }
 
+// TestChaosSharedTopic: a second deployment's capture on this topic while
+// this one's captures are down vouches for nothing here: the items changed
+// meanwhile are answered from the cache past the bound, and never stale.
+func TestChaosSharedTopic(t *testing.T) {
+	t.Parallel() // see TestChaosRollingUpgrade
+	rep, f := identityRun(t, testenv.Binary(t), FaultSharedTopic)
+	if !strings.Contains(f.Target, "second deployment") || strings.Contains(f.Target, neverJudged) {
+		t.Errorf("want the fault's items read from the cache past the bound while a second deployment's capture sent markers, got %q", f.Target)
+	}
+	passed(t, rep, 300)
+}
+
 // TestChaosCatchesNoIdentity: with the namespace's identity reverted (tag
 // tidemark_no_identity: a claim never refuses) the second reader fills the
 // catalog's keys with its rows and the catalog's serve processes serve them.

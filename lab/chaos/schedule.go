@@ -73,6 +73,9 @@ var holdRange = map[string][2]time.Duration{
 	FaultTableRewrite:   {32 * time.Second, 35 * time.Second},
 	// The same, the captures down while the state topic is deleted.
 	FaultCaptureStateLost: {32 * time.Second, 35 * time.Second},
+	// The same, the captures down while a second deployment's capture
+	// sends markers on the topic.
+	FaultSharedTopic: {32 * time.Second, 35 * time.Second},
 }
 
 // warmupAndTail are the quiet spans at the start (the pipeline settles) and
