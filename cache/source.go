@@ -41,24 +41,26 @@ func (c *Client) judgeSource(wm Watermark) Watermark {
 		return wm
 	}
 	own := c.source.Load()
+	if own == nil {
+		wm.Known, wm.W = false, time.Time{}
+		return wm
+	}
 	foreign := 0
 	for p := range int32(wm.Partitions) {
 		s, ok := wm.Sources[p]
-		if !ok || (own != nil && s == *own) {
+		if !ok || s == *own {
 			continue
 		}
-		if foreign == 0 && own != nil {
+		if foreign == 0 {
 			wm.Foreign = &ForeignWatermark{Partition: p, Source: s, Own: *own}
 		}
 		foreign++
 	}
 	c.m.wmForeign.Set(float64(foreign))
-	if own == nil || wm.Foreign != nil {
+	if wm.Foreign != nil {
 		wm.Known, wm.W = false, time.Time{}
 	}
-	if own != nil {
-		c.warnForeign(wm.Foreign, foreign)
-	}
+	c.warnForeign(wm.Foreign, foreign)
 	return wm
 }
 

@@ -143,6 +143,11 @@ type Report struct {
 	// --pg): each set of buckets among them admits an even share of one
 	// budget.
 	SourceReaders *SourceReaders `json:"source_readers,omitempty"`
+	// Source is the server's system identifier and the database given
+	// with --pg ("<sysid>/<db>"); WatermarkSources the sources of the
+	// markers that set the partitions' watermarks (sources.go).
+	Source           string   `json:"source,omitempty"`
+	WatermarkSources []string `json:"watermark_sources,omitempty"`
 }
 
 // Check reads everything once. An error means the state could not be read
@@ -183,6 +188,7 @@ func Check(ctx context.Context, cfg Config) (Report, error) {
 		rep.ResetAt = &t
 	}
 	rep.verdict(cfg, wm, now)
+	rep.sources(wm)
 	rep.futureRefusals(wm)
 	rep.stalled(now)
 	rep.evictable()
@@ -464,7 +470,8 @@ func readSource(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	rep.Slot = &slot
 	rep.SourceReaders = readSourceReaders(ctx, conn)
-	return nil
+	rep.Source, err = readSourceName(ctx, conn)
+	return err
 }
 
 func readSlot(ctx context.Context, conn *pgx.Conn, name string) (Slot, error) {

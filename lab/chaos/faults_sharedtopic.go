@@ -99,11 +99,19 @@ func (in *injector) startSharedDeployment(ctx context.Context, conn *pgx.Conn) (
 	if out, err := exec.CommandContext(ctx, s.cfg.stageBinary(), "migrate", "--pg", dsn).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("tidemark migrate %s: %v\n%s", sharedDB, err, out)
 	}
+	m, err := addr()
+	if err != nil {
+		return nil, err
+	}
 	args := append(append([]string{"capture", "--pg", dsn}, s.kafkaArgs...), "--topic", s.topic, "--slot", sharedDB,
-		"--partitions", strconv.Itoa(partitions), "--shutdown-timeout", "5s")
-	p := s.stage("capture-shared", args...)
+		"--partitions", strconv.Itoa(partitions), "--metrics-addr", m, "--shutdown-timeout", "5s")
+	p := s.stage(fmt.Sprintf("capture-shared-%d", identityRuns.Add(1)), args...)
 	if err := p.Start(); err != nil {
 		return p, fmt.Errorf("start the second deployment's capture: %w", err)
+	}
+	// Ready: it streams (and sends markers) once its slot exists.
+	if err := waitReady(ctx, p, time.Minute, ""); err != nil {
+		return p, fmt.Errorf("the second deployment's capture: %w", err)
 	}
 	return p, nil
 }

@@ -336,12 +336,18 @@ const upgradeReadyWithin = time.Minute
 // namespace every read is cold, and under the run's load the foreground
 // budget may refuse that one read for longer than the wait.)
 func (u *upgrader) ready(ctx context.Context, p *proc.Process) error {
+	return waitReady(ctx, p, upgradeReadyWithin, u.sys.keys[u.sys.tenants[0]])
+}
+
+// waitReady waits within for p's /readyz (on its --metrics-addr) to answer
+// 200, asking with key as a bearer token (serve's), or for p to exit.
+func waitReady(ctx context.Context, p *proc.Process, within time.Duration, key string) error {
 	url := "http://" + argValue(p.Config().Args, "--metrics-addr") + "/readyz"
-	deadline := time.Now().Add(upgradeReadyWithin)
+	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set("Authorization", "Bearer "+u.sys.keys[u.sys.tenants[0]])
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -360,7 +366,7 @@ func (u *upgrader) ready(ctx context.Context, p *proc.Process) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("not ready within %s: %w (log %s)", upgradeReadyWithin, last, p.Config().Log)
+	return fmt.Errorf("not ready within %s: %w (log %s)", within, last, p.Config().Log)
 }
 
 func argValue(args []string, flag string) string {
