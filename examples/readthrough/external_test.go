@@ -75,6 +75,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/reader"
 )
 

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/reader"
 )
 
@@ -36,6 +37,12 @@ func main() {
 	}
 	tier, err := cache.New(ccfg, cache.Deps{Redis: rdb})
 	must(err)
+	// The watermark vouches only for what capture's markers of this
+	// source (server, database, table) say: another deployment's capture
+	// left on the same topic vouches for nothing here.
+	src, err := catalog.Table{Name: "shop.products"}.Source(ctx, pool)
+	must(err)
+	tier.SetSource(src)
 	go func() { log.Fatal(tier.Run(ctx)) }() // the watermarks the cache judges freshness by
 	products := reader.SourceFunc(func(ctx context.Context, shop, sku string) (it reader.Item, err error) {
 		err = pool.QueryRow(ctx, `SELECT rev, status = 'live', json_build_object('shop', shop_id, 'sku', sku, 'title', title)
