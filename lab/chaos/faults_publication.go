@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tidemark/tidemark/catalog"
 	"github.com/tidemark/tidemark/promise"
 )
@@ -48,9 +50,7 @@ func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (str
 	if _, err := conn.Exec(cctx, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", promise.Publication, t.Qualified())); err != nil {
 		return "", fmt.Errorf("drop the table from the publication: %w", err)
 	}
-	ver, payload := col(t.VersionColumn), col(t.Payload[0])
-	tag, uerr := conn.Exec(cctx, fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %s + 1) WHERE %s = ANY($1)",
-		t.Qualified(), ver, ver, payload, col(t.TenantColumn), col(t.ItemColumn), ver, col(t.ItemColumn)), itemIDs(items))
+	changedN, uerr := bumpItems(cctx, conn, t, items)
 	changed := time.Now()
 	// Put back even when the change failed: the run goes on.
 	if _, err := conn.Exec(context.WithoutCancel(ctx), fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s (%s)", promise.Publication, t.Qualified(), strings.Join(cols, ", "))); err != nil {
@@ -69,11 +69,20 @@ func (in *injector) publicationGap(ctx context.Context, hold time.Duration) (str
 	}
 	left := in.readPastBound(ctx, items, at, hold)
 	what := fmt.Sprintf("%s dropped from publication %s and added back, %d items changed in between (%d of %d answered from the cache before), read for %s",
-		t.Name, promise.Publication, tag.RowsAffected(), cached, len(items), time.Since(start).Round(time.Second))
+		t.Name, promise.Publication, changedN, cached, len(items), time.Since(start).Round(time.Second))
 	if left > 0 {
 		what += fmt.Sprintf("; %d of them %s", left, neverJudged)
 	}
 	return what, nil
+}
+
+// bumpItems changes items one version up (their payload with it) and
+// returns how many rows changed.
+func bumpItems(ctx context.Context, conn *pgx.Conn, t catalog.Table, items []itemKey) (int64, error) {
+	ver, payload := col(t.VersionColumn), col(t.Payload[0])
+	tag, err := conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %s + 1) WHERE %s = ANY($1)",
+		t.Qualified(), ver, ver, payload, col(t.TenantColumn), col(t.ItemColumn), ver, col(t.ItemColumn)), itemIDs(items))
+	return tag.RowsAffected(), err
 }
 
 // itemIDs is the items' ids.

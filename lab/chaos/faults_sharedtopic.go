@@ -61,9 +61,7 @@ func (in *injector) sharedTopic(ctx context.Context, hold time.Duration) (string
 	for _, p := range s.captures {
 		p.Kill()
 	}
-	ver, payload := col(t.VersionColumn), col(t.Payload[0])
-	tag, uerr := conn.Exec(cctx, fmt.Sprintf("UPDATE %s SET %s = %s + 1, %s = jsonb_build_object('tenant', %s, 'item', %s, 'v', %s + 1) WHERE %s = ANY($1)",
-		t.Qualified(), ver, ver, payload, col(t.TenantColumn), col(t.ItemColumn), ver, col(t.ItemColumn)), itemIDs(items))
+	n, uerr := bumpItems(cctx, conn, t, items)
 	changed := time.Now()
 	if uerr != nil {
 		return "", errors.Join(fmt.Errorf("change the fault's items: %w", uerr), in.startCaptures())
@@ -77,7 +75,7 @@ func (in *injector) sharedTopic(ctx context.Context, hold time.Duration) (string
 	second.Kill()
 	err = in.startCaptures()
 	what := fmt.Sprintf("a second deployment's capture on database %s and this topic, then the captures killed, %d items changed (%d of %d answered from the cache before), read for %s, captures started",
-		sharedDB, tag.RowsAffected(), cached, len(items), time.Since(start).Round(time.Second))
+		sharedDB, n, cached, len(items), time.Since(start).Round(time.Second))
 	if left > 0 {
 		what += fmt.Sprintf("; %d of them %s", left, neverJudged)
 	}
