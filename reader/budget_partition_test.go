@@ -387,6 +387,7 @@ func TestBudgetHoldsWhenRedisLosesPresenceWithOneProcessCutOff(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own database and Redis; most of a case is waiting
 			r := newBudgetRig(t, 20000)
 			const rate = 40.0
 			cfg := func(c *Config) { c.ForegroundRate, c.BackgroundRate = rate, rate }
