@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -165,5 +166,44 @@ func TestMetrics(t *testing.T) {
 		}
 		runPoller(t, c)
 		testenv.Metric(t, reg, "tidemark_cache_watermark_age_seconds")
+	})
+}
+
+// A failed poll forgets W until a poll succeeds: the server may be coming
+// back from a snapshot without the invalidations the last W stood for
+// (before, a failed poll kept the last value). The poll fails here on a
+// field it cannot parse. Fails with the failing branch keeping W.
+func TestFailedPollForgetsTheWatermark(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		cfg := testConfig()
+		cfg.Namespace = testenv.Unique(t, "ns")
+		c, ctx := newClient(t, b, cfg), context.Background()
+		runPoller(t, c)
+		if err := c.SetPartitions(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetWatermark(ctx, 0, time.Now().Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		wait := func(known bool, what string) {
+			t.Helper()
+			testenv.Eventually(t, 5*time.Second, what, func() error {
+				if wm := c.Watermark(); wm.Known != known {
+					return fmt.Errorf("watermark %+v, want known %v", wm, known)
+				}
+				return nil
+			})
+		}
+		wait(true, "W known")
+		key := schema.WatermarkKey(cfg.Namespace)
+		good := b.rdb.HGet(ctx, key, "p0").Val()
+		if err := b.rdb.HSet(ctx, key, "p0", "not-a-time").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wait(false, "W forgotten while the polls fail")
+		if err := b.rdb.HSet(ctx, key, "p0", good).Err(); err != nil {
+			t.Fatal(err)
+		}
+		wait(true, "W known again")
 	})
 }
