@@ -46,6 +46,9 @@ type Applier struct {
 	// a watermark write was refused because the hash lost the identity
 	// this applier bound (process.go).
 	identityKick chan struct{}
+	// growKick asks monitorLoop to read the topic's metadata again for a
+	// while: a marker said the topic has more partitions (refreshTopic).
+	growKick chan struct{}
 
 	commitMu sync.Mutex // serialises the committer with revokes
 	mu       sync.Mutex // guards workers
@@ -77,6 +80,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		met:          met,
 		rewindC:      make(chan time.Time, 1),
 		identityKick: make(chan struct{}, 1),
+		growKick:     make(chan struct{}, 1),
 		workers:      make(map[int32]*worker),
 		// metricsLoop goes round every MetricsInterval unless a lock is stuck.
 		liveLoop: telemetry.NewLoop("applier: state loop", 10*cfg.MetricsInterval+30*time.Second),

@@ -22,6 +22,9 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 	defer idT.Stop()
 	topicT := time.NewTicker(a.cfg.TopicInterval)
 	defer topicT.Stop()
+	growT := time.NewTicker(time.Second)
+	defer growT.Stop()
+	var growUntil time.Time
 	a.checkIdentity(ctx)
 	a.syncPartitions(ctx)
 	for {
@@ -39,6 +42,13 @@ func (a *Applier) monitorLoop(ctx context.Context) {
 		case <-topicT.C:
 			a.syncPartitions(ctx)
 			a.reclaimGroup(ctx)
+		case <-a.growKick:
+			a.cl.ForceMetadataRefresh()
+			growUntil = time.Now().Add(growRefreshFor)
+		case <-growT.C:
+			if time.Now().Before(growUntil) {
+				a.cl.ForceMetadataRefresh()
+			}
 		}
 	}
 }
@@ -179,13 +189,23 @@ func (a *Applier) kickIdentity() {
 }
 
 // refreshTopic has the Kafka client read the topic's metadata again as soon
-// as its minimum age allows: a marker said the topic has more partitions
-// than the watermark counted, and the group's leader assigns the new ones
-// when its client sees them (the watermark is unknown until then), instead
-// of at the metadata max age (TopicInterval).
-//
-// Called from a worker: the client was published before any worker started.
-func (a *Applier) refreshTopic() { a.cl.ForceMetadataRefresh() }
+// as its minimum age allows, and again each time it allows for
+// growRefreshFor: a marker said the topic has more partitions than the
+// watermark counted, and the group's leader assigns the new ones when its
+// client sees them (the watermark is unknown until then), instead of at
+// the metadata max age (TopicInterval). Once is not enough: a broker's
+// metadata may not show the new partitions yet right after they were
+// created (Apache Kafka's brokers learn them from the controller).
+func (a *Applier) refreshTopic() {
+	select {
+	case a.growKick <- struct{}{}:
+	default: // one is pending
+	}
+}
+
+// growRefreshFor is how long refreshTopic keeps the topic's metadata read
+// again (at most every MetadataMinAge, 5 s).
+const growRefreshFor = 15 * time.Second
 
 // groupHasCommits reports whether the group committed offsets on the topic:
 // an applier of it has run, so the watermark hash should exist.
