@@ -40,13 +40,16 @@ func TestPublicationChangeResets(t *testing.T) {
 	publicationResets := func() map[int32][]*schema.Reset {
 		return resetsWith(readTopic(t, k.Brokers, cfg.Relay.Topic), func(r *schema.Reset) bool { return r.Reason == capture.ReasonPublicationChanged })
 	}
-	waitResets := func(what string, n int, after time.Time) {
+	// A reset after each change on every partition. A beat between a DROP
+	// and the ADD that follows sees the publication changed twice, so a
+	// change may reset twice: the count is not exact.
+	waitResets := func(what string, after time.Time) {
 		t.Helper()
 		testenv.Eventually(t, 60*time.Second, what, func() error {
 			rs := publicationResets()
 			for p := range int32(testPartitions) {
-				if len(rs[p]) != n || !rs[p][n-1].ResetTime.After(after) {
-					return fmt.Errorf("partition %d: %d publication_changed resets, want %d after %s", p, len(rs[p]), n, after.Format(time.RFC3339Nano))
+				if n := len(rs[p]); n == 0 || !rs[p][n-1].ResetTime.After(after) {
+					return fmt.Errorf("partition %d: %d publication_changed resets, none after %s", p, n, after.Format(time.RFC3339Nano))
 				}
 			}
 			return nil
@@ -63,11 +66,11 @@ func TestPublicationChangeResets(t *testing.T) {
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'lost', 1)")
 	lost := now()
 	exec(t, conn, "ALTER PUBLICATION tidemark ADD TABLE catalog.items ("+cols+")")
-	waitResets("a publication_changed reset after the change the publication left out", 1, lost)
+	waitResets("a publication_changed reset after the change the publication left out", lost)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'b', 1)")
 	waitItem(t, k, cfg.Relay.Topic, "t", "b", 1)
-	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonPublicationChanged); got != 1 {
-		t.Fatalf("resets_total{reason=publication_changed} = %v, want 1", got)
+	if got := testenv.Metric(t, r.reg, "tidemark_capture_resets_total", "reason", capture.ReasonPublicationChanged); got < 1 {
+		t.Fatalf("resets_total{reason=publication_changed} = %v, want at least 1", got)
 	}
 	if err := r.wait(t); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -80,7 +83,7 @@ func TestPublicationChangeResets(t *testing.T) {
 	exec(t, conn, "ALTER PUBLICATION tidemark ADD TABLE catalog.items ("+cols+")")
 	r = start(t, cfg)
 	r.waitReady(t)
-	waitResets("a publication_changed reset at the start after a change while stopped", 2, lost)
+	waitResets("a publication_changed reset at the start after a change while stopped", lost)
 	_ = r.wait(t)
 
 	// The replica identity changed while streaming (here to one that still
@@ -89,7 +92,7 @@ func TestPublicationChangeResets(t *testing.T) {
 	r.waitReady(t)
 	before := now()
 	exec(t, conn, "ALTER TABLE catalog.items REPLICA IDENTITY FULL")
-	waitResets("a publication_changed reset once the replica identity changed", 3, before)
+	waitResets("a publication_changed reset once the replica identity changed", before)
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'c', 1)")
 	waitItem(t, k, cfg.Relay.Topic, "t", "c", 1)
 	_ = r.wait(t)
@@ -100,7 +103,7 @@ func TestPublicationChangeResets(t *testing.T) {
 	exec(t, conn, "ALTER PUBLICATION tidemark DROP TABLE catalog.items")
 	exec(t, conn, "INSERT INTO catalog.items (tenant_id, item_id, version) VALUES ('t', 'lost3', 1)")
 	lost = now()
-	waitResets("a publication_changed reset once the table left the publication", 4, lost)
+	waitResets("a publication_changed reset once the table left the publication", lost)
 	select {
 	case err := <-r.done:
 		r.done <- err
