@@ -76,7 +76,7 @@ type budget struct {
 	procs     *presence
 	wait      time.Duration
 	log       *slog.Logger
-	lastWarn  atomic.Int64 // unix nanos of the last "Redis unavailable" warning
+	lastWarn  warnEvery // "Redis unavailable"
 	redisWait time.Duration
 	refused   *prometheus.CounterVec // by class: every refusal, wherever it is asked from
 	// fgRefused counts the foreground class's refusals for the warmer's
@@ -437,7 +437,7 @@ func (b *budget) rate(ctx context.Context, cb *classBudget, tenant string, cost 
 	now := time.Now()
 	n, _ := b.procs.share(now)
 	ok, retry, why := b.procs.localWindow(now)
-	if last := b.lastWarn.Load(); now.UnixNano()-last > int64(10*time.Second) && b.lastWarn.CompareAndSwap(last, now.UnixNano()) {
+	if b.lastWarn.allow(now) {
 		if ok {
 			b.log.Warn("shared source budget unavailable; using this process's share of the rate", "err", err, "serve_processes", n)
 		} else {

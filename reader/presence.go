@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,7 +63,7 @@ type presence struct {
 	mu    sync.Mutex
 	state presenceState
 
-	lastWarn, lastRewindWarn atomic.Int64
+	lastWarn, lastRewindWarn warnEvery
 }
 
 // presenceState is what the last successful beat established.
@@ -422,8 +421,7 @@ func (p *presence) failed(err error) {
 	if p.errs != nil {
 		p.errs.Inc()
 	}
-	now := time.Now().UnixNano()
-	if last := p.lastWarn.Load(); now-last > int64(10*time.Second) && p.lastWarn.CompareAndSwap(last, now) {
+	if p.lastWarn.allow(time.Now()) {
 		p.log.Warn("serve presence beat failed; while it fails this process is not counted in its pool and does not admit source reads locally when Redis is unreachable", "err", err)
 	}
 }

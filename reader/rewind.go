@@ -106,8 +106,7 @@ func (p *presence) repair(ctx context.Context) error {
 	if p.rewinds != nil {
 		p.rewinds.Inc()
 	}
-	now := time.Now().UnixNano()
-	if last := p.lastRewindWarn.Load(); now-last > int64(10*time.Second) && p.lastRewindWarn.CompareAndSwap(last, now) {
+	if p.lastRewindWarn.allow(time.Now()) {
 		p.log.Warn("the cache tier lost or rewound the pool's presence (restarted empty, restored from an old snapshot, failed over to a lagging replica); wrote back the members this process last saw, so the shares of those cut off from Redis stay reserved",
 			"members", len(view))
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,7 +99,7 @@ type sourceReaders struct {
 	mu    sync.Mutex
 	state sourceState
 
-	lastWarn atomic.Int64
+	lastWarn warnEvery
 }
 
 // sourceState is what the last registration and read established.
@@ -307,8 +306,7 @@ func (s *sourceReaders) run(ctx context.Context) {
 
 // warn logs a failed registration, at most once per 10 s.
 func (s *sourceReaders) warn(err error) {
-	now := time.Now().UnixNano()
-	if last := s.lastWarn.Load(); now-last > int64(10*time.Second) && s.lastWarn.CompareAndSwap(last, now) {
+	if s.lastWarn.allow(time.Now()) {
 		s.log.Warn("registering with the source failed; once the registration is stale this process admits no source reads", "err", err)
 	}
 }

@@ -90,7 +90,14 @@ type Resolved struct {
 // SourceName is a resolved marker's Source: the server's system
 // identifier, the database and the table ("schema.table") capture reads.
 func SourceName(systemID, database, table string) string {
-	return systemID + "/" + database + "/" + table
+	return SourceDatabase(systemID, database) + "/" + table
+}
+
+// SourceDatabase is the server-and-database part of SourceName: what a
+// process that knows the database but not the table (tidemark status)
+// compares a marker's source against, as a prefix.
+func SourceDatabase(systemID, database string) string {
+	return systemID + "/" + database
 }
 
 // Reset reports a gap: changes may have been lost before ResetTime, so no

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/tidemark/cache"
+	"github.com/tidemark/tidemark/catalog"
+	"github.com/tidemark/tidemark/schema"
 )
 
 // sources makes the watermark's sources part of the verdict (the s<N>
@@ -47,12 +49,12 @@ func (rep *Report) sources(wm cache.Watermark) {
 	}
 }
 
-// readSourceName reads the server's system identifier and the database of
-// conn: the start of the source name capture gives its markers.
+// readSourceName reads the start of the name capture gives its markers
+// (catalog.SourceDatabase): the server and database --pg names.
 func readSourceName(ctx context.Context, conn *pgx.Conn) (string, error) {
-	var s string
-	if err := conn.QueryRow(ctx, `SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()`).Scan(&s); err != nil {
-		return "", fmt.Errorf("status: the source's system identifier: %w", err)
+	sysid, database, err := catalog.SourceDatabase(ctx, conn)
+	if err != nil {
+		return "", fmt.Errorf("status: %w", err)
 	}
-	return s, nil
+	return schema.SourceDatabase(sysid, database), nil
 }
