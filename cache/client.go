@@ -120,37 +120,29 @@ func (c *Client) ServerIdentity(ctx context.Context) (string, error) {
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(ctx) // pick up failovers before listing masters
 	}
-	ids, err := c.mastersInfo(ctx, []string{"server", "replication"}, func(info string) string {
-		return infoField(info, "run_id") + "/" + infoField(info, "master_replid")
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	err := c.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		info, err := node.Info(ctx, "server", "replication").Result()
+		if err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, err)
+		}
+		runID, replID := infoField(info, "run_id"), infoField(info, "master_replid")
+		if runID == "" {
+			return fmt.Errorf("%s: INFO has no run_id", node.Options().Addr)
+		}
+		mu.Lock()
+		ids = append(ids, runID+"/"+replID)
+		mu.Unlock()
+		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("cache: server identity: %w", err)
 	}
 	sort.Strings(ids)
 	return strings.Join(ids, ","), nil
-}
-
-// mastersInfo reads INFO sections of every master and returns what pick
-// takes of each, failing on a master whose INFO has no run_id.
-func (c *Client) mastersInfo(ctx context.Context, sections []string, pick func(info string) string) ([]string, error) {
-	var (
-		mu  sync.Mutex
-		out []string
-	)
-	err := c.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		info, err := node.Info(ctx, sections...).Result()
-		if err != nil {
-			return fmt.Errorf("%s: %w", node.Options().Addr, err)
-		}
-		if infoField(info, "run_id") == "" {
-			return fmt.Errorf("%s: INFO has no run_id", node.Options().Addr)
-		}
-		mu.Lock()
-		out = append(out, pick(info))
-		mu.Unlock()
-		return nil
-	})
-	return out, err
 }
 
 func infoField(info, name string) string {

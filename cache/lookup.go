@@ -39,9 +39,9 @@ func (c *Client) lookup(ctx context.Context, tenant, item string, minVersion int
 	if err != nil {
 		return LookupResult{}, err
 	}
-	w, reset, seen := c.watermarkArgs() // 0: unknown / none
+	w, reset := c.watermarkArgs() // 0: unknown / none
 	reply, err := c.s.lookup.Run(ctx, c.rdb, []string{c.key(tenant, item)},
-		minVersion, w, reset, tok.String(), c.leaseMs, c.cfg.MaxAge.Milliseconds(), seen).Slice()
+		minVersion, w, reset, tok.String(), c.leaseMs, c.cfg.MaxAge.Milliseconds()).Slice()
 	if err != nil {
 		return LookupResult{}, err
 	}
@@ -119,7 +119,7 @@ func (c *Client) LookupMany(ctx context.Context, tenant string, items []string) 
 			return nil, nil, fmt.Errorf("cache: lookup %d items: %w", len(items), err)
 		}
 	}
-	w, reset, seen := c.watermarkArgs()
+	w, reset := c.watermarkArgs()
 	sha := c.s.lookup.Hash()
 	pending := make([]int, len(items))
 	for i := range pending {
@@ -131,7 +131,7 @@ func (c *Client) LookupMany(ctx context.Context, tenant string, items []string) 
 		pipe := c.rdb.Pipeline()
 		for j, i := range pending {
 			cmds[j] = pipe.EvalSha(ctx, sha, []string{c.key(tenant, items[i])},
-				0, w, reset, toks[i].String(), c.leaseMs, c.cfg.MaxAge.Milliseconds(), seen)
+				0, w, reset, toks[i].String(), c.leaseMs, c.cfg.MaxAge.Milliseconds())
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		var noscript []int

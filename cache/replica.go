@@ -107,8 +107,8 @@ type ReplicaSnapshot struct {
 // build lock for lock when it answers "ok". A set that stays servable for at
 // least minLeft is "current": nothing to build.
 func (c *Client) ReplicaSource(ctx context.Context, tenant, item string, lock, minLeft time.Duration) (ReplicaSnapshot, error) {
-	w, reset, seen := c.watermarkArgs()
-	r, err := c.s.replicaSource.Run(ctx, c.rdb, []string{c.key(tenant, item)}, w, reset, lock.Milliseconds(), minLeft.Milliseconds(), seen).Slice()
+	w, reset := c.watermarkArgs()
+	r, err := c.s.replicaSource.Run(ctx, c.rdb, []string{c.key(tenant, item)}, w, reset, lock.Milliseconds(), minLeft.Milliseconds()).Slice()
 	if err != nil {
 		return ReplicaSnapshot{}, fmt.Errorf("cache: replica source %s/%s: %w", tenant, item, err)
 	}
@@ -181,8 +181,8 @@ func (c *Client) BuildReplicas(ctx context.Context, tenant, item string, snap En
 			return Manifest{}, fmt.Errorf("%w: %s/%s copy %d does not match", ErrReplicaSet, tenant, item, i)
 		}
 	}
-	w, reset, seen := c.watermarkArgs()
-	res, err := c.s.replicaSwitch.Run(ctx, c.rdb, []string{c.key(tenant, item)}, v, m.String(), w, reset, seen).Text()
+	w, reset := c.watermarkArgs()
+	res, err := c.s.replicaSwitch.Run(ctx, c.rdb, []string{c.key(tenant, item)}, v, m.String(), w, reset).Text()
 	if err != nil {
 		return Manifest{}, fmt.Errorf("cache: switch replicas %s/%s: %w", tenant, item, err)
 	}
@@ -224,14 +224,14 @@ func (c *Client) ReadReplica(ctx context.Context, tenant, item string, m Manifes
 		Soft: time.UnixMilli(n[5]), Hard: time.UnixMilli(n[6])}, nil
 }
 
-func (c *Client) watermarkArgs() (w, reset int64, seen string) {
+func (c *Client) watermarkArgs() (w, reset int64) {
 	if wm := c.Watermark(); wm.Known {
-		w, seen = wm.W.UnixMilli(), wm.Seen
+		w = wm.W.UnixMilli()
 		if !wm.ResetAt.IsZero() {
 			reset = wm.ResetAt.UnixMilli()
 		}
 	}
-	return w, reset, seen
+	return w, reset
 }
 
 // placeReplicas picks one salt per copy so that the copies' slots belong to

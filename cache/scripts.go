@@ -38,8 +38,6 @@ var (
 	versionLua string // vcmp, prepended to the scripts that order versions
 	//go:embed scripts/effective.lua
 	effectiveLua string // the watermark rule, prepended to the replica scripts that read a primary
-	//go:embed scripts/incarnation.lua
-	incarnationLua string // the server's run_id and watermark_here, prepended to LOOKUP and the watermark rule
 	//go:embed scripts/replica_source.lua
 	replicaSourceLua string
 	//go:embed scripts/replica_put.lua
@@ -73,16 +71,16 @@ func newScripts() scripts {
 		gap:        redis.NewScript(gapLua),
 		partitions: redis.NewScript(partitionsLua),
 
-		lookup:     redis.NewScript(clockLua + versionLua + incarnationLua + lookupLua),
+		lookup:     redis.NewScript(clockLua + versionLua + lookupLua),
 		fill:       redis.NewScript(versionLua + fillLua),
 		invalidate: redis.NewScript(clockLua + versionLua + invalidateLua),
 		raise:      redis.NewScript(raiseLua),
 		release:    redis.NewScript(releaseLua),
 
-		replicaSource: redis.NewScript(clockLua + versionLua + incarnationLua + effectiveLua + replicaSourceLua),
-		replicaPut:    redis.NewScript(clockLua + incarnationLua + effectiveLua + replicaPutLua),
-		replicaRead:   redis.NewScript(clockLua + incarnationLua + effectiveLua + replicaReadLua),
-		replicaSwitch: redis.NewScript(clockLua + versionLua + incarnationLua + effectiveLua + replicaSwitchLua),
+		replicaSource: redis.NewScript(clockLua + versionLua + effectiveLua + replicaSourceLua),
+		replicaPut:    redis.NewScript(clockLua + effectiveLua + replicaPutLua),
+		replicaRead:   redis.NewScript(clockLua + effectiveLua + replicaReadLua),
+		replicaSwitch: redis.NewScript(clockLua + versionLua + effectiveLua + replicaSwitchLua),
 	}
 }
 

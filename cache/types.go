@@ -129,14 +129,9 @@ type Watermark struct {
 	// Foreign is set when a partition's watermark was set by a marker of
 	// another source than this process's (Client.SetSource): W is unknown.
 	Foreign  *ForeignWatermark
-	Identity string // the identity the appliers bound (FieldIdentity, BindWatermarkIdentity); empty if none
-	// Seen is the run_ids of every master, read by the poll (Client.Run)
-	// before the hash: the scripts extend nothing by W on a server not in
-	// it (one restarted, restored or failed over since). Empty when read
-	// by ReadWatermark alone.
-	Seen   string
-	Found  bool      // the hash exists
-	ReadAt time.Time // when it was read (local clock)
+	Identity string    // the identity the appliers bound (FieldIdentity, BindWatermarkIdentity); empty if none
+	Found    bool      // the hash exists
+	ReadAt   time.Time // when it was read (local clock)
 	// ServerNow is the cache tier's clock when the hash was read (zero when
 	// parsed without it). Ahead lists the partitions whose p<N> was ahead
 	// of it by more than promise.ClockBound: they count as missing.

@@ -27,7 +27,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
-		wm, err := c.pollWatermark(ctx)
+		wm, err := c.ReadWatermark(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
@@ -55,32 +55,6 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// pollWatermark reads the run_id of every master, then the watermark hash:
-// in that order, a restart between the two leaves W paired with run_ids
-// that the restarted server no longer has (nothing extended until the next
-// poll), never a W of the old incarnation with the new one's run_id.
-func (c *Client) pollWatermark(ctx context.Context) (Watermark, error) {
-	seen, err := c.runIDs(ctx)
-	if err != nil {
-		return Watermark{}, err
-	}
-	wm, err := c.ReadWatermark(ctx)
-	if err != nil {
-		return Watermark{}, err
-	}
-	wm.Seen = seen
-	return wm, nil
-}
-
-// runIDs lists the run_id of every master, comma-separated.
-func (c *Client) runIDs(ctx context.Context) (string, error) {
-	ids, err := c.mastersInfo(ctx, []string{"server"}, func(info string) string { return infoField(info, "run_id") })
-	if err != nil {
-		return "", fmt.Errorf("cache: run_ids: %w", err)
-	}
-	return strings.Join(ids, ","), nil
 }
 
 // observeAge sets the watermark age gauge from the latest poll.

@@ -1,4 +1,4 @@
--- LOOKUP(key; min_version, watermark_ms, reset_at_ms, new_token, lease_ms, max_age_ms, seen)
+-- LOOKUP(key; min_version, watermark_ms, reset_at_ms, new_token, lease_ms, max_age_ms)
 -- Returns {status, v, p, obs, eff, soft, hard, stale, issued, rep} (v as a
 -- decimal string when an entry is returned, exact over the int64 range): soft
 -- and hard are computed from the effective observation eff (docs/design.md),
@@ -11,7 +11,6 @@ local w = tonumber(ARGV[2])      -- 0: watermark unknown
 local reset = tonumber(ARGV[3])  -- 0: no gap known
 local lease = tonumber(ARGV[5])
 local maxage = tonumber(ARGV[6])
-local seen = ARGV[7]              -- the masters' run_ids the watermark's poll saw
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,9 +27,11 @@ if vcmp(minv, need) > 0 then
   need = minv
 end
 
--- Tokens are bound to this server incarnation (run_id, incarnation.lua): a
--- restart that reloads data, or a key moved to another node, never honours
--- an old token.
+-- Tokens are bound to this server incarnation (run_id): a restart that
+-- reloads data, or a key moved to another node, never honours an old token.
+local function incarnation()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
 -- A lease from another incarnation cannot fill here, so nobody waits for it.
 local leased = false
 if h[8] and (tonumber(h[9]) or 0) > now then
@@ -53,12 +54,10 @@ if h[1] then
   local nf = h[6] == '1'
   -- Watermark extension: every commit up to w is applied and this entry was
   -- not invalidated, so it is verified against the source as of w. Entries
-  -- observed before the newest gap (reset_at) may have missed an event,
-  -- and a watermark read from another incarnation of this server vouches
-  -- for nothing here (watermark_here).
+  -- observed before the newest gap (reset_at) may have missed an event.
   local eff = obs
   if w > obs and obs >= reset and not stale and not nf then
-    eff = math.max(obs, watermark_here(w, seen))
+    eff = w
   end
   local shift = eff - obs
   local soft = tonumber(h[4]) + shift

@@ -1,4 +1,4 @@
--- REPLICA_SOURCE(primary; watermark_ms, reset_at_ms, lock_ms, min_left_ms, seen)
+-- REPLICA_SOURCE(primary; watermark_ms, reset_at_ms, lock_ms, min_left_ms)
 -- The builder's read of a hot primary entry, without a lease: it never
 -- takes part in filling. Replies
 --   {'current', rep}  the published set is for the entry's version and stays
@@ -15,7 +15,7 @@ local h = redis.call('HMGET', key, 'v', 'p', 'obs', 'soft', 'hard', 'nf', 'floor
 if not h[1] or h[6] == '1' or h[8] == '1' or vcmp(h[1], h[7] or '0') < 0 then
   return {'none'}
 end
-local eff, soft, hard = effective(h[3], h[4], h[5], false, false, w, reset, ARGV[5])
+local eff, soft, hard = effective(h[3], h[4], h[5], false, false, w, reset)
 if now >= soft then
   return {'none'}
 end

@@ -1,4 +1,4 @@
--- REPLICA_SWITCH(primary; version, manifest, watermark_ms, reset_at_ms, seen)
+-- REPLICA_SWITCH(primary; version, manifest, watermark_ms, reset_at_ms)
 -- -> 'ok' | 'changed' | 'expired'
 -- Publishes a verified copy set: the manifest replaces the previous one
 -- only while the primary still holds exactly that version, not invalidated,
@@ -13,7 +13,7 @@ local h = redis.call('HMGET', key, 'v', 'obs', 'soft', 'hard', 'nf', 'floor', 's
 if not h[1] or h[1] ~= ARGV[1] or h[5] == '1' or h[7] == '1' or vcmp(h[1], h[6] or '0') < 0 then
   return 'changed'
 end
-local _, soft, hard = effective(h[2], h[3], h[4], false, false, w, reset, ARGV[5])
+local _, soft, hard = effective(h[2], h[3], h[4], false, false, w, reset)
 local mh, ms = string.match(ARGV[2], '^%S+ (%d+) (%d+) ')
 if not mh or tonumber(mh) > hard or tonumber(ms) > soft or now >= tonumber(ms) then
   return 'expired'
