@@ -222,6 +222,11 @@ func (c *Capture) session(ctx context.Context) error {
 		return err
 	}
 	defer repl.Close(context.Background())
+	// After the replication connection, which refuses a role without
+	// REPLICATION with the fix; before anything is written to the topic.
+	if err := c.claimSlot(ctx, conn); err != nil {
+		return err
+	}
 	ident, err := pglogrepl.IdentifySystem(ctx, repl)
 	if err != nil {
 		return fmt.Errorf("capture: identify system: %w", err)
@@ -237,6 +242,12 @@ func (c *Capture) session(ctx context.Context) error {
 		return err
 	}
 	if err := c.acquire(ctx, repl); err != nil {
+		return err
+	}
+	// Claimed again now that the slot exists and is this process's: two
+	// deployments' captures that both claimed it while it did not exist
+	// (the second claim replaces the first) are told apart here.
+	if err := c.claimSlot(ctx, conn); err != nil {
 		return err
 	}
 	// The slot may have advanced while another instance held it.

@@ -48,8 +48,8 @@ func Check(ctx context.Context, q Querier) error {
 	var versioned, legacy, own bool
 	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
 		to_regclass('tidemark.api_keys') IS NOT NULL AND to_regclass('tidemark.requests') IS NOT NULL AND to_regclass($3) IS NOT NULL
-		AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL`,
-		VersionTable, legacyVersionTable, HeartbeatTable, RolloutTable, SourceReadersTable).Scan(&versioned, &legacy, &own)
+		AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL`,
+		VersionTable, legacyVersionTable, HeartbeatTable, RolloutTable, SourceReadersTable, CaptureSlotsTable).Scan(&versioned, &legacy, &own)
 	if err != nil {
 		return fmt.Errorf("migrations: read the schema version: %w", err)
 	}

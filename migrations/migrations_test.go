@@ -192,41 +192,56 @@ func TestCheckSaysWhetherTheSchemaIsCurrent(t *testing.T) {
 
 // An upgrade to the schema with tidemark.source_readers (migrate, or adopt
 // again) grants it to the role that writes the rollout settings, the serve
-// processes' by docs/postgres.md: a serve process of the new release is
-// not held out of service by a grant no one ran.
-func TestSourceReadersGrantedToTheServeRole(t *testing.T) {
-	pg := testenv.SharedPostgres(t)
-	ctx := testenv.Context(t, time.Minute)
-	db := pg.NewDatabase(t)
-	if _, err := migrations.Up(ctx, pg.DSN(db), testenv.Logger(t)); err != nil {
-		t.Fatal(err)
+// processes' by docs/postgres.md, and tidemark.capture_slots to the role
+// that updates the heartbeat row, capture's: a process of the new release
+// is not held out of service by a grant no one ran.
+func TestNewTablesGrantedToTheirRoles(t *testing.T) {
+	for _, tc := range []struct {
+		table, privileges string
+		version           int64  // the migration that creates it
+		role, grant       string // the role's grant before it, by docs/postgres.md
+	}{
+		{"tidemark.source_readers", "SELECT, INSERT, UPDATE, DELETE", 6, "serve", "GRANT SELECT, INSERT, UPDATE ON tidemark.rollout_settings TO "},
+		{"tidemark.capture_slots", "SELECT, INSERT, UPDATE", 7, "capture", "GRANT UPDATE ON tidemark.heartbeat TO "},
+	} {
+		t.Run(tc.table, func(t *testing.T) {
+			pg := testenv.SharedPostgres(t)
+			ctx := testenv.Context(t, time.Minute)
+			db := pg.NewDatabase(t)
+			if _, err := migrations.Up(ctx, pg.DSN(db), testenv.Logger(t)); err != nil {
+				t.Fatal(err)
+			}
+			role := strings.ReplaceAll(testenv.Unique(t, tc.role), "-", "_")
+			pg.Exec(t, db, `CREATE ROLE `+role+` LOGIN`)
+			pg.Exec(t, db, `GRANT USAGE ON SCHEMA tidemark TO `+role)
+			pg.Exec(t, db, tc.grant+role)
+			granted := func(step string) {
+				t.Helper()
+				var ok bool
+				if err := pg.Connect(t, db).QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, role, tc.table, tc.privileges).Scan(&ok); err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					t.Fatalf("%s: the %s role %s lacks %s on %s", step, tc.role, role, tc.privileges, tc.table)
+				}
+			}
+			before := func() { // the database as the release before the table left it
+				pg.Exec(t, db, `DROP TABLE `+tc.table)
+				pg.Exec(t, db, `DELETE FROM `+migrations.VersionTable+` WHERE version_id >= $1`, tc.version)
+				if tc.version < migrations.Latest() { // the later migrations' tables, which Up creates again
+					pg.Exec(t, db, `DROP TABLE IF EXISTS tidemark.capture_slots`)
+				}
+			}
+			before()
+			if _, err := migrations.Up(ctx, pg.DSN(db), testenv.Logger(t)); err != nil {
+				t.Fatal(err)
+			}
+			granted("migrate")
+			before()
+			if err := migrations.EnsureOwnTables(ctx, pg.Connect(t, db)); err != nil {
+				t.Fatal(err)
+			}
+			granted("adopt")
+		})
 	}
-	role := strings.ReplaceAll(testenv.Unique(t, "serve"), "-", "_")
-	pg.Exec(t, db, `CREATE ROLE `+role+` LOGIN`)
-	pg.Exec(t, db, `GRANT USAGE ON SCHEMA tidemark TO `+role)
-	pg.Exec(t, db, `GRANT SELECT, INSERT, UPDATE ON tidemark.rollout_settings TO `+role)
-	granted := func(step string) {
-		t.Helper()
-		var ok bool
-		if err := pg.Connect(t, db).QueryRow(ctx, `SELECT has_table_privilege($1, 'tidemark.source_readers', 'SELECT, INSERT, UPDATE, DELETE')`, role).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			t.Fatalf("%s: the serve role %s may not register in tidemark.source_readers", step, role)
-		}
-	}
-	before := func() { // the database as the release before the table left it
-		pg.Exec(t, db, `DROP TABLE tidemark.source_readers`)
-		pg.Exec(t, db, `DELETE FROM `+migrations.VersionTable+` WHERE version_id = $1`, migrations.Latest())
-	}
-	before()
-	if _, err := migrations.Up(ctx, pg.DSN(db), testenv.Logger(t)); err != nil {
-		t.Fatal(err)
-	}
-	granted("migrate")
-	before()
-	if err := migrations.EnsureOwnTables(ctx, pg.Connect(t, db)); err != nil {
-		t.Fatal(err)
-	}
-	granted("adopt")
 }

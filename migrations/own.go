@@ -8,7 +8,8 @@ import (
 )
 
 // OwnTablesSQL creates tidemark's own tables (schema tidemark: API keys,
-// idempotency records, the heartbeat row, the rollout settings' record, the source's readers)
+// idempotency records, the heartbeat row, the rollout settings' record, the source's readers,
+// the capture slots' claims)
 // where they are missing, for a database whose catalog table the operator
 // already has (tidemark adopt).
 // The shape is the one the numbered migrations end at; a migrated database
@@ -50,7 +51,12 @@ CREATE TABLE IF NOT EXISTS tidemark.source_readers (
     seen_at  timestamptz NOT NULL,
     PRIMARY KEY (pool, instance)
 );
-` + sourceReadersGrant
+CREATE TABLE IF NOT EXISTS tidemark.capture_slots (
+    slot       text        PRIMARY KEY,
+    topic      text        NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now()
+);
+` + sourceReadersGrant + captureSlotsGrant
 
 // sourceReadersGrant grants tidemark.source_readers to the roles that
 // record the rollout settings (the serve processes' role, by
@@ -65,6 +71,23 @@ BEGIN
                AND grantee <> current_user
     LOOP
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON tidemark.source_readers TO %I', r.grantee);
+    END LOOP;
+END
+$$;
+`
+
+// captureSlotsGrant grants tidemark.capture_slots to the roles that update
+// the heartbeat row (capture's role, by docs/postgres.md's grants), as
+// migration 00007 does.
+const captureSlotsGrant = `
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
+             WHERE table_schema = 'tidemark' AND table_name = 'heartbeat' AND privilege_type = 'UPDATE'
+               AND grantee <> current_user
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON tidemark.capture_slots TO %I', r.grantee);
     END LOOP;
 END
 $$;
@@ -88,3 +111,7 @@ const RolloutTable = "tidemark.rollout_settings"
 // SourceReadersTable is where serve processes register on their source
 // (package reader).
 const SourceReadersTable = "tidemark.source_readers"
+
+// CaptureSlotsTable is where captures claim their slot for their topic
+// (package capture).
+const CaptureSlotsTable = "tidemark.capture_slots"
