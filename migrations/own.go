@@ -15,7 +15,7 @@ import (
 // The shape is the one the numbered migrations end at; a migrated database
 // and one set up by OwnTablesSQL are checked equal by
 // TestOwnTablesMatchMigrations.
-const OwnTablesSQL = `
+var OwnTablesSQL = `
 CREATE SCHEMA IF NOT EXISTS tidemark;
 CREATE TABLE IF NOT EXISTS tidemark.requests (
     tenant_id    text        NOT NULL,
@@ -56,42 +56,31 @@ CREATE TABLE IF NOT EXISTS tidemark.capture_slots (
     topic      text        NOT NULL,
     claimed_at timestamptz NOT NULL DEFAULT now()
 );
-` + sourceReadersGrant + captureSlotsGrant
+` +
+	// As migrations 00006 and 00007 do: a database migrated or adopted
+	// before a table existed needs no grant of its own.
+	grantToHoldersOf("source_readers", "SELECT, INSERT, UPDATE, DELETE", "rollout_settings", "INSERT") + // the serve role, by docs/postgres.md
+	grantToHoldersOf("capture_slots", "SELECT, INSERT, UPDATE", "heartbeat", "UPDATE") // the capture role
 
-// sourceReadersGrant grants tidemark.source_readers to the roles that
-// record the rollout settings (the serve processes' role, by
-// docs/postgres.md's grants), as migration 00006 does: a database
-// migrated or adopted before the table existed needs no grant of its own.
-const sourceReadersGrant = `
+// grantToHoldersOf grants privileges on tidemark.<table> to every role
+// (but the one running it) that holds privilege on tidemark.<holding>: a
+// new table goes to the role that uses its neighbour, whatever the
+// operator named it.
+func grantToHoldersOf(table, privileges, holding, privilege string) string {
+	return fmt.Sprintf(`
 DO $$
 DECLARE r record;
 BEGIN
     FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
-             WHERE table_schema = 'tidemark' AND table_name = 'rollout_settings' AND privilege_type = 'INSERT'
+             WHERE table_schema = 'tidemark' AND table_name = '%s' AND privilege_type = '%s'
                AND grantee <> current_user
     LOOP
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON tidemark.source_readers TO %I', r.grantee);
+        EXECUTE format('GRANT %s ON tidemark.%s TO %%I', r.grantee);
     END LOOP;
 END
 $$;
-`
-
-// captureSlotsGrant grants tidemark.capture_slots to the roles that update
-// the heartbeat row (capture's role, by docs/postgres.md's grants), as
-// migration 00007 does.
-const captureSlotsGrant = `
-DO $$
-DECLARE r record;
-BEGIN
-    FOR r IN SELECT DISTINCT grantee FROM information_schema.role_table_grants
-             WHERE table_schema = 'tidemark' AND table_name = 'heartbeat' AND privilege_type = 'UPDATE'
-               AND grantee <> current_user
-    LOOP
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON tidemark.capture_slots TO %I', r.grantee);
-    END LOOP;
-END
-$$;
-`
+`, holding, privilege, privileges, table)
+}
 
 // HeartbeatTable is tidemark's heartbeat row table (capture's row mode).
 const HeartbeatTable = "tidemark.heartbeat"
