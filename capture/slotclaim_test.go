@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/tidemark/capture"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -70,4 +74,71 @@ func TestWaitsForTheSlotClaims(t *testing.T) {
 	})
 	exec(t, conn, "ALTER TABLE tidemark.capture_slots_later RENAME TO capture_slots")
 	r.waitReady(t)
+}
+
+// Two deployments' captures that both claimed a slot before it existed
+// (the second claim replaces the first) are told apart once the slot is
+// taken: the capture claims it again then. Here the slot exists and is
+// held by another connection (the other deployment's capture streaming),
+// this capture's first claim finds no row and stands by, the other
+// deployment's claim replaces its row, and when the slot is let go this
+// capture takes it, claims again and is refused. Fails with the second
+// claim taken out of session (the capture streams the other's slot).
+func TestSlotClaimedAgainOnceTaken(t *testing.T) {
+	t.Parallel()
+	pg := testenv.SharedPostgres(t)
+	dsn, _, cfg := newRig(t, pg)
+	conn := connect(t, dsn)
+	exec(t, conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot)
+	holder := holdSlot(t, dsn, cfg.Slot)
+
+	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.Eventually(t, 30*time.Second, "the standing-by capture's claim", func() error {
+		var topic string
+		if err := conn.QueryRow(ctx, "SELECT topic FROM tidemark.capture_slots WHERE slot = $1", cfg.Slot).Scan(&topic); err != nil {
+			return err
+		}
+		if topic != cfg.Relay.Topic {
+			return fmt.Errorf("claimed for %q", topic)
+		}
+		return nil
+	})
+	other := testenv.Unique(t, "other-topic")
+	exec(t, conn, "UPDATE tidemark.capture_slots SET topic = $2 WHERE slot = $1", cfg.Slot, other)
+	holder.Close(context.Background())
+	select {
+	case err := <-done:
+		wantPreflight(t, err, `streams to topic "`+other+`"`, `this capture writes topic "`+cfg.Relay.Topic+`"`)
+	case <-ctx.Done():
+		t.Fatalf("the capture took the slot claimed for %q and kept streaming it", other)
+	}
+}
+
+// holdSlot streams slot on a replication connection of the test's own, as
+// another capture would, until it is closed (or the test ends).
+func holdSlot(t *testing.T, dsn, slot string) *pgconn.PgConn {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	pc, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	rc, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close(context.Background()) })
+	if err := pglogrepl.StartReplication(ctx, rc, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'tidemark'"}}); err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }
