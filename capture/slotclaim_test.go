@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tidemark/tidemark/capture"
 	"github.com/tidemark/tidemark/lab/testenv"
 )
 
@@ -92,14 +91,8 @@ func TestSlotClaimedAgainOnceTaken(t *testing.T) {
 	exec(t, conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot)
 	holder := holdSlot(t, dsn, cfg.Slot)
 
-	c, err := capture.New(cfg, capture.Deps{Log: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	r := start(t, cfg)
+	ctx := testenv.Context(t, 60*time.Second)
 	testenv.Eventually(t, 30*time.Second, "the standing-by capture's claim", func() error {
 		var topic string
 		if err := conn.QueryRow(ctx, "SELECT topic FROM tidemark.capture_slots WHERE slot = $1", cfg.Slot).Scan(&topic); err != nil {
@@ -114,7 +107,8 @@ func TestSlotClaimedAgainOnceTaken(t *testing.T) {
 	exec(t, conn, "UPDATE tidemark.capture_slots SET topic = $2 WHERE slot = $1", cfg.Slot, other)
 	holder.Close(context.Background())
 	select {
-	case err := <-done:
+	case err := <-r.done:
+		r.done <- err // for the test's cleanup (running.wait)
 		wantPreflight(t, err, `streams to topic "`+other+`"`, `this capture writes topic "`+cfg.Relay.Topic+`"`)
 	case <-ctx.Done():
 		t.Fatalf("the capture took the slot claimed for %q and kept streaming it", other)
